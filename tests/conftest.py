@@ -1,0 +1,46 @@
+"""Suite-wide set-up.
+
+CPU runs (``make test``) execute every Triton kernel under Triton's interpreter; that needs
+``TRITON_INTERPRET=1`` before triton is first imported, which is why it is set here, at the top
+of the first module pytest loads. ``make gpu-test`` sets ``NBXSIG_TEST_DEVICE=cuda`` and runs the
+``gpu``-marked tests on a real device, where a missing GPU is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+
+TEST_DEVICE = os.environ.get("NBXSIG_TEST_DEVICE", "cpu")
+if TEST_DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+os.environ["NBXSIG_POISON_OUTPUTS"] = "1"  # unwritten kernel outputs read as NaN
+os.environ.pop("NBXSIG_BACKEND", None)  # the suite picks backends explicitly
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from nbxsig.testing import seed_from  # noqa: E402
+
+
+@pytest.fixture
+def generator(request: pytest.FixtureRequest) -> torch.Generator:
+    """A CPU generator seeded from the test's id: fresh inputs per test, identical on re-runs."""
+    return torch.Generator().manual_seed(seed_from(request.node.nodeid))
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """The device kernels are tested on: CPU (interpreter) in ``make test``, CUDA in ``make gpu-test``."""
+    if TEST_DEVICE == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        pytest.fail(f"NBXSIG_TEST_DEVICE={TEST_DEVICE} but torch sees no CUDA device")
+    return torch.device(TEST_DEVICE)
+
+
+@pytest.fixture
+def cuda_device() -> torch.device:
+    """For ``gpu``-marked tests: the CUDA device, or a failure (never a skip) when there is none."""
+    if not torch.cuda.is_available():
+        pytest.fail("this test needs a CUDA device; run it with `make gpu-test` on the GPU machine")
+    return torch.device("cuda")
