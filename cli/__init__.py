@@ -1,0 +1,1 @@
+"""The ``nbxsig`` command-line application (installed as the package ``nbxsig.cli``)."""
