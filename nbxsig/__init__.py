@@ -13,7 +13,18 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("dft", "errors", "stft", "features", "filters", "quant", "models", "io", "testing", "transforms")
+_SUBMODULES = (
+    "dft",
+    "errors",
+    "stft",
+    "features",
+    "filters",
+    "quant",
+    "models",
+    "io",
+    "testing",
+    "transforms",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -48,9 +48,18 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
-def choose_backend(*, requested: str | None, env_default: str | None, device_type: str, dtype: torch.dtype,
-                   numel: int, triton_dtypes: Iterable[torch.dtype], has_triton_impl: bool,
-                   triton_installed: bool, interpreter: bool) -> Backend:
+def choose_backend(
+    *,
+    requested: str | None,
+    env_default: str | None,
+    device_type: str,
+    dtype: torch.dtype,
+    numel: int,
+    triton_dtypes: Iterable[torch.dtype],
+    has_triton_impl: bool,
+    triton_installed: bool,
+    interpreter: bool,
+) -> Backend:
     """Decide between ``"triton"`` and ``"torch"`` for one call. Pure: no I/O, no device queries.
 
     Args:
@@ -87,7 +96,9 @@ def choose_backend(*, requested: str | None, env_default: str | None, device_typ
         allowed = ", ".join(str(d).replace("torch.", "") for d in triton_dtypes)
         reasons.append(f"its kernels take {allowed}, not {str(dtype).replace('torch.', '')}")
     if device_type != "cuda" and not (device_type == "cpu" and interpreter):
-        reasons.append(f"tensors on {device_type!r} need a CUDA/ROCm GPU, or TRITON_INTERPRET=1 for CPU tensors")
+        reasons.append(
+            f"tensors on {device_type!r} need a CUDA/ROCm GPU, or TRITON_INTERPRET=1 for CPU tensors"
+        )
     if numel == 0:
         reasons.append("the input is empty")
     if not reasons and (choice == "triton" or device_type == "cuda"):
@@ -115,9 +126,10 @@ class Op:
     triton_dtypes: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
     _impls: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def backend(self, backend: str | None, *, device: torch.device | str, dtype: torch.dtype,
-                numel: int) -> Backend:
-        """Resolve ``backend`` (None = auto) for a call on ``device`` with ``dtype`` and ``numel`` elements."""
+    def backend(
+        self, backend: str | None, *, device: torch.device | str, dtype: torch.dtype, numel: int
+    ) -> Backend:
+        """Resolve ``backend`` (None = auto) for a call on ``device`` with ``dtype``, ``numel`` elements."""
         return choose_backend(
             requested=backend,
             env_default=os.environ.get(ENV_VAR) or None,

@@ -18,8 +18,9 @@ FLOATING_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 COMPLEX_DTYPES = (torch.complex64, torch.complex128)
 
 
-def check_int(name: str, value: Any, *, min_value: int | None = None, max_value: int | None = None,
-              context: str = "") -> int:
+def check_int(
+    name: str, value: Any, *, min_value: int | None = None, max_value: int | None = None, context: str = ""
+) -> int:
     """An integer (bool excluded) in ``[min_value, max_value]``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise bad_type(name, value, "an integer", context=context)
@@ -35,8 +36,15 @@ def check_int(name: str, value: Any, *, min_value: int | None = None, max_value:
     return value
 
 
-def check_float(name: str, value: Any, *, min_value: float | None = None, max_value: float | None = None,
-                min_inclusive: bool = True, context: str = "") -> float:
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    min_inclusive: bool = True,
+    context: str = "",
+) -> float:
     """A finite real number in the given range."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise bad_type(name, value, "a real number", context=context)
@@ -61,8 +69,15 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
     return value
 
 
-def check_tensor(name: str, value: Any, *, dtypes: Iterable[torch.dtype] | None = None,
-                 min_dim: int = 0, max_dim: int | None = None, allow_empty: bool = False) -> torch.Tensor:
+def check_tensor(
+    name: str,
+    value: Any,
+    *,
+    dtypes: Iterable[torch.dtype] | None = None,
+    min_dim: int = 0,
+    max_dim: int | None = None,
+    allow_empty: bool = False,
+) -> torch.Tensor:
     """A tensor of an allowed dtype and rank; empty tensors are refused unless ``allow_empty``."""
     if not isinstance(value, torch.Tensor):
         raise bad_type(name, value, "a torch.Tensor")

@@ -16,10 +16,18 @@ from ._validate import check_int
 from .errors import bad_type
 
 _BASIS_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_RDFT_BASIS = Op("rdft_basis", torch_impl="nbxsig.reference.dft:rdft_basis",
-                 triton_impl="nbxsig.kernels.dft_basis:rdft_basis", triton_dtypes=_BASIS_DTYPES)
-_IRDFT_BASIS = Op("irdft_basis", torch_impl="nbxsig.reference.dft:irdft_basis",
-                  triton_impl="nbxsig.kernels.dft_basis:irdft_basis", triton_dtypes=_BASIS_DTYPES)
+_RDFT_BASIS = Op(
+    "rdft_basis",
+    torch_impl="nbxsig.reference.dft:rdft_basis",
+    triton_impl="nbxsig.kernels.dft_basis:rdft_basis",
+    triton_dtypes=_BASIS_DTYPES,
+)
+_IRDFT_BASIS = Op(
+    "irdft_basis",
+    torch_impl="nbxsig.reference.dft:irdft_basis",
+    triton_impl="nbxsig.kernels.dft_basis:irdft_basis",
+    triton_dtypes=_BASIS_DTYPES,
+)
 
 
 def _check(n: int, dtype: torch.dtype) -> int:
@@ -29,8 +37,14 @@ def _check(n: int, dtype: torch.dtype) -> int:
     return n
 
 
-def rdft_basis(n: int, *, onesided: bool = True, dtype: torch.dtype = torch.float32,
-               device: torch.device | str | None = None, backend: Backend | None = None) -> torch.Tensor:
+def rdft_basis(
+    n: int,
+    *,
+    onesided: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    backend: Backend | None = None,
+) -> torch.Tensor:
     """Forward DFT basis of length ``n``.
 
     Args:
@@ -54,8 +68,13 @@ def rdft_basis(n: int, *, onesided: bool = True, dtype: torch.dtype = torch.floa
     return _RDFT_BASIS(n, onesided=onesided, dtype=dtype, device=device, backend=chosen)
 
 
-def irdft_basis(n: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                backend: Backend | None = None) -> torch.Tensor:
+def irdft_basis(
+    n: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    backend: Backend | None = None,
+) -> torch.Tensor:
     """Inverse real-DFT basis of length ``n``, Hermitian weights and ``1/n`` folded in.
 
     Returns:

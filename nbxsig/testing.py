@@ -51,8 +51,9 @@ def _as_real(x: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(x.resolve_conj()) if x.is_complex() else x
 
 
-def error_report(actual: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float,
-                 max_indices: int = 5) -> tuple[bool, str]:
+def error_report(
+    actual: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float, max_indices: int = 5
+) -> tuple[bool, str]:
     """Compare two tensors; return ``(ok, report)`` where the report gives max-abs error, relative
     error ``‖out−ref‖/‖ref‖``, the number of mismatches and the first bad indices.
 
@@ -74,17 +75,28 @@ def error_report(actual: torch.Tensor, expected: torch.Tensor, *, atol: float, r
     ref_norm = finite_e.norm().item()
     rel = (diff.nan_to_num(float("inf")).norm().item() / ref_norm) if ref_norm > 0 else max_abs
     n_bad = int(bad.sum())
-    lines = [f"max abs error {max_abs:.3e} (reference peak {peak:.3e}), relative error {rel:.3e}, "
-             f"{n_bad} of {bad.numel()} elements outside atol={atol:g}·peak + rtol={rtol:g}·|ref|"]
+    lines = [
+        f"max abs error {max_abs:.3e} (reference peak {peak:.3e}), relative error {rel:.3e}, "
+        f"{n_bad} of {bad.numel()} elements outside atol={atol:g}·peak + rtol={rtol:g}·|ref|"
+    ]
     if n_bad:
         for idx in bad.nonzero()[:max_indices].tolist():
-            lines.append(f"  at {tuple(idx)}: got {a[tuple(idx)].item()!r}, expected {e[tuple(idx)].item()!r}")
+            lines.append(
+                f"  at {tuple(idx)}: got {a[tuple(idx)].item()!r}, expected {e[tuple(idx)].item()!r}"
+            )
     return n_bad == 0, "\n".join(lines)
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, dtype: torch.dtype | str | None = None,
-                 atol: float | None = None, rtol: float | None = None, rel_error: float | None = None,
-                 msg: str = "") -> None:
+def assert_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    dtype: torch.dtype | str | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    rel_error: float | None = None,
+    msg: str = "",
+) -> None:
     """Assert that ``actual`` matches ``expected`` within the table's tolerance for ``dtype``
     (default: ``actual``'s dtype), with ``atol``/``rtol`` overriding it. ``rel_error``, when given,
     additionally bounds ``‖out−ref‖/‖ref‖``. The failure message carries :func:`error_report`."""
@@ -106,9 +118,15 @@ def seed_from(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
-def random_tensor(shape: tuple[int, ...], *, generator: torch.Generator, dtype: torch.dtype = torch.float32,
-                  device: torch.device | str = "cpu", low: float | None = None,
-                  high: float | None = None) -> torch.Tensor:
+def random_tensor(
+    shape: tuple[int, ...],
+    *,
+    generator: torch.Generator,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    low: float | None = None,
+    high: float | None = None,
+) -> torch.Tensor:
     """Standard-normal (or uniform in ``[low, high)``) values; never zeros. Drawn in float64 on the
     CPU from ``generator`` and then cast, so the same seed gives the same values on every device."""
     real = _REAL_OF.get(dtype, dtype)

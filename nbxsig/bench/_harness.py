@@ -83,10 +83,17 @@ def measure(case: Case, *, device: torch.device, copy_gbps: float) -> Result:
     ours = time_us(case.run)
     base = time_us(case.baseline) if case.baseline is not None else None
     gbps = case.bytes_moved / (ours * 1e-6) / 1e9 if case.bytes_moved else 0.0
-    return Result(name=case.name, ours_us=ours, baseline_us=base, gbps=gbps,
-                  copy_fraction=gbps / copy_gbps if copy_gbps else 0.0,
-                  peak_extra_mb=peak_extra_mb(case.run, device), target=case.target,
-                  rel_error=case.check() if case.check else None, notes=case.notes)
+    return Result(
+        name=case.name,
+        ours_us=ours,
+        baseline_us=base,
+        gbps=gbps,
+        copy_fraction=gbps / copy_gbps if copy_gbps else 0.0,
+        peak_extra_mb=peak_extra_mb(case.run, device),
+        target=case.target,
+        rel_error=case.check() if case.check else None,
+        notes=case.notes,
+    )
 
 
 @dataclass
@@ -104,30 +111,43 @@ class Environment:
         import triton
 
         try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    check=True).stdout.strip()
+            commit = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             commit = "unknown"
-        return cls(gpu=torch.cuda.get_device_name(device), torch=torch.__version__, triton=triton.__version__,
-                   commit=commit, date=datetime.date.today().isoformat(), copy_gbps=copy_gbps,
-                   extra={"python": platform.python_version()})
+        return cls(
+            gpu=torch.cuda.get_device_name(device),
+            torch=torch.__version__,
+            triton=triton.__version__,
+            commit=commit,
+            date=datetime.date.today().isoformat(),
+            copy_gbps=copy_gbps,
+            extra={"python": platform.python_version()},
+        )
 
 
 def format_table(results: list[Result]) -> str:
     """A Markdown table: time, baseline, ratio, GB/s, % of copy bandwidth, peak extra memory, error."""
-    head = ("| case | nbxsig µs | torch µs | speed-up | target | GB/s | % of copy | extra MB | rel. error |\n"
-            "|---|---:|---:|---:|---|---:|---:|---:|---:|")
+    head = (
+        "| case | nbxsig µs | torch µs | speed-up | target | GB/s | % of copy | extra MB | rel. error |\n"
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|"
+    )
     rows = []
     for r in results:
         base = f"{r.baseline_us:.1f}" if r.baseline_us is not None else "—"
         ratio = f"{r.speedup:.2f}×" if r.speedup is not None else "—"
         err = f"{r.rel_error:.1e}" if r.rel_error is not None else "—"
         name = r.name + (f" ({r.notes})" if r.notes else "")
-        rows.append(f"| {name} | {r.ours_us:.1f} | {base} | {ratio} | {r.target} | {r.gbps:.0f} | "
-                    f"{100 * r.copy_fraction:.0f}% | {r.peak_extra_mb:.1f} | {err} |")
+        rows.append(
+            f"| {name} | {r.ours_us:.1f} | {base} | {ratio} | {r.target} | {r.gbps:.0f} | "
+            f"{100 * r.copy_fraction:.0f}% | {r.peak_extra_mb:.1f} | {err} |"
+        )
     return "\n".join([head, *rows])
 
 
 def format_environment(env: Environment) -> str:
-    return (f"GPU: {env.gpu}; torch {env.torch}; triton {env.triton}; Python {env.extra.get('python')}; "
-            f"commit {env.commit}; {env.date}; measured device copy {env.copy_gbps:.0f} GB/s (read + write)")
+    return (
+        f"GPU: {env.gpu}; torch {env.torch}; triton {env.triton}; Python {env.extra.get('python')}; "
+        f"commit {env.commit}; {env.date}; measured device copy {env.copy_gbps:.0f} GB/s (read + write)"
+    )

@@ -21,12 +21,14 @@ def check_launchable(*tensors: torch.Tensor) -> torch.device:
     for t in tensors[1:]:
         if t.device != device:
             raise BackendUnavailableError(
-                f"all tensors of one call must be on one device, got {device} and {t.device}")
+                f"all tensors of one call must be on one device, got {device} and {t.device}"
+            )
     if device.type == "cuda" or (device.type == "cpu" and interpreter_enabled()):
         return device
     raise BackendUnavailableError(
         f"Triton kernels run on CUDA/ROCm tensors (or CPU tensors with TRITON_INTERPRET=1 set before "
-        f"triton is imported), got a tensor on {device}")
+        f"triton is imported), got a tensor on {device}"
+    )
 
 
 def empty_output(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

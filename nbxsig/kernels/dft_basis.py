@@ -27,8 +27,16 @@ _BLOCK_T = 64
 
 
 @triton.jit
-def _dft_basis_kernel(out_ptr, step_ptr, n, n_rows, plane_stride, INVERSE: tl.constexpr,
-                      BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr):
+def _dft_basis_kernel(
+    out_ptr,
+    step_ptr,
+    n,
+    n_rows,
+    plane_stride,
+    INVERSE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
     k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     mask = (k[:, None] < n_rows) & (t[None, :] < n)
@@ -58,14 +66,20 @@ def _launch(n: int, rows: int, *, inverse: bool, dtype: torch.dtype, device: tor
     return out
 
 
-def rdft_basis(n: int, *, onesided: bool = True, dtype: torch.dtype = torch.float32,
-               device: torch.device | str | None = None) -> torch.Tensor:
+def rdft_basis(
+    n: int,
+    *,
+    onesided: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.dft.rdft_basis`."""
     rows = n // 2 + 1 if onesided else n
     return _launch(n, rows, inverse=False, dtype=dtype, device=torch.device(device or "cpu"))
 
 
-def irdft_basis(n: int, *, dtype: torch.dtype = torch.float32,
-                device: torch.device | str | None = None) -> torch.Tensor:
+def irdft_basis(
+    n: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.dft.irdft_basis`."""
     return _launch(n, n // 2 + 1, inverse=True, dtype=dtype, device=torch.device(device or "cpu"))

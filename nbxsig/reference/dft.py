@@ -15,8 +15,13 @@ def _angles(n: int, n_rows: int, device: torch.device | str | None) -> torch.Ten
     return torch.remainder(k * t, n).to(torch.float64) * (2.0 * math.pi / n)
 
 
-def rdft_basis(n: int, *, onesided: bool = True, dtype: torch.dtype = torch.float32,
-               device: torch.device | str | None = None) -> torch.Tensor:
+def rdft_basis(
+    n: int,
+    *,
+    onesided: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Forward DFT basis ``(2, F, n)``: ``[0] = cos(2πkt/n)``, ``[1] = -sin(2πkt/n)``,
     ``F = n//2 + 1`` when ``onesided`` else ``n``. ``X[k] = Σ_t x[t] (B[0,k,t] + i B[1,k,t])``."""
     rows = n // 2 + 1 if onesided else n
@@ -33,8 +38,9 @@ def hermitian_weights(n: int, *, device: torch.device | str | None = None) -> to
     return w
 
 
-def irdft_basis(n: int, *, dtype: torch.dtype = torch.float32,
-                device: torch.device | str | None = None) -> torch.Tensor:
+def irdft_basis(
+    n: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Inverse real-DFT basis ``(2, n//2 + 1, n)``: ``[0] = w_k cos(2πkt/n)/n``,
     ``[1] = -w_k sin(2πkt/n)/n`` with Hermitian weights ``w``, so that
     ``x[t] = Σ_k Re X[k] B[0,k,t] + Im X[k] B[1,k,t]`` equals ``numpy.fft.irfft(X, n)``."""
