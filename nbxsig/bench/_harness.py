@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 from collections.abc import Callable
@@ -110,12 +111,15 @@ class Environment:
     def capture(cls, device: torch.device, copy_gbps: float) -> Environment:
         import triton
 
-        try:
-            commit = subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            commit = "unknown"
+        # A copy of the checkout without .git (the GPU machine gets one) names its commit in NBXSIG_COMMIT.
+        commit = os.environ.get("NBXSIG_COMMIT", "")
+        if not commit:
+            try:
+                commit = subprocess.run(
+                    ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+                ).stdout.strip()
+            except (OSError, subprocess.CalledProcessError):
+                commit = "unknown"
         return cls(
             gpu=torch.cuda.get_device_name(device),
             torch=torch.__version__,
