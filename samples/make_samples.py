@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import itertools
 import json
 import shutil
 import subprocess
@@ -63,6 +64,9 @@ SPEECH_SECONDS = 3.0
 MUSIC_RATE = 44_100
 MUSIC_SECONDS = 3.0
 IMAGE_SIZE = 256
+# About 2.8 s at 160 words per minute with espeak-ng 1.51 (padded to SPEECH_SECONDS with silence).
+ESPEAK_TEXT = "Signals and filters on the graphics card."
+ESPEAK_ARGS = ("-v", "en-us", "-s", "160")
 
 # The files this script owns, in the order it writes them.
 FILES = (
@@ -156,7 +160,7 @@ def _formants_at(t: float) -> tuple[np.ndarray, np.ndarray]:
     if t <= centers[0][0]:
         v = _VOWELS[centers[0][1]]
         return np.array(v[0]), np.array(v[1])
-    for (c0, v0), (c1, v1) in zip(centers[:-1], centers[1:], strict=True):
+    for (c0, v0), (c1, v1) in itertools.pairwise(centers):
         if t <= c1:
             w = float(_smoothstep(np.array((t - c0) / (c1 - c0))))
             f = (1 - w) * np.array(_VOWELS[v0][0]) + w * np.array(_VOWELS[v1][0])
@@ -185,7 +189,7 @@ def synth_speech(rate: int, *, seed: int) -> np.ndarray:
     chirp and a faint breath noise floor complete it.
     """
     rng = np.random.RandomState(seed)
-    n = int(round(SPEECH_SECONDS * rate))
+    n = round(SPEECH_SECONDS * rate)
     t = np.arange(n) / rate
     out = np.zeros(n)
     voicing = _voicing(t)
@@ -196,7 +200,10 @@ def synth_speech(rate: int, *, seed: int) -> np.ndarray:
     # The glottal flow pulse (a raised-cosine rise and a faster fall) low-passes the excitation.
     open_n = max(int(0.004 * rate), 2)
     g = np.concatenate(
-        [0.5 - 0.5 * np.cos(np.pi * np.arange(open_n) / open_n), np.cos(0.5 * np.pi * np.arange(open_n // 2) / (open_n // 2))]
+        [
+            0.5 - 0.5 * np.cos(np.pi * np.arange(open_n) / open_n),
+            np.cos(0.5 * np.pi * np.arange(open_n // 2) / (open_n // 2)),
+        ]
     )
     dg = np.diff(g, prepend=0.0)  # differentiated flow: lip radiation
     tp = 0.0
@@ -204,7 +211,7 @@ def synth_speech(rate: int, *, seed: int) -> np.ndarray:
         f0 = float(_pitch(np.array(tp)))
         jitter = 1.0 + 0.01 * (rng.random_sample() * 2.0 - 1.0)
         shimmer = 1.0 + 0.08 * (rng.random_sample() * 2.0 - 1.0)
-        i0 = int(round(tp * rate))
+        i0 = round(tp * rate)
         amp = float(voicing[min(i0, n - 1)]) * shimmer
         if amp > 1e-3:
             freqs, bws = _formants_at(tp)
@@ -219,11 +226,16 @@ def synth_speech(rate: int, *, seed: int) -> np.ndarray:
     voiced_rms = np.sqrt(np.mean(out[voicing > 0.5] ** 2))
 
     # Consonants: band-limited noise bursts with sharp onsets.
-    bands = {"s": (4000.0, 7500.0, 0.45), "sh": (2000.0, 5000.0, 0.5), "t": (2500.0, 8000.0, 0.9), "k": (1200.0, 3500.0, 0.9)}
+    bands = {
+        "s": (4000.0, 7500.0, 0.45),
+        "sh": (2000.0, 5000.0, 0.5),
+        "t": (2500.0, 8000.0, 0.9),
+        "k": (1200.0, 3500.0, 0.9),
+    }
     for start, dur, kind in _CONSONANTS:
         lo, hi, level = bands[kind]
-        m = int(round(dur * rate))
-        i0 = int(round(start * rate))
+        m = round(dur * rate)
+        i0 = round(start * rate)
         u = np.arange(m) / m
         if kind in ("t", "k"):
             env = np.exp(-6.0 * u) * _smoothstep(u * 20.0)  # burst: instant onset, quick decay
@@ -233,8 +245,8 @@ def synth_speech(rate: int, *, seed: int) -> np.ndarray:
 
     # A rising chirp (linear sweep) with smooth ends.
     start, dur, fa, fb = _CHIRP
-    m = int(round(dur * rate))
-    i0 = int(round(start * rate))
+    m = round(dur * rate)
+    i0 = round(start * rate)
     u = np.arange(m) / rate
     phase = 2.0 * np.pi * (fa * u + 0.5 * (fb - fa) / dur * u * u)
     out[i0 : i0 + m] += 0.6 * voiced_rms * np.sin(phase) * np.sin(np.pi * u / dur) ** 2
@@ -254,15 +266,15 @@ def espeak_speech(rate: int, *, text: str) -> np.ndarray:
         )
     with tempfile.TemporaryDirectory() as tmp:
         wav = Path(tmp) / "espeak.wav"
-        subprocess.run([exe, "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
+        subprocess.run([exe, *ESPEAK_ARGS, "-w", str(wav), text], check=True)
         x, src_rate = sf.read(str(wav), dtype="float64", always_2d=True)
     x = x[:, 0]
     # Band-limited (FFT) resampling: exact for this offline, one-off use and needs no extra package.
-    n_out = int(round(x.size * rate / src_rate))
+    n_out = round(x.size * rate / src_rate)
     spec = np.fft.rfft(x)
     keep = min(spec.size, n_out // 2 + 1)
     y = np.fft.irfft(spec[:keep], n_out) * (n_out / x.size)
-    n = int(round(SPEECH_SECONDS * rate))
+    n = round(SPEECH_SECONDS * rate)
     return np.pad(y[:n], (0, max(0, n - y.size)))
 
 
@@ -289,12 +301,12 @@ def synth_music(*, seed: int) -> np.ndarray:
     """A plucked/piano-like phrase, ``[n, 2]`` float64: harmonics with per-partial decay, panned notes."""
     rng = np.random.RandomState(seed)
     rate = MUSIC_RATE
-    n = int(round(MUSIC_SECONDS * rate))
+    n = round(MUSIC_SECONDS * rate)
     t = np.arange(n) / rate
     out = np.zeros((n, 2))
     for onset, note, vel, pan in _NOTES:
         f0 = 440.0 * 2.0 ** ((note - 69) / 12.0)
-        i0 = int(round(onset * rate))
+        i0 = round(onset * rate)
         u = t[: n - i0]
         tone = np.zeros_like(u)
         for k in range(1, 13):
@@ -308,7 +320,7 @@ def synth_music(*, seed: int) -> np.ndarray:
         tone *= vel * attack
         # Constant-power pan, plus a 0.3 ms inter-channel delay toward the far side.
         theta = 0.25 * np.pi * (pan + 1.0)
-        delay = int(round(0.0003 * rate * abs(pan)))
+        delay = round(0.0003 * rate * abs(pan))
         left, right = np.cos(theta) * tone, np.sin(theta) * tone
         far = 0 if pan > 0 else 1
         near = np.stack([left, right], axis=1)
@@ -397,7 +409,7 @@ def _to_uint8(img: np.ndarray) -> np.ndarray:
 
 
 def synth_gray(*, seed: int, size: int = IMAGE_SIZE) -> np.ndarray:
-    """``[size, size]`` uint8: gradient background, hard-edged shapes, a grating, a noise patch, a zone plate."""
+    """``[size, size]`` uint8: gradient, hard-edged shapes, a grating, a noise patch, a zone plate."""
     rng = np.random.RandomState(seed)
     y, x = _coords(size)
     img = 0.15 + 0.55 * x + 0.1 * y  # diagonal ramp
@@ -452,8 +464,6 @@ def _write_png(path: Path, pixels: np.ndarray) -> None:
 # Driver
 # --------------------------------------------------------------------------------------------------
 
-ESPEAK_TEXT = "Signals on the graphics card: short time Fourier transforms, filters, and features."
-
 
 def generate(out: Path, *, espeak: bool = False) -> list[Path]:
     """Write every sample file into ``out``; returns their paths in ``FILES`` order."""
@@ -476,7 +486,9 @@ def generate(out: Path, *, espeak: bool = False) -> list[Path]:
         ("spectrogram_nfft20_hop5.npy", lambda p: np.save(str(p), spec, allow_pickle=False)),
         (
             "spectrogram_nfft20_hop5.json",
-            lambda p: p.write_text(json.dumps(spectrogram_params(spec.shape), indent=2, sort_keys=True) + "\n"),
+            lambda p: p.write_text(
+                json.dumps(spectrogram_params(spec.shape), indent=2, sort_keys=True) + "\n"
+            ),
         ),
         ("gray_256.png", lambda p: _write_png(p, synth_gray(seed=256))),
         ("rgb_256.png", lambda p: _write_png(p, synth_rgb(seed=257))),
@@ -511,7 +523,9 @@ def _describe_difference(name: str, committed: Path, fresh: Path) -> str:
             a, b = np.load(committed), np.load(fresh)
             if a.shape != b.shape or a.dtype != b.dtype:
                 return f"{a.dtype}{a.shape} committed vs {b.dtype}{b.shape} regenerated"
-            return f"{int(np.count_nonzero(a != b))} values differ, by up to {float(np.max(np.abs(a - b))):.3g}"
+            return (
+                f"{int(np.count_nonzero(a != b))} values differ, by up to {float(np.max(np.abs(a - b))):.3g}"
+            )
     except Exception as exc:  # a damaged committed file: say so rather than crash the check
         return f"could not compare contents ({type(exc).__name__}: {exc})"
     return "contents differ"
@@ -527,16 +541,23 @@ def check(committed_dir: Path) -> int:
             if not committed.is_file():
                 problems.append(f"  {name}: missing from {committed_dir}")
             elif not filecmp.cmp(committed, fresh, shallow=False):
-                problems.append(f"  {name}: differs from the regenerated file: " + _describe_difference(name, committed, fresh))
+                problems.append(
+                    f"  {name}: differs from the regenerated file: "
+                    + _describe_difference(name, committed, fresh)
+                )
     if problems:
         print(
             f"samples check FAILED: {len(problems)} of {len(FILES)} files in {committed_dir} do not match "
             "what samples/make_samples.py generates now:\n" + "\n".join(problems) + "\n"
-            "If the generator was changed on purpose, run `python samples/make_samples.py` and commit the files.",
+            "If the generator was changed on purpose, run `python samples/make_samples.py` "
+            "and commit the files.",
             file=sys.stderr,
         )
         return 1
-    print(f"samples check passed: {len(FILES)} files in {committed_dir} are byte-identical to a fresh generation")
+    print(
+        f"samples check passed: {len(FILES)} files in {committed_dir} are byte-identical "
+        "to a fresh generation"
+    )
     return 0
 
 
@@ -556,7 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.check and args.espeak:
-        parser.error("--check compares against the committed synthetic speech; it cannot be combined with --espeak")
+        parser.error(
+            "--check compares against the committed synthetic speech; it cannot be combined with --espeak"
+        )
     if args.check:
         return check(args.out)
     for path in generate(args.out, espeak=args.espeak):
