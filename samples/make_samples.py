@@ -183,7 +183,7 @@ def _voicing(t: np.ndarray) -> np.ndarray:
 def synth_speech(rate: int, *, seed: int) -> np.ndarray:
     """A speech-like utterance at ``rate`` Hz, ``SPEECH_SECONDS`` long, float64 (unnormalized).
 
-    Glottal pulses (with 1 % jitter and shimmer) excite four formant resonators; each pulse adds the
+    Glottal pulses (1 % jitter, 8 % shimmer) excite four formant resonators; each pulse adds the
     resonators' impulse response (damped sinusoids, -12 dB/octave tilt over the formants), so the
     formants can move pulse by pulse. Fricatives and plosives are band-limited noise bursts; a short
     chirp and a faint breath noise floor complete it.
