@@ -18,7 +18,7 @@ install-test:
 
 demo: install
 	$(PYTHON) samples/make_samples.py --check
-	nbxsig info samples/
+	nbxsig --version
 
 
 lint:
