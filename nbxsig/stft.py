@@ -42,9 +42,6 @@ _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _STFT = Op("stft", torch_impl="nbxsig.reference.stft:stft", triton_impl="nbxsig.kernels.stft:stft")
 _ISTFT = Op("istft", torch_impl="nbxsig.reference.stft:istft", triton_impl="nbxsig.kernels.stft:istft")
-_POWER = Op(
-    "spectrogram", torch_impl="nbxsig.stft:_torch_power", triton_impl="nbxsig.kernels.stft:spectrogram_power"
-)
 
 
 @dataclass(frozen=True)
@@ -169,6 +166,17 @@ def stft(
     Example:
         >>> X = stft(torch.randn(2, 8000), 400, 160, window=torch.hann_window(400))  # (2, 201, 51)
     """
+    return _stft(
+        input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided,
+        return_complex, backend=backend, power=None,
+    )  # fmt: skip
+
+
+def _stft(
+    input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided, return_complex,
+    *, backend, power,
+) -> torch.Tensor:  # fmt: skip
+    """stft with an optional fused ``|X|^power`` output (power None: the spectrum)."""
     x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=1)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
     center = _check_bool("center", center)
@@ -212,10 +220,11 @@ def stft(
         pad_mode=pad_mode,
         normalized=normalized,
         onesided=onesided,
+        power=power,
         backend=chosen,
     )
     spec = spec.reshape(*lead, *spec.shape[1:])
-    return torch.view_as_complex(spec) if return_complex else spec
+    return torch.view_as_complex(spec) if return_complex and power is None else spec
 
 
 def _spectrum_input(x: object) -> torch.Tensor:
@@ -334,16 +343,6 @@ def istft(
     return y.reshape(*lead, y.shape[-1])
 
 
-def _torch_power(spec: torch.Tensor, *, power: float) -> torch.Tensor:
-    """|X|^power of a real-layout spectrum ``(..., 2)``, in plain torch."""
-    mag2 = spec[..., 0] ** 2 + spec[..., 1] ** 2
-    if power == 2.0:
-        return mag2
-    if power == 1.0:
-        return mag2.sqrt()
-    return mag2 ** (power / 2)
-
-
 def spectrogram(
     input: torch.Tensor,
     n_fft: int,
@@ -376,23 +375,10 @@ def spectrogram(
     """
     if power is not None:
         power = check_float("power", power, min_value=0.0, min_inclusive=False)
-    spec = stft(
-        input,
-        n_fft,
-        hop_length,
-        win_length,
-        window,
-        center,
-        pad_mode,
-        normalized,
-        onesided,
-        return_complex=False,
-        backend=backend,
-    )
-    if power is None:
-        return torch.view_as_complex(spec)
-    chosen = _resolve(_POWER, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker="")
-    return _POWER(spec, power=power, backend=chosen)
+    return _stft(
+        input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided,
+        power is None, backend=backend, power=power,
+    )  # fmt: skip
 
 
 class STFT(nn.Module):
