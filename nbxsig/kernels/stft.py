@@ -46,6 +46,14 @@ NOLA_EPS = 1e-11
 #: frame to a power of two, so the cut sits at 64 (20 and 50 dense, 400+ via cuFFT).
 DENSE_MAX_N = 64
 
+# Launch tiles of the dense kernels (frames per program, warps); module-level so the benchmark's
+# probes can sweep them. First values: a 64-frame tile keeps the n_fft=20 tl.dot at M=64 with
+# 16-32 columns, small enough that a 64×240000 batch still fills every SM many times over.
+FWD_BLOCK_T = 64
+FWD_WARPS = 4
+OLA_BLOCK_G = 32
+OLA_WARPS = 4
+
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _MODE_SCALED = 4  # istft backward: constant padding, each sample scaled by 1/envelope
 
@@ -387,13 +395,13 @@ def stft_forward(
         out = empty_output(shape, dtype=torch.float32, device=device)
         block_k = min(_p2(n_fft, 16), 64)
         block_f = min(_p2(n_bins, 16), 64)
-        block_t = 64
+        block_t = FWD_BLOCK_T
         grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, n_bins,
             win, win, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, float(power),
             MODE=mode, HAS_WINDOW=window is not None, OUTPUT=kind, PRECISION=_precision(),
-            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f,
+            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f, num_warps=FWD_WARPS,
         )  # fmt: skip
         return out
     frames = _frames(x, win, window is not None, length, pad, hop, T, n_fft, scale, mode, win)
@@ -452,7 +460,7 @@ def _ola(
         # Fill the dot's N dimension (>= 16 columns) with S whole hops of output samples.
         block_c = _p2(hop, 16)
         block_f = _p2(n_bins, 16)
-        block_g = 32
+        block_g = OLA_BLOCK_G
     else:
         block_c = _p2(hop)
         block_f = 16
@@ -468,7 +476,7 @@ def _ola(
         n_fft, n_bins, hop, T, start, n_out, g_begin, scale,
         SOURCE=source, HAS_WINDOW=window is not None, DIVIDE=divide, PRECISION=_precision(),
         S=block_c // hop, N_TERMS=block_c // hop + triton.cdiv(n_fft, hop) - 1,
-        BLOCK_G=block_g, BLOCK_C=block_c, BLOCK_F=block_f,
+        BLOCK_G=block_g, BLOCK_C=block_c, BLOCK_F=block_f, num_warps=OLA_WARPS if source == 0 else 4,
     )  # fmt: skip
     return out
 
@@ -608,13 +616,13 @@ def istft_backward(
             out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
         scale = math.sqrt(n_fft) if normalized else 1.0
         basis = _basis(n_fft, "inv", device)
-        block_t, block_k, block_f = 64, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
+        block_t, block_k, block_f = FWD_BLOCK_T, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
         grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             grad, grad.stride(0), grad.stride(1), n_out, start, hop, T, n_fft, n_bins,
             win, inv, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, -1.0,
             MODE=_MODE_SCALED, HAS_WINDOW=window is not None, OUTPUT=0, PRECISION=_precision(),
-            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f,
+            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f, num_warps=FWD_WARPS,
         )  # fmt: skip
         return out
     scale = math.sqrt(n_fft) if normalized else 1.0
