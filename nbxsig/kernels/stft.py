@@ -44,14 +44,14 @@ NOLA_EPS = 1e-11
 _EPS = tl.constexpr(NOLA_EPS)
 #: Largest n_fft computed with a dense DFT-basis product; above it torch.fft does the transform.
 #: Measured on an H200 (docs/spectral.md, 64×160000 float32 stft): at n_fft=50 the fft path already
-#: wins (253 µs vs 268 µs dense), at 64 and 128 the dense kernels lose by 10-100× (register-bound
-#: tiles), while at n_fft=20 the dense kernel is the fast one -- so the cut sits at 32.
+#: wins (253 µs vs 268 µs dense), at 64 and 128 the dense kernels lose by 10-100× (large tiles,
+#: not investigated further), while at n_fft=20 the dense kernel is the fast one -- so the cut sits at 32.
 DENSE_MAX_N = 32
 
 # Launch tiles of the dense kernels, module-level so the benchmark can sweep them. Chosen by a sweep
 # on an H200 at n_fft=20 hop=5, 64×240000 float32 (docs/spectral.md lists every point):
 # forward -- FMA outer products, 64 frames, 2 warps: 209 µs (3×TF32 tl.dot, 128 frames, 4 warps:
-# 216 µs; 4-warp FMA tiles of 64 frames spill and take ~850 µs); inverse -- 3×TF32 tl.dot, 64
+# 216 µs; FMA with 64 frames on 4 warps takes ~860 µs); inverse -- 3×TF32 tl.dot, 64
 # super-rows, 4 warps: 582 µs (FMA best 595 µs; batch 1: 16 µs).
 FWD_BLOCK_T = 64
 FWD_WARPS = 2
