@@ -48,6 +48,7 @@ STFT_CASES = [
     (20, 7, True, "circular", True, False),
     (12, 4, False, "constant", False, True),
     (16, 4, True, "replicate", False, True),
+    (16, 21, True, "reflect", False, True),  # hop > n_fft: samples between frames get zero gradient
     (160, 40, True, "reflect", True, True),  # fft path
     (130, 50, True, "constant", False, False),  # fft path, two-sided
 ]

@@ -16,9 +16,11 @@ Backward passes are the same kernels with other bases: the gradient of the STFT 
 ``Re(G·e^{+iθ})`` frames (forward basis transposed), the gradient of the iSTFT is a framing of
 ``grad / envelope`` followed by a DFT with the inverse basis.
 
-Precision of the ``tl.dot`` follows ``torch.get_float32_matmul_precision()``: "highest" uses
-3×TF32 split products on tensor cores (float32 accuracy, ~1e-7 relative), "high"/"medium" a single
-TF32 product (~1e-4). Everything accumulates in float32; float16/bfloat16 signals are upcast on load.
+Precision follows ``torch.get_float32_matmul_precision()`` where a ``tl.dot`` is used: "highest"
+uses 3×TF32 split products on tensor cores (float32 accuracy, ~1e-7 relative), "high"/"medium" a
+single TF32 product (~1e-4..1e-3). The n_fft <= 32 forward (and every n_fft <= ``*_FMA_MAX_N``) uses
+FMA outer products instead, exact float32 at any setting. Everything accumulates in float32;
+float16/bfloat16 signals are upcast on load.
 
 ``torch.library`` custom ops (``nbxsig::stft``, ``nbxsig::stft_backward``, ``nbxsig::istft``,
 ``nbxsig::istft_backward``) with fake implementations wrap the launchers, so ``torch.compile``
