@@ -323,6 +323,10 @@ def test_half_precision_input(dtype, n_fft, generator, device):
     assert_close(out, definition(x.double(), n_fft, n_fft // 4, w), dtype="float32", rel_error=2e-6)
     y = S.istft(out.to(device), n_fft, n_fft // 4, window=w.to(device), length=x.shape[-1], backend="triton")
     assert_close(y, x.double(), dtype="float32", atol=1e-5)
+    half_spec = torch.view_as_real(out).to(dtype)  # a real-layout half-precision spectrum
+    y = S.istft(half_spec, n_fft, n_fft // 4, window=w.to(device), length=x.shape[-1], backend="triton")
+    ref = S.istft(half_spec.double().cpu(), n_fft, n_fft // 4, window=w.double(), length=x.shape[-1])
+    assert_close(y, ref, dtype="float32", rel_error=2e-6)
 
 
 def test_tf32_precision_setting(generator, device):

@@ -607,6 +607,8 @@ def istft_forward(
         return _ola(
             spec, spec.stride(), source=0, basis=basis, n_bins=n_bins, scale=scale, divide=True, **common
         )
+    if spec.dtype != torch.float32:
+        spec = spec.float()  # cuFFT takes half-precision complex only for power-of-two sizes
     if spec.stride(-1) != 1 or any(s % 2 for s in spec.stride()[:-1]):
         spec = spec.contiguous()  # view_as_complex needs interleaved pairs; rare (hand-made real layouts)
     x = torch.view_as_complex(spec[:, :n_bins]).transpose(1, 2)  # (B, T, F)
