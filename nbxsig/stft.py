@@ -39,7 +39,6 @@ from .errors import BackendUnavailableError, bad_type, bad_value
 __all__ = ["ISTFT", "STFT", "istft", "spectrogram", "stft"]
 
 PAD_MODES = ("reflect", "constant", "replicate", "circular")
-_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _STFT = Op("stft", torch_impl="nbxsig.reference.stft:stft", triton_impl="nbxsig.kernels.stft:stft")
 _ISTFT = Op("istft", torch_impl="nbxsig.reference.stft:istft", triton_impl="nbxsig.kernels.stft:istft")
