@@ -112,11 +112,36 @@ def _window_blocks_triton(window: torch.Tensor | None) -> str:
     return ""
 
 
-@torch.compiler.assume_constant_result
 def _platform() -> tuple[bool, bool, str | None]:
     # What Op.backend reads from the platform (package lookup, environment). Under torch.compile it
     # is evaluated once at trace time and baked in as a constant, so dynamo never traces importlib.
     return triton_installed(), interpreter_enabled(), os.environ.get(ENV_VAR) or None
+
+
+# This is exactly what torch.compiler.assume_constant_result does; calling that decorator here would
+# import torch._dynamo (~2 s) at `import nbxsig.stft`, so the marker is set directly.
+_platform._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+_OPS = {"stft": _STFT, "istft": _ISTFT}
+
+
+def _preload(name: str, backend: str) -> bool:
+    # Op imports an implementation with importlib on first use, which dynamo cannot trace. Under
+    # torch.compile this runs once at trace time (a constant to dynamo), so the traced Op call that
+    # follows finds the implementation already cached.
+    _OPS[name].implementation(backend)
+    return True
+
+
+_preload._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _run(op: Op, backend: Backend, *args, **kwargs):
+    """``op(*args, backend=backend, **kwargs)``, compile-safe."""
+    if torch.compiler.is_compiling():
+        _preload(op.name, backend)
+    return op(*args, backend=backend, **kwargs)
 
 
 def _resolve(op: Op, backend: str | None, *, device, dtype, numel: int, blocker: str) -> Backend:
@@ -229,7 +254,9 @@ def _stft(
         numel=x.numel(),
         blocker=_window_blocks_triton(frame.window),
     )
-    spec = _STFT(
+    spec = _run(
+        _STFT,
+        chosen,
         x2,
         n_fft=n_fft,
         hop=frame.hop,
@@ -239,7 +266,6 @@ def _stft(
         normalized=normalized,
         onesided=onesided,
         power=power,
-        backend=chosen,
     )
     spec = spec.reshape(*lead, *spec.shape[1:])
     return torch.view_as_complex(spec) if return_complex and power is None else spec
@@ -345,7 +371,9 @@ def istft(
     chosen = _resolve(
         _ISTFT, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker=blocker
     )
-    y = _ISTFT(
+    y = _run(
+        _ISTFT,
+        chosen,
         spec3,
         n_fft=n_fft,
         hop=frame.hop,
@@ -356,7 +384,6 @@ def istft(
         length=length,
         return_complex=return_complex,
         strict_nola=strict_nola,
-        backend=chosen,
     )
     return y.reshape(*lead, y.shape[-1])
 

@@ -374,6 +374,17 @@ def test_module_compiles_fullgraph(generator, device):
     del m
 
 
+def test_torch_backend_compiles_fullgraph(generator):
+    x = random_tensor((2, 200), generator=generator)
+    w = torch.hann_window(20)
+    stft_m, istft_m = S.STFT(20, 5, window=w, backend="torch"), S.ISTFT(20, 5, window=w, backend="torch")
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dynamo notes that it bypasses the bases' lru_cache
+        y = torch.compile(lambda x: istft_m(stft_m(x), length=200), fullgraph=True, backend="aot_eager")(x)
+    assert_close(y, x, dtype="float32", atol=2e-6)
+
+
 def test_dense_cut_is_a_pure_function_of_n_fft():
     assert K.use_dense(20) and K.use_dense(K.DENSE_MAX_N)
     assert not K.use_dense(K.DENSE_MAX_N + 1) and not K.use_dense(400)
