@@ -79,6 +79,7 @@ class _Framer:
         self.n_raw = 0
         self.started = not self.center or self.pad == 0  # left padding already applied
         self.skip = 0  # samples to drop before the next frame (hop > n_fft)
+        self.squeeze = False  # 1-D chunks: one stream, outputs without the stream dimension
 
     def _check(self, chunk: torch.Tensor) -> torch.Tensor:
         check_tensor("chunk", chunk, dtypes=FLOATING_DTYPES, min_dim=1, max_dim=2, allow_empty=True)
@@ -94,6 +95,7 @@ class _Framer:
     def push(self, chunk: torch.Tensor) -> tuple[torch.Tensor, int]:
         x = self._check(chunk)
         if self.buffer is None:
+            self.squeeze = chunk.dim() == 1
             self.buffer = x[:, :0]
             self.history = x[:, :0]
         self.n_raw += x.shape[1]
@@ -155,11 +157,13 @@ class _Framer:
             "n_raw": self.n_raw,
             "started": self.started,
             "skip": self.skip,
+            "squeeze": self.squeeze,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer, self.history = state["buffer"], state["history"]
         self.n_raw, self.started, self.skip = int(state["n_raw"]), bool(state["started"]), int(state["skip"])
+        self.squeeze = bool(state.get("squeeze", False))
 
 
 class StreamingSTFT:
@@ -214,14 +218,14 @@ class StreamingSTFT:
         return torch.complex(spec[..., :n_freq], spec[..., n_freq:]).transpose(-1, -2)
 
     def push(self, chunk: torch.Tensor) -> torch.Tensor:
-        squeeze = chunk.dim() == 1
         out = self._frames(*self._framer.push(chunk))
-        return out[0] if squeeze else out
+        return out[0] if self._framer.squeeze else out
 
     def flush(self) -> torch.Tensor:
         out = self._frames(*self._framer.flush())
+        squeeze = self._framer.squeeze
         self._framer.reset()
-        return out
+        return out[0] if squeeze else out
 
     def state_dict(self) -> dict[str, Any]:
         return self._framer.state_dict()
@@ -300,14 +304,14 @@ class StreamingMelSpectrogram:
         self._framer.reset()
 
     def push(self, chunk: torch.Tensor) -> torch.Tensor:
-        squeeze = chunk.dim() == 1
         out = self._mels(*self._framer.push(chunk))
-        return out[0] if squeeze else out
+        return out[0] if self._framer.squeeze else out
 
     def flush(self) -> torch.Tensor:
         out = self._mels(*self._framer.flush())
+        squeeze = self._framer.squeeze
         self._framer.reset()
-        return out
+        return out[0] if squeeze else out
 
     def state_dict(self) -> dict[str, Any]:
         return self._framer.state_dict()
@@ -386,6 +390,7 @@ class StreamingISTFT:
     def reset(self) -> None:
         self._history: list[torch.Tensor] | None = None  # two buffers, the current one first
         self.frames = 0
+        self._squeeze = False
 
     def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._consts is None or self._consts[0].device != device:
@@ -432,7 +437,9 @@ class StreamingISTFT:
         return out
 
     def push(self, spec: torch.Tensor) -> torch.Tensor:
-        squeeze = spec.dim() == 2 or (not spec.is_complex() and spec.dim() == 3)
+        squeeze = isinstance(spec, torch.Tensor) and (spec.dim() == 2 or (not spec.is_complex() and spec.dim() == 3))
+        if self._history is None:
+            self._squeeze = squeeze
         x = self._as_real(spec)
         start = self.frames * self.hop_length
         out = self._advance(x, x.shape[2] * self.hop_length)
@@ -449,13 +456,19 @@ class StreamingISTFT:
         end = (self.frames - 1) * self.hop_length + self.n_fft - self.pad
         out = self._advance(empty, self.n_fft - self.hop_length)[:, : max(0, end - start)]
         out = out[:, max(0, self.pad - start) :]
+        squeeze = self._squeeze
         self.reset()
-        return out
+        return out[0] if squeeze else out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": None if self._history is None else self._history[0], "frames": self.frames}
+        return {
+            "history": None if self._history is None else self._history[0],
+            "frames": self.frames,
+            "squeeze": self._squeeze,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         hist = state["history"]
         self._history = None if hist is None else [hist.clone(), torch.empty_like(hist)]
         self.frames = int(state["frames"])
+        self._squeeze = bool(state.get("squeeze", False))
