@@ -88,7 +88,8 @@ class _Framer:
             raise bad_value(
                 "chunk",
                 chunk,
-                f"{self.buffer.shape[0]} streams on {self.buffer.device} (as in the first push); reset() first",
+                f"{self.buffer.shape[0]} streams on {self.buffer.device} (as in the first push; "
+                "reset() to start over)",
             )
         return x
 
@@ -330,12 +331,16 @@ def _istft_push_torch(new, history, history_out, basis, w2, *, frames_before, n_
     exists = (torch.arange(n_tot, device=new.device) + first >= 0).to(time.dtype)
     full = (n_tot - 1) * hop + n_fft
     fold = dict(output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop))
-    y = torch.nn.functional.fold((time * exists[:, None]).transpose(1, 2), **fold).reshape(time.shape[0], full)
+    y = torch.nn.functional.fold((time * exists[:, None]).transpose(1, 2), **fold).reshape(
+        time.shape[0], full
+    )
     env_frames = (w2[:n_fft, None] * exists[None, :]).unsqueeze(0)
     env = torch.nn.functional.fold(env_frames, **fold).reshape(full)
     y = y[:, H * hop : H * hop + n_out]
     env = env[H * hop : H * hop + n_out]
-    out = torch.where(env > 1e-11, y / torch.where(env > 1e-11, env, torch.ones_like(env)), torch.zeros_like(y))
+    out = torch.where(
+        env > 1e-11, y / torch.where(env > 1e-11, env, torch.ones_like(env)), torch.zeros_like(y)
+    )
     if out.shape[1] < n_out:  # hop > n_fft: gaps no frame covers
         out = torch.nn.functional.pad(out, (0, n_out - out.shape[1]))
     history_out.copy_(frames[:, :, n_tot - H :])
@@ -347,7 +352,7 @@ class StreamingISTFT:
 
     Args:
         n_fft, hop_length, win_length, window, center, normalized: as :class:`StreamingSTFT`
-            (``center=True`` needs ``hop_length <= n_fft − n_fft // 2``, so no emitted sample is trimmed later).
+            (``center=True`` needs ``hop <= n_fft − n_fft // 2``: no emitted sample is trimmed later).
         backend: None (Triton for CUDA float32 spectra), "triton" or "torch".
 
     ``push(spec)``: ``spec`` complex ``(B, F, k)`` / ``(F, k)`` or real ``(B, F, k, 2)``; returns the
@@ -378,8 +383,12 @@ class StreamingISTFT:
             raise bad_value("backend", backend, "None, 'triton' or 'torch'")
         self.pad = self.n_fft // 2 if center else 0
         if center and self.hop_length > self.n_fft - self.pad:
-            raise bad_value("hop_length", self.hop_length, f"<= n_fft - n_fft // 2 = {self.n_fft - self.pad}",
-                            context="for center=True")  # fmt: skip
+            raise bad_value(
+                "hop_length",
+                self.hop_length,
+                f"<= n_fft - n_fft // 2 = {self.n_fft - self.pad}",
+                context="for center=True",
+            )
         self.backend = backend
         self.window = _window(window, self.win_length, self.n_fft)
         self.scale = 1.0 / math.sqrt(self.n_fft) if normalized else 1.0
@@ -408,7 +417,9 @@ class StreamingISTFT:
             x = x.unsqueeze(0)
         n_freq = self.n_fft // 2 + 1
         if x.dim() != 4 or x.shape[-1] != 2 or x.shape[1] != n_freq:
-            raise bad_value("spec", spec, f"a complex (B, {n_freq}, frames) or real (B, {n_freq}, frames, 2) tensor")
+            raise bad_value(
+                "spec", spec, f"a complex (B, {n_freq}, frames) or real (B, {n_freq}, frames, 2) tensor"
+            )
         if self._history is not None and (x.shape[0] != self._history[0].shape[0]):
             raise bad_value("spec", spec, f"{self._history[0].shape[0]} streams (as in the first push)")
         return x if x.dtype == torch.float32 else x.float()
@@ -437,7 +448,9 @@ class StreamingISTFT:
         return out
 
     def push(self, spec: torch.Tensor) -> torch.Tensor:
-        squeeze = isinstance(spec, torch.Tensor) and (spec.dim() == 2 or (not spec.is_complex() and spec.dim() == 3))
+        squeeze = isinstance(spec, torch.Tensor) and (
+            spec.dim() == 2 or (not spec.is_complex() and spec.dim() == 3)
+        )
         if self._history is None:
             self._squeeze = squeeze
         x = self._as_real(spec)

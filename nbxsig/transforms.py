@@ -76,7 +76,9 @@ class Spectrogram(nn.Module):
         super().__init__()
         self.n_fft, self.win_length, self.hop_length = _f.resolve_frames(n_fft, win_length, hop_length)
         self.pad = check_int("pad", pad, min_value=0)
-        self.power = None if power is None else check_float("power", power, min_value=0.0, min_inclusive=False)
+        self.power = (
+            None if power is None else check_float("power", power, min_value=0.0, min_inclusive=False)
+        )
         self.normalized = _norm_flags(normalized)
         self.center = check_choice("center", center, (True, False))
         self.pad_mode = check_choice("pad_mode", pad_mode, _f.PAD_MODES)
@@ -132,7 +134,8 @@ class MelScale(nn.Module):
     """Project a ``(…, n_stft, T)`` spectrogram on mel filters, as ``torchaudio.transforms.MelScale``.
 
     Args:
-        n_mels: default 128. sample_rate: default 16000. f_min: default 0. f_max: default ``sample_rate // 2``.
+        n_mels: default 128. sample_rate: default 16000. f_min: default 0.
+        f_max: default ``sample_rate // 2``.
         n_stft: number of STFT bins (default 201). norm: None or "slaney". mel_scale: "htk" or "slaney".
 
     Shape:

@@ -22,8 +22,16 @@ def export(module: torch.nn.Module, example: torch.Tensor, dynamic: dict) -> ort
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings
-        torch.onnx.export(module.eval(), (example,), buf, dynamo=False, input_names=["x"], output_names=["y"],
-                          opset_version=17, dynamic_axes={"x": dynamic})  # fmt: skip
+        torch.onnx.export(
+            module.eval(),
+            (example,),
+            buf,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            opset_version=17,
+            dynamic_axes={"x": dynamic},
+        )
     graph = buf.getvalue()
     import onnx
 
@@ -36,8 +44,19 @@ def export(module: torch.nn.Module, example: torch.Tensor, dynamic: dict) -> ort
     "kwargs",
     [
         pytest.param(dict(sample_rate=16000, n_fft=400, hop_length=160, n_mels=80), id="asr-80"),
-        pytest.param(dict(n_fft=512, win_length=400, hop_length=128, n_mels=64, power=1.0, pad_mode="constant",
-                          norm="slaney", mel_scale="slaney"), id="slaney-power1"),  # fmt: skip
+        pytest.param(
+            dict(
+                n_fft=512,
+                win_length=400,
+                hop_length=128,
+                n_mels=64,
+                power=1.0,
+                pad_mode="constant",
+                norm="slaney",
+                mel_scale="slaney",
+            ),
+            id="slaney-power1",
+        ),
     ],
 )
 def test_mel_spectrogram_onnx_matches_torchaudio(kwargs, generator):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -18,14 +20,16 @@ def cuts(total: int, generator: torch.Generator, pieces: int = 7) -> list[tuple[
     inner = sorted(torch.randint(0, total + 1, (pieces,), generator=generator).tolist())
     edges = [0, 1, *inner, total] if total > 1 else [0, total]
     edges = sorted(edges)
-    return list(zip(edges[:-1], edges[1:]))
+    return list(itertools.pairwise(edges))
 
 
 def run(stream, x: torch.Tensor, spans, *, restore_at: int | None = None) -> torch.Tensor:
     outs = []
     for i, (a, b) in enumerate(spans):
         if restore_at == i:  # save, build a fresh object, restore: must continue exactly
-            state = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in stream.state_dict().items()}
+            state = {
+                k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in stream.state_dict().items()
+            }
             stream.reset()
             stream.load_state_dict(state)
         outs.append(stream.push(x[..., a:b]))
@@ -42,7 +46,9 @@ GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize("center,pad_mode", [(True, "reflect"), (True, "constant"), (True, "replicate"), (False, "reflect")])
+@pytest.mark.parametrize(
+    "center,pad_mode", [(True, "reflect"), (True, "constant"), (True, "replicate"), (False, "reflect")]
+)
 @pytest.mark.parametrize("n_fft,hop", GEOMETRIES)
 def test_streaming_stft_equals_torch_stft(n_fft, hop, center, pad_mode, generator):
     x = random_tensor((3, 997), generator=generator)
@@ -87,8 +93,14 @@ def test_streaming_istft_equals_torch_istft(n_fft, hop, center, backend, device,
 
 
 def test_streaming_istft_zero_envelope_gives_zeros(generator):
-    spec = torch.stft(random_tensor((300,), generator=generator), 16, 4, window=torch.hann_window(16),
-                      center=False, return_complex=True)  # fmt: skip
+    spec = torch.stft(
+        random_tensor((300,), generator=generator),
+        16,
+        4,
+        window=torch.hann_window(16),
+        center=False,
+        return_complex=True,
+    )
     out = StreamingISTFT(16, 4, window=torch.hann_window(16), center=False, backend="torch").push(spec)
     assert out[0] == 0 and torch.isfinite(out).all()
 

@@ -51,8 +51,20 @@ def test_spectrogram_float64_matches_torchaudio_float64(generator):
 MEL_VARIANTS = [
     pytest.param(dict(), id="defaults"),
     pytest.param(dict(sample_rate=16000, n_fft=400, hop_length=160, n_mels=80), id="asr-80"),
-    pytest.param(dict(sample_rate=22050, n_fft=1024, hop_length=256, n_mels=80, f_min=0.0, f_max=8000.0,
-                      norm="slaney", mel_scale="slaney", power=1.0), id="tts-slaney-power1"),  # fmt: skip
+    pytest.param(
+        dict(
+            sample_rate=22050,
+            n_fft=1024,
+            hop_length=256,
+            n_mels=80,
+            f_min=0.0,
+            f_max=8000.0,
+            norm="slaney",
+            mel_scale="slaney",
+            power=1.0,
+        ),
+        id="tts-slaney-power1",
+    ),
     pytest.param(dict(n_fft=512, win_length=400, pad=10, center=False, normalized=True), id="pad-nocenter"),
 ]
 
@@ -106,8 +118,11 @@ def test_mel_scale_matches_torchaudio(generator):
         pytest.param(dict(n_fft=400), 2999, id="length"),
         pytest.param(dict(n_fft=256, win_length=200, hop_length=50, normalized=True), None, id="win200-norm"),
         pytest.param(dict(n_fft=128, hop_length=32, normalized="frame_length", pad=5), 3000, id="pad5"),
-        pytest.param(dict(n_fft=128, hop_length=32, center=False, window_fn=torch.hamming_window), None,
-                     id="nocenter-hamming"),  # fmt: skip
+        pytest.param(
+            dict(n_fft=128, hop_length=32, center=False, window_fn=torch.hamming_window),
+            None,
+            id="nocenter-hamming",
+        ),
     ],
 )
 def test_inverse_spectrogram_matches_torchaudio(kwargs, length, generator):

@@ -262,8 +262,10 @@ def istft(
     start = n_fft // 2 if center else 0
     if length is not None:
         end = start + length
+    elif center:
+        end = full - n_fft // 2
     else:
-        end = full - n_fft // 2 if center else full
+        end = full
     env = env[start:end]
     ola = ola[:, start:end]
     if not _exporting() and bool((env.abs() < 1e-11).any()):
