@@ -172,6 +172,7 @@ _CONFIGS = [
     triton.Config({"BLOCK_T": 64, "BLOCK_F": 32, "BLOCK_K": 16}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_T": 128, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=8, num_stages=2),
     triton.Config({"BLOCK_T": 32, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_T": 64, "BLOCK_F": 64, "BLOCK_K": 32}, num_warps=8, num_stages=2),
 ]
 _tuned = None
 
