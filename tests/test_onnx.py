@@ -89,3 +89,42 @@ def test_spectrogram_and_inverse_onnx_match_torch(center, generator):
         got = torch.from_numpy(session.run(None, {"x": torch.view_as_real(complex_spec).numpy()})[0])
         expected = torch.istft(complex_spec, 64, 16, window=window_fn(64), center=center)
         assert_close(got, expected, **ONNX_TOL)
+
+
+@pytest.mark.parametrize("center", [True, False], ids=["center", "nocenter"])
+def test_stft_modules_onnx_match_torch(center, generator):
+    from nbxsig.stft import ISTFT, STFT
+
+    window = torch.hann_window(64) if center else torch.hamming_window(64)
+    forward = STFT(64, 16, window=window, center=center, return_complex=False, backend="torch")
+    session = export(forward, random_tensor((2, 1000), generator=generator), {0: "batch", 1: "time"})
+    for length in (1000, 777):
+        x = random_tensor((3, length), generator=generator)
+        expected = torch.view_as_real(
+            torch.stft(x, 64, 16, window=window, center=center, return_complex=True)
+        )
+        assert_close(torch.from_numpy(session.run(None, {"x": x.numpy()})[0]), expected, **ONNX_TOL)
+
+    inverse = ISTFT(64, 16, window=window, center=center, backend="torch")
+    example = torch.view_as_real(
+        torch.stft(
+            random_tensor((2, 1000), generator=generator),
+            64,
+            16,
+            window=window,
+            center=center,
+            return_complex=True,
+        )
+    )
+    session = export(inverse, example, {0: "batch", 2: "frames"})
+    for length in (1000, 613):
+        spec = torch.stft(
+            random_tensor((2, length), generator=generator),
+            64,
+            16,
+            window=window,
+            center=center,
+            return_complex=True,
+        )
+        got = torch.from_numpy(session.run(None, {"x": torch.view_as_real(spec).numpy()})[0])
+        assert_close(got, torch.istft(spec, 64, 16, window=window, center=center), **ONNX_TOL)
