@@ -328,3 +328,17 @@ def test_triton_backward_matches_torch_and_is_finite(device, generator):
         grads[backend] = xg.grad
     assert torch.isfinite(grads["triton"]).all()
     assert_close(grads["triton"], grads["torch"], dtype="float32", rel_error=1e-5)
+
+
+@pytest.mark.parametrize("config", range(6), ids=lambda i: f"config{i}")
+def test_triton_mel_every_autotune_config(config, device, generator, monkeypatch):
+    # The GPU autotunes over _CONFIGS; the interpreter runs one fixed config, so each config's tile
+    # shape is checked here (a BLOCK_F that overruns the padded basis would read garbage).
+    from nbxsig.kernels import mel as kmel
+
+    assert len(kmel._CONFIGS) == 6
+    monkeypatch.setattr(kmel, "_INTERPRETER_CONFIG", dict(kmel._CONFIGS[config].kwargs))
+    kw = dict(sample_rate=16000, n_fft=200, hop_length=80, n_mels=20)  # 101 bins: ragged for every BLOCK_F
+    x = random_tensor((2, 800), generator=generator, dtype=F64)
+    got = nf.mel_spectrogram(x.float().to(device), backend="triton", **kw)
+    assert_close(got, nf.mel_spectrogram(x, backend="torch", **kw), dtype="float32", rel_error=1e-5)

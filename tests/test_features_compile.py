@@ -48,7 +48,7 @@ variants = [("tf32x3", 2, 0, False), ("tf32", 1, 1, True), ("ieee", 0, 2, False)
 for i, config in enumerate(kmel._CONFIGS):
     for precision, power_mode, log, peak in variants[: 3 if i == 0 else 1]:
         constexprs = dict(PAD_MODE=i % 4, POWER_MODE=power_mode, HAS_FLOOR=log > 0, LOG=log, TRACK_PEAK=peak,
-                          K_PAD=224, F_PAD=224, M_PAD=128, PRECISION=precision, **config.kwargs)
+                          K_PAD=224, F_PAD=256, M_PAD=128, PRECISION=precision, **config.kwargs)
         build(kmel._mel_kernel, pointers, constexprs, floats=("power", "floor"),
               num_warps=config.num_warps, num_stages=config.num_stages)
 print("compiled")

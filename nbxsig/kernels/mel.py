@@ -64,6 +64,7 @@ def _mel_kernel(
     hop,
     pad,
     n_fft,
+    n_freq,
     n_mels,
     power,
     floor,
@@ -89,51 +90,55 @@ def _mel_kernel(
     # 64-bit sample positions: t·hop can pass 2^31 on hour-long batched signals.
     start = t.to(tl.int64) * hop - pad
     acc = tl.zeros((BLOCK_T, M_PAD), dtype=tl.float32)
+    # The basis and filters are padded to F_PAD, a multiple of every BLOCK_F in the config list;
+    # chunks past the last real bin are skipped (a uniform branch per program). A static loop
+    # bound keeps Triton's interpreter happy (it cannot take a runtime range bound with NumPy 2).
     for f0 in range(0, F_PAD, BLOCK_F):
-        f = f0 + tl.arange(0, BLOCK_F)
-        re = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
-        im = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
-        for k0 in range(0, K_PAD, BLOCK_K):
-            # Real-input symmetry halves the DFT: with a = x[k]·w[k] and b = x[n−k]·w[n−k],
-            # Re X[f] = Σ_{k<=n/2} (a + b) cos(2πfk/n) and Im X[f] = −Σ_{k<=n/2} (a − b) sin(2πfk/n),
-            # where b is left out at k = 0 and k = n/2 (those samples appear once).
-            k = k0 + tl.arange(0, BLOCK_K)
-            ka = k <= n_fft // 2
-            kb = (k >= 1) & (2 * k < n_fft)
-            wa = tl.load(win_ptr + k, mask=ka, other=0.0)
-            wb = tl.load(win_ptr + (n_fft - k), mask=kb, other=0.0)
-            pos_a = start[:, None] + k[None, :]
-            pos_b = start[:, None] + (n_fft - k)[None, :]
-            ok_a = t_ok[:, None] & ka[None, :]
-            ok_b = t_ok[:, None] & kb[None, :]
-            # Centre padding by index mapping: the padded signal is never materialised.
-            if PAD_MODE == 0:
-                ok_a = ok_a & (pos_a >= 0) & (pos_a < length)
-                ok_b = ok_b & (pos_b >= 0) & (pos_b < length)
-            elif PAD_MODE == 1:
-                pos_a = tl.where(pos_a < 0, -pos_a, pos_a)
-                pos_a = tl.where(pos_a >= length, 2 * (length - 1) - pos_a, pos_a)
-                pos_b = tl.where(pos_b < 0, -pos_b, pos_b)
-                pos_b = tl.where(pos_b >= length, 2 * (length - 1) - pos_b, pos_b)
-            elif PAD_MODE == 2:
-                pos_a = tl.minimum(tl.maximum(pos_a, 0), length - 1)
-                pos_b = tl.minimum(tl.maximum(pos_b, 0), length - 1)
-            else:
-                pos_a = ((pos_a % length) + length) % length
-                pos_b = ((pos_b % length) + length) % length
-            xa = tl.load(x_row + pos_a * stride_xl, mask=ok_a, other=0.0).to(tl.float32) * wa[None, :]
-            xb = tl.load(x_row + pos_b * stride_xl, mask=ok_b, other=0.0).to(tl.float32) * wb[None, :]
-            # The basis is zero-padded to (K_PAD, F_PAD): no mask needed on it.
-            boffs = k[:, None] * F_PAD + f[None, :]
-            re = tl.dot(xa + xb, tl.load(cos_ptr + boffs), re, input_precision=PRECISION)
-            im = tl.dot(xa - xb, tl.load(sin_ptr + boffs), im, input_precision=PRECISION)
-        p = re * re + im * im
-        if POWER_MODE == 1:
-            p = tl.sqrt(p)
-        elif POWER_MODE == 0:
-            p = tl.where(p > 0, tl.exp2(tl.log2(tl.where(p > 0, p, 1.0)) * (power * 0.5)), 0.0)
-        fb = tl.load(fb_ptr + f[:, None] * M_PAD + m[None, :])
-        acc = tl.dot(p, fb, acc, input_precision=PRECISION)
+        if f0 < n_freq:
+            f = f0 + tl.arange(0, BLOCK_F)
+            re = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
+            im = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
+            for k0 in range(0, K_PAD, BLOCK_K):
+                # Real-input symmetry halves the DFT: with a = x[k]·w[k] and b = x[n−k]·w[n−k],
+                # Re X[f] = Σ_{k<=n/2} (a + b) cos(2πfk/n) and Im X[f] = −Σ_{k<=n/2} (a − b) sin(2πfk/n),
+                # where b is left out at k = 0 and k = n/2 (those samples appear once).
+                k = k0 + tl.arange(0, BLOCK_K)
+                ka = k <= n_fft // 2
+                kb = (k >= 1) & (2 * k < n_fft)
+                wa = tl.load(win_ptr + k, mask=ka, other=0.0)
+                wb = tl.load(win_ptr + (n_fft - k), mask=kb, other=0.0)
+                pos_a = start[:, None] + k[None, :]
+                pos_b = start[:, None] + (n_fft - k)[None, :]
+                ok_a = t_ok[:, None] & ka[None, :]
+                ok_b = t_ok[:, None] & kb[None, :]
+                # Centre padding by index mapping: the padded signal is never materialised.
+                if PAD_MODE == 0:
+                    ok_a = ok_a & (pos_a >= 0) & (pos_a < length)
+                    ok_b = ok_b & (pos_b >= 0) & (pos_b < length)
+                elif PAD_MODE == 1:
+                    pos_a = tl.where(pos_a < 0, -pos_a, pos_a)
+                    pos_a = tl.where(pos_a >= length, 2 * (length - 1) - pos_a, pos_a)
+                    pos_b = tl.where(pos_b < 0, -pos_b, pos_b)
+                    pos_b = tl.where(pos_b >= length, 2 * (length - 1) - pos_b, pos_b)
+                elif PAD_MODE == 2:
+                    pos_a = tl.minimum(tl.maximum(pos_a, 0), length - 1)
+                    pos_b = tl.minimum(tl.maximum(pos_b, 0), length - 1)
+                else:
+                    pos_a = ((pos_a % length) + length) % length
+                    pos_b = ((pos_b % length) + length) % length
+                xa = tl.load(x_row + pos_a * stride_xl, mask=ok_a, other=0.0).to(tl.float32) * wa[None, :]
+                xb = tl.load(x_row + pos_b * stride_xl, mask=ok_b, other=0.0).to(tl.float32) * wb[None, :]
+                # The basis is zero-padded to (K_PAD, F_PAD): no mask needed on it.
+                boffs = k[:, None] * F_PAD + f[None, :]
+                re = tl.dot(xa + xb, tl.load(cos_ptr + boffs), re, input_precision=PRECISION)
+                im = tl.dot(xa - xb, tl.load(sin_ptr + boffs), im, input_precision=PRECISION)
+            p = re * re + im * im
+            if POWER_MODE == 1:
+                p = tl.sqrt(p)
+            elif POWER_MODE == 0:
+                p = tl.where(p > 0, tl.exp2(tl.log2(tl.where(p > 0, p, 1.0)) * (power * 0.5)), 0.0)
+            fb = tl.load(fb_ptr + f[:, None] * M_PAD + m[None, :])
+            acc = tl.dot(p, fb, acc, input_precision=PRECISION)
     ok_out = t_ok[:, None] & (m < n_mels)[None, :]
     if TRACK_PEAK:
         # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
@@ -166,14 +171,21 @@ def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
 
 # (BLOCK_T, BLOCK_F, BLOCK_K, warps, stages). Derived for n_fft=400, 80/128 mels: the mel
 # accumulator (BLOCK_T × M_PAD fp32) and two re/im tiles must stay in registers, which caps BLOCK_T at
-# 64 for 4 warps; BLOCK_F = 32 wastes 10% of the 201→224 padded bins where 64 would waste 21%.
+# 64 for 4 warps; with BLOCK_F = 32 the loop covers 224 bins for 201 (64: 256, 21% more dots).
 _CONFIGS = [
     triton.Config({"BLOCK_T": 64, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=4, num_stages=2),
     triton.Config({"BLOCK_T": 64, "BLOCK_F": 32, "BLOCK_K": 16}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_T": 128, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=8, num_stages=2),
     triton.Config({"BLOCK_T": 32, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=4, num_stages=2),
     triton.Config({"BLOCK_T": 64, "BLOCK_F": 64, "BLOCK_K": 32}, num_warps=8, num_stages=2),
+    # Fewer frequency chunks = fewer recomputations of the frame gather (its index arithmetic costs
+    # more issue slots than the tensor-core dots): 2 chunks of 128 bins instead of 7 of 32.
+    triton.Config({"BLOCK_T": 64, "BLOCK_F": 128, "BLOCK_K": 32}, num_warps=8, num_stages=2),
 ]
+# Under the interpreter: one small config (tests swap in each of _CONFIGS' tile shapes).
+_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16, "BLOCK_K": 16}
+# Every config's BLOCK_F divides this: the packed basis/filters are padded to a multiple of it.
+_F_ALIGN = 128
 _tuned = None
 
 
@@ -251,7 +263,7 @@ def _launch(
     n_frames = 1 + (length + 2 * pad - n_fft) // hop_length - (1 if drop_last else 0)
     n_mels = filters.shape[1]
     k_pad = triton.cdiv(n_fft // 2 + 1, 32) * 32
-    f_pad = triton.cdiv(n_fft // 2 + 1, 32) * 32
+    f_pad = triton.cdiv(n_fft // 2 + 1, _F_ALIGN) * _F_ALIGN
     m_pad = max(16, triton.next_power_of_2(n_mels))
     win, cos, sin, fb = _packed(window, filters, n_fft, scale, k_pad, f_pad, m_pad)
     out = empty_output((batch, n_mels, n_frames), dtype=x.dtype, device=device)
@@ -270,11 +282,11 @@ def _launch(
         PRECISION=_precision or dot_precision(device),
     )
     common = (x, x.stride(0), x.stride(1), length, win, cos, sin, fb, out, *out.stride(), peak)
-    scalars = (n_frames, hop_length, pad, n_fft, n_mels, float(power), float(floor or 0.0))
+    scalars = (n_frames, hop_length, pad, n_fft, n_fft // 2 + 1, n_mels, float(power), float(floor or 0.0))
     if interpreter_enabled() and device.type == "cpu":
         # One fixed small config: autotuning under the interpreter would run every config.
-        grid = (triton.cdiv(n_frames, 16), batch)
-        _mel_kernel[grid](*common, *scalars, **args, BLOCK_T=16, BLOCK_F=16, BLOCK_K=16)
+        grid = (triton.cdiv(n_frames, _INTERPRETER_CONFIG["BLOCK_T"]), batch)
+        _mel_kernel[grid](*common, *scalars, **args, **_INTERPRETER_CONFIG)
     else:
         grid = lambda meta: (triton.cdiv(n_frames, meta["BLOCK_T"]), batch)
         _tuned_kernel()[grid](*common, *scalars, **args)
