@@ -112,6 +112,26 @@ def test_conv1d_triton_low_precision_accumulates_in_float32(dtype, generator, de
     assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
 
 
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_long_fir_and_bank_tensor_core_paths_are_reference(boundary, generator, device):
+    # >= 48 taps: the Toeplitz-product kernel (per-channel taps) and the bank kernel (>= 16 filters/channel).
+    x = random_tensor((2, 3, 200), generator=generator, dtype=torch.float64)
+    w = random_tensor((3, 60), generator=generator, dtype=torch.float64)
+    ref = nf.depthwise_conv1d(x, w, boundary=boundary, backend="torch")
+    assert_close(
+        nf.depthwise_conv1d(x.float().to(device), w.float().to(device), boundary=boundary, backend="triton"),
+        ref,
+        dtype=torch.float32,
+    )
+    s = x[:, 0]
+    bank = random_tensor((20, 50), generator=generator, dtype=torch.float64)
+    ref = nf.filter_bank(s, bank, stride=3, boundary=boundary, backend="torch")
+    y = nf.filter_bank(
+        s.float().to(device), bank.float().to(device), stride=3, boundary=boundary, backend="triton"
+    )
+    assert_close(y, ref, dtype=torch.float32)
+
+
 def test_conv1d_leading_dims_and_noncontiguous(generator, device):
     base = random_tensor((2, 5, 3, 80), generator=generator, dtype=torch.float32).to(device)
     x = base[:, ::2, :, 3:70:1].transpose(0, 1)  # (3, 2, 3, 67), non-contiguous
