@@ -61,7 +61,8 @@ def decode_attention(
         ParameterValueError / ParameterTypeError: shapes, dtypes, devices or lengths out of range.
 
     Example:
-        >>> out = decode_attention(torch.randn(1, 8, 64), torch.randn(1, 2, 100, 64), torch.randn(1, 2, 100, 64))
+        >>> k = v = torch.randn(1, 2, 100, 64)
+        >>> out = decode_attention(torch.randn(1, 8, 64), k, v)   # (1, 8, 64)
     """
     dtypes = (*_FLOAT_DTYPES, torch.float64)
     check_tensor("q", q, dtypes=dtypes, min_dim=3, max_dim=3)

@@ -10,7 +10,8 @@ records a step in a CUDA graph for a fixed batch of streams.
 Example:
     >>> import torch
     >>> from nbxsig.models import SeqConfig, SeqModel
-    >>> cfg = SeqConfig(d_in=80, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=256, d_out=10, window=64)
+    >>> cfg = SeqConfig(d_in=80, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
+    ...                 d_ff=256, d_out=10, window=64)
     >>> model = SeqModel(cfg).eval()
     >>> y = model(torch.randn(2, 50, 80))                 # (2, 50, 10)
     >>> state = model.init_state(2)
