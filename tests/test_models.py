@@ -121,6 +121,6 @@ def test_gpu_step_forward_and_graph_capture(generator, cuda_device):
     assert_close(eager, full_q, atol=1e-4, rtol=1e-4)
     step = model.capture_step(4)
     graphed = torch.stack([step(x[:, i]).clone() for i in range(x.shape[1])], dim=1)
-    assert torch.equal(graphed, eager)
+    assert_close(graphed, eager, atol=1e-5, rtol=1e-5)
     step.reset()
-    assert torch.equal(step(x[:, 0]), eager[:, 0])
+    assert_close(step(x[:, 0]), eager[:, 0], atol=1e-5, rtol=1e-5)

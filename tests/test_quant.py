@@ -197,3 +197,21 @@ def test_gpu_fused_gemv_bit_exact_large(m, generator, cuda_device):
     assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
     ref = x.double() @ Q.dequantize_int4(qw).double().t()
     assert_close(fused, ref, dtype="float32", rel_error=1e-5)
+
+
+def test_directed_fp16_rounding_matches_nextafter(generator):
+    x = torch.cat(
+        [
+            random_tensor((2000,), generator=generator) * 10 ** torch.randint(-9, 4, (2000,)),
+            torch.tensor([0.0, -0.0, 1e-8, -1e-8, 2.0, -2.0]),
+        ]
+    )
+    x = x.float()
+    h = x.half()
+    for direction, inf in (("down", float("-inf")), ("up", float("inf"))):
+        ours = R._round_fp16(x, direction=direction)
+        toward = torch.full_like(h, inf)
+        wrong = h.float() > x if direction == "down" else h.float() < x
+        expected = torch.where(wrong, torch.nextafter(h, toward), h)
+        assert torch.equal(ours.float(), expected.float()), direction
+        assert bool((ours.float() <= x).all() if direction == "down" else (ours.float() >= x).all())

@@ -10,8 +10,9 @@ its split in ``BLOCK_T`` steps and keeps an online softmax in float32, in base 2
 with the guard ``m' = -inf → 0`` so an all-masked block yields p = 0 and no NaN. It writes the
 unnormalised ``(acc, m, l)`` of its split.
 
-Pass 2 -- one program per (batch row, query head) merges the splits sequentially, split 0 first,
-and writes ``acc / l`` (zeros where ``l = 0``: no valid key). The split length is a pure function
+Pass 2 -- one program per (batch row, query head) takes the maximum ``M`` over its splits and
+merges ``Σ acc_s·2^(m_s - M) / Σ l_s·2^(m_s - M)`` in chunks of 16 splits, chunk 0 first (zeros
+where the sum is 0: no valid key). The split length is a pure function
 of the shape, so the order of every floating-point operation is fixed: the same inputs give the
 same bits on every run, at every batch composition with the same shapes.
 
@@ -176,26 +177,31 @@ def _merge_kernel(
     stride_oh,
     stride_od,
     N_SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    CHUNK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
+    base = row * N_SPLITS
     dv = tl.arange(0, BLOCK_DV)
-    m_run = tl.load(ml_ptr + row * N_SPLITS * 2)
-    l_run = tl.load(ml_ptr + row * N_SPLITS * 2 + 1)
-    o = tl.load(acc_ptr + row * N_SPLITS * BLOCK_DV + dv)
-    for s in range(1, N_SPLITS):  # split 0, then 1, 2, ...: a fixed merge order
-        idx = row * N_SPLITS + s
-        m_s = tl.load(ml_ptr + idx * 2)
-        l_s = tl.load(ml_ptr + idx * 2 + 1)
-        a_s = tl.load(acc_ptr + idx * BLOCK_DV + dv)
-        m_new = tl.maximum(m_run, m_s)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        c_run = tl.exp2(m_run - m_safe)
-        c_s = tl.exp2(m_s - m_safe)
-        l_run = l_run * c_run + l_s * c_s
-        o = o * c_run + a_s * c_s
-        m_run = m_new
-    out = tl.where(l_run > 0, o / tl.where(l_run > 0, l_run, 1.0), 0.0)
+    # The global max and normaliser over all splits at once (<= 256 splits by construction).
+    s_all = tl.arange(0, BLOCK_S)
+    s_mask = s_all < N_SPLITS
+    m_all = tl.load(ml_ptr + (base + s_all) * 2, mask=s_mask, other=float("-inf"))
+    m_max = tl.max(m_all, axis=0)
+    m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)  # no valid key anywhere: weights 0, output 0
+    l_all = tl.load(ml_ptr + (base + s_all) * 2 + 1, mask=s_mask, other=0.0)
+    l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe), axis=0)
+    # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order, and the chunks' loads
+    # are independent, so they overlap instead of forming one long dependent chain.
+    o = tl.zeros((BLOCK_DV,), tl.float32)
+    for c in range(0, BLOCK_S, CHUNK):
+        s = c + tl.arange(0, CHUNK)
+        mask = s < N_SPLITS
+        w = tl.exp2(tl.load(ml_ptr + (base + s) * 2, mask=mask, other=float("-inf")) - m_safe)
+        a = tl.load(acc_ptr + (base + s)[:, None] * BLOCK_DV + dv[None, :], mask=mask[:, None], other=0.0)
+        o += tl.sum(a * w[:, None], axis=0)
+    out = tl.where(l_sum > 0, o / tl.where(l_sum > 0, l_sum, 1.0), 0.0)
     b = row // Hq
     h = row % Hq
     tl.store(
@@ -258,7 +264,18 @@ def decode_attention(
         BLOCK_DV=cfg.block_dv,
         num_warps=cfg.num_warps,
     )
+    block_s = triton.next_power_of_2(cfg.n_splits)
     _merge_kernel[(b * hq,)](
-        acc, ml, out, hq, dv, *out.stride(), N_SPLITS=cfg.n_splits, BLOCK_DV=cfg.block_dv, num_warps=1
+        acc,
+        ml,
+        out,
+        hq,
+        dv,
+        *out.stride(),
+        N_SPLITS=cfg.n_splits,
+        BLOCK_S=block_s,
+        CHUNK=min(16, block_s),
+        BLOCK_DV=cfg.block_dv,
+        num_warps=4,
     )
     return out

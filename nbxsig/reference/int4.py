@@ -42,13 +42,21 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 
 def _round_fp16(x: torch.Tensor, *, direction: str) -> torch.Tensor:
-    """Round float32 ``x`` to fp16 toward -inf ("down") or +inf ("up")."""
+    """Round float32 ``x`` to fp16 toward -inf ("down") or +inf ("up").
+
+    Round to nearest, then step one ulp where that went the wrong way. The step is done on the
+    int16 bit pattern (sign-magnitude: +1 grows the magnitude, -1 shrinks it), which works on every
+    device, unlike ``torch.nextafter`` for half tensors."""
     h = x.to(torch.float16)
-    hf = h.float()
-    toward = torch.tensor(float("-inf") if direction == "down" else float("inf"), dtype=torch.float16)
-    step = torch.nextafter(h, toward.to(h.device).expand_as(h))
-    wrong = hf > x if direction == "down" else hf < x
-    return torch.where(wrong, step, h)
+    bits = h.view(torch.int16)
+    negative = bits < 0
+    if direction == "down":
+        wrong = h.float() > x
+        step = torch.where(negative, 1, -1)  # toward -inf: a negative grows, a positive shrinks
+    else:
+        wrong = h.float() < x
+        step = torch.where(negative, -1, 1)
+    return torch.where(wrong, bits + step.to(torch.int16), bits).view(torch.float16)
 
 
 def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
