@@ -95,6 +95,15 @@ def test_fused_gemv_equals_blocked_oracle_bit_for_bit(m, k, gs, generator, devic
     assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
 
 
+@pytest.mark.parametrize("block_r", [1, 4, 128])
+def test_fused_gemv_other_lane_counts_bit_exact(block_r, generator, device):
+    qw = Q.quantize_int4(random_tensor((19, 256), generator=generator), 64).to(device)
+    x = random_tensor((2, 256), generator=generator, device=device)
+    cfg = K.GemvConfig(block_m=2, block_r=block_r, block_n=16, num_warps=4, num_stages=2)
+    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, 64, config=cfg)
+    assert torch.equal(fused, R.int4_gemv_blocked(x, qw.packed, qw.scales, qw.mins, 64, block_rows=block_r))
+
+
 def test_fused_gemv_reads_strided_inputs(generator, device):
     n, k = 40, 128
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator), 32).to(device)

@@ -106,6 +106,9 @@ def _int4_gemv_kernel(
             xv = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :] * stride_xk, mask=x_mask, other=0.0)
             acc = acc + xv.to(tl.float32)[:, :, None] * w[None, :, :]
     # Pairwise tree over the lanes: lane 2j + lane 2j+1, level by level (the oracle does the same).
+    tl.static_assert(BLOCK_R <= 128, "the lane tree below has 7 levels")
+    if BLOCK_R >= 128:
+        acc = _pair_sum(acc, BLOCK_M, 64, BLOCK_N)
     if BLOCK_R >= 64:
         acc = _pair_sum(acc, BLOCK_M, 32, BLOCK_N)
     if BLOCK_R >= 32:
