@@ -49,6 +49,12 @@ _INT4_GEMV = Op(
     triton_impl="nbxsig.kernels.int4_gemv:int4_linear",
     triton_dtypes=_FLOAT_DTYPES,
 )
+_DEQUANT = Op(
+    "dequantize_int4",
+    torch_impl="nbxsig.reference.int4:dequantize_kn",
+    triton_impl="nbxsig.kernels.int4_gemv:dequantize_kn",
+    triton_dtypes=(torch.int32,),
+)
 #: Rows up to which the fused GEMV runs; beyond it dequantize + a tensor-core matmul wins.
 MAX_GEMV_ROWS = 8
 
@@ -172,11 +178,21 @@ def quantize_int4(weight: torch.Tensor, group_size: int = 128) -> Int4Weight:
     return Int4Weight(packed, scales, mins, group_size, (n, k))
 
 
-def dequantize_int4(w: Int4Weight, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``(N, K)`` weight ``q·scale + min`` computed in float32, returned in ``dtype``."""
+def dequantize_int4(
+    w: Int4Weight, *, dtype: torch.dtype = torch.float32, backend: Backend | None = None
+) -> torch.Tensor:
+    """The ``(N, K)`` weight ``q·scale + min``, computed in float32 and rounded once to ``dtype``.
+
+    Returns a transposed view of a contiguous ``(K, N)`` tensor (the layout the Triton kernel writes
+    with coalesced stores; ``F.linear`` and ``@`` take it without a copy). Both backends give the
+    same bits.
+    """
     if not isinstance(w, Int4Weight):
         raise bad_type("w", w, "an Int4Weight")
-    return _ref.dequantize_int4(w.packed, w.scales, w.mins, w.group_size).to(dtype)
+    if dtype not in (*_FLOAT_DTYPES, torch.float64):
+        raise bad_type("dtype", dtype, "a floating dtype")
+    chosen = _DEQUANT.backend(backend, device=w.device, dtype=w.packed.dtype, numel=w.packed.numel())
+    return _DEQUANT(w.packed, w.scales, w.mins, w.group_size, dtype=dtype, backend=chosen).t()
 
 
 def gemv_path(m: int) -> str:
@@ -229,7 +245,7 @@ def int4_linear(
     if chosen == "triton" and gemv_path(m) == "fused_gemv":
         out = _INT4_GEMV(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="triton")
     elif chosen == "triton":
-        weight = dequantize_int4(w, dtype=x.dtype)
+        weight = dequantize_int4(w, dtype=x.dtype, backend="triton")
         out = torch.nn.functional.linear(x2, weight, None if bias is None else bias.to(x.dtype))
     else:
         out = _INT4_GEMV(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="torch")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -119,6 +121,25 @@ def test_fused_gemv_is_deterministic(generator, device):
     qw = Q.quantize_int4(random_tensor((33, 128), generator=generator), 32).to(device)
     x = random_tensor((1, 128), generator=generator, device=device)
     assert torch.equal(Q.int4_linear(x, qw, backend="triton"), Q.int4_linear(x, qw, backend="triton"))
+
+
+_BF16_CAST_XFAIL = pytest.mark.xfail(
+    os.environ.get("NBXSIG_TEST_DEVICE", "cpu") == "cpu",
+    raises=AssertionError,
+    strict=True,
+    reason="Triton 3.6's interpreter truncates float32 → bfloat16 instead of rounding (GPU is fine)",
+)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=_BF16_CAST_XFAIL)], ids=str
+)
+def test_triton_dequantize_equals_reference_bit_for_bit(dtype, generator, device):
+    qw = Q.quantize_int4(random_tensor((150, 192), generator=generator), 64).to(device)
+    ours = Q.dequantize_int4(qw, dtype=dtype, backend="triton")
+    ref = Q.dequantize_int4(qw.to("cpu"), dtype=dtype, backend="torch")
+    assert ours.shape == (150, 192) and ours.dtype == dtype
+    assert torch.equal(ours.cpu(), ref)
 
 
 def test_gemv_path_dispatch():

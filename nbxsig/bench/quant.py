@@ -54,7 +54,7 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
         w = torch.randn(n, k, generator=g).to(device)
         qw = quantize_int4(w, 128)
         x = torch.randn(1, k, generator=g).to(device, torch.bfloat16)
-        dense = dequantize_int4(qw, dtype=torch.bfloat16)
+        dense = dequantize_int4(qw, dtype=torch.bfloat16).contiguous()  # a plain (N, K) bf16 weight
         nbytes = qw.nbytes() + 2 * k + 2 * n
         run = lambda x=x, qw=qw: int4_linear(x, qw, backend="triton")
         check = lambda x=x, qw=qw: _rel(
@@ -80,7 +80,7 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
     k, n, m = 4096, 4096, 64
     qw = quantize_int4(torch.randn(n, k, device=device), 128)
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-    dense = dequantize_int4(qw, dtype=torch.bfloat16)
+    dense = dequantize_int4(qw, dtype=torch.bfloat16).contiguous()  # a plain (N, K) bf16 weight
     out.append(
         Case(
             f"int4 linear {m}×{k} @ {k}×{n} (dequant + matmul) vs bf16 F.linear",

@@ -131,6 +131,65 @@ def _int4_gemv_kernel(
     )
 
 
+@triton.jit
+def _dequant_kernel(
+    packed_ptr,
+    scales_ptr,
+    mins_ptr,
+    out_ptr,
+    N,
+    stride_pr,
+    stride_pn,
+    stride_sg,
+    stride_sn,
+    N_ROWS: tl.constexpr,
+    GROUP_ROWS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (row < N_ROWS)[:, None] & (n < N)[None, :]
+    row64 = row.to(tl.int64)
+    words = tl.load(packed_ptr + row64[:, None] * stride_pr + n[None, :] * stride_pn, mask=mask, other=0)
+    s_off = (row64 // GROUP_ROWS)[:, None] * stride_sg + n[None, :] * stride_sn
+    scale = tl.load(scales_ptr + s_off, mask=mask, other=0.0).to(tl.float32)
+    low = tl.load(mins_ptr + s_off, mask=mask, other=0.0).to(tl.float32)
+    for i in tl.static_range(8):
+        w = ((words >> (4 * i)) & 0xF).to(tl.float32) * scale + low
+        # Output (K, N) row-major: row k = 8·row + i, contiguous along N, so stores coalesce.
+        tl.store(
+            out_ptr + (row64 * 8 + i)[:, None] * N + n[None, :], w.to(out_ptr.dtype.element_ty), mask=mask
+        )
+
+
+def dequantize_kn(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group_size: int, *, dtype: torch.dtype
+) -> torch.Tensor:
+    """Triton twin of :func:`nbxsig.reference.int4.dequantize_kn`: ``(K, N)`` weight in ``dtype``."""
+    rows, n = packed.shape
+    device = check_launchable(packed, scales, mins)
+    out = empty_output((rows * 8, n), dtype=dtype, device=device)
+    block_r, block_n = 16, 128
+    _dequant_kernel[(triton.cdiv(rows, block_r), triton.cdiv(n, block_n))](
+        packed,
+        scales,
+        mins,
+        out,
+        n,
+        packed.stride(0),
+        packed.stride(1),
+        scales.stride(0),
+        scales.stride(1),
+        N_ROWS=rows,
+        GROUP_ROWS=group_size // 8,
+        BLOCK_R=block_r,
+        BLOCK_N=block_n,
+        num_warps=4,
+    )
+    return out
+
+
 def int4_gemv(
     x: torch.Tensor,
     packed: torch.Tensor,

@@ -88,6 +88,13 @@ def dequantize_int4(
     return w.t() if transpose else w
 
 
+def dequantize_kn(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group_size: int, *, dtype: torch.dtype
+) -> torch.Tensor:
+    """The weight as a contiguous ``(K, N)`` tensor in ``dtype`` (float32 arithmetic, one rounding)."""
+    return dequantize_int4(packed, scales, mins, group_size, transpose=False).to(dtype)
+
+
 def int4_linear(
     x: torch.Tensor,
     packed: torch.Tensor,
