@@ -20,6 +20,21 @@ def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
+def _graphed(fn):
+    """``fn`` captured in a CUDA graph; returns the replay. Timing replays measures GPU time without
+    Python launch overhead (which dominated the eager rows of single-token calls on the H200)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def _tinygemm(k: int, n: int, group: int, device: torch.device):
     """A tinygemm call for an (N, K) int4 weight with random nibbles, or None where this torch lacks it."""
     try:
@@ -66,6 +81,18 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
             out.append(Case(f"{name} vs tinygemm", run, tiny, nbytes, target, check))
         bf16 = lambda x=x, dense=dense: F.linear(x, dense)
         out.append(Case(f"{name} vs bf16 F.linear", run, bf16, nbytes, target, check))
+        if not quick:
+            base = tiny if tiny is not None else bf16
+            label = "tinygemm" if tiny is not None else "bf16 F.linear"
+            out.append(
+                Case(
+                    f"{name} vs {label}, both CUDA-graph replays",
+                    _graphed(run),
+                    _graphed(base),
+                    nbytes,
+                    target,
+                )
+            )
         if not quick and (k, n) == (4096, 11008):
             # Tile variants, for the record (the default is gemv_config(1)).
             for br, bn, warps, stages in [(32, 32, 4, 3), (64, 64, 4, 3), (64, 16, 2, 3), (128, 32, 4, 4)]:
