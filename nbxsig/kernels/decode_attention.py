@@ -31,6 +31,7 @@ import triton.language as tl
 from ._runtime import check_launchable, empty_output
 
 LOG2E = 1.4426950408889634
+MAX_SPLITS = 256  # the merge kernel loads all of a row's split maxima at once
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,18 @@ class SplitConfig:
 
 
 def split_config(batch: int, kv_heads: int, group: int, t: int, d: int, dv: int) -> SplitConfig:
-    """Split length and tiles (pure). Aims for >= 256 pass-1 programs -- two waves on a 132-SM H100/H200
-    -- so a single long row (B=1, T=32768) still spreads over the whole GPU; splits are powers of two
-    >= BLOCK_T so a handful of compiled variants cover all shapes."""
+    """Split length and tiles (pure).
+
+    Aims for ~1024 pass-1 programs (about 8 per SM on a 132-SM H100/H200), at most 256 splits per
+    row. The first H200 run used a 256-program target and reached only 29% (B=16, T=4096) and 54%
+    (B=64, T=2048) of copy bandwidth with 2 programs per SM, too few loads in flight; the higher
+    target is not yet re-measured. Splits are powers of two >= BLOCK_T, so a handful of compiled
+    variants cover all shapes.
+    """
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv))
     block_t = 64 if max(block_d, block_dv) <= 128 else 32  # K and V tiles of 64×128 fit registers
-    want_splits = max(1, -(-256 // (batch * kv_heads)))
+    want_splits = min(MAX_SPLITS, max(1, -(-1024 // (batch * kv_heads))))
     split = triton.next_power_of_2(max(1, -(-t // want_splits)))
     split = max(block_t, min(split, max(block_t, triton.next_power_of_2(t))))
     return SplitConfig(
