@@ -10,4 +10,5 @@ SUITES = {
     "spectral": "nbxsig.bench.spectral",
     "features": "nbxsig.bench.features",
     "filters": "nbxsig.bench.filters",
+    "quant": "nbxsig.bench.quant",
 }

@@ -1,0 +1,189 @@
+# ruff: noqa: E731  (benchmark cases are one-line closures)
+"""int4 GEMV, decode attention and a streaming SeqModel step (``python -m nbxsig.bench quant``).
+
+Baselines in the same process: torch's tinygemm int4 kernel (``aten._weight_int4pack_mm`` with
+torch's own packing), bf16 ``F.linear`` on the dense weight, and ``F.scaled_dot_product_attention``
+(``enable_gqa=True``) for decode attention.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from ._harness import Case
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _graphed(fn):
+    """``fn`` captured in a CUDA graph; returns the replay. Timing replays measures GPU time without
+    Python launch overhead (which dominated the eager rows of single-token calls on the H200)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def _tinygemm(k: int, n: int, group: int, device: torch.device):
+    """A tinygemm call for an (N, K) int4 weight with random nibbles, or None where this torch lacks it."""
+    try:
+        q = torch.randint(0, 16, (n, k), dtype=torch.int32, device=device)
+        q_uint8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+        packed = torch.ops.aten._convert_weight_to_int4pack(q_uint8, 8)
+        sz = torch.rand(k // group, n, 2, dtype=torch.bfloat16, device=device)
+        x = torch.randn(1, k, dtype=torch.bfloat16, device=device)
+        fn = lambda: torch.ops.aten._weight_int4pack_mm(x, packed, group, sz)
+        fn()
+        return fn
+    except (RuntimeError, AttributeError, TypeError) as exc:  # kernel missing on this build/arch
+        print(f"tinygemm baseline unavailable: {exc}")
+        return None
+
+
+def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
+    from ..kernels import int4_gemv as K
+    from ..quant import dequantize_int4, int4_linear, quantize_int4
+
+    shapes = [
+        (4096, 11008, "≤ 8 µs"),
+        (4096, 4096, "≤ 6 µs"),
+        (11008, 4096, "≤ 8 µs"),
+        (1024, 1024, "≤ bf16"),
+    ]
+    if quick:
+        shapes = shapes[:1]
+    out = []
+    for k, n, target in shapes:
+        g = torch.Generator(device="cpu").manual_seed(k + n)
+        w = torch.randn(n, k, generator=g).to(device)
+        qw = quantize_int4(w, 128)
+        x = torch.randn(1, k, generator=g).to(device, torch.bfloat16)
+        dense = dequantize_int4(qw, dtype=torch.bfloat16).contiguous()  # a plain (N, K) bf16 weight
+        nbytes = qw.nbytes() + 2 * k + 2 * n
+        run = lambda x=x, qw=qw: int4_linear(x, qw, backend="triton")
+        check = lambda x=x, qw=qw: _rel(
+            int4_linear(x, qw, backend="triton"), x.double() @ dequantize_int4(qw).double().t()
+        )
+        name = f"int4 GEMV 1×{k} @ {k}×{n} g128 bf16"
+        tiny = _tinygemm(k, n, 128, device)
+        if tiny is not None:
+            out.append(Case(f"{name} vs tinygemm", run, tiny, nbytes, target, check))
+        bf16 = lambda x=x, dense=dense: F.linear(x, dense)
+        out.append(Case(f"{name} vs bf16 F.linear", run, bf16, nbytes, target, check))
+        if not quick:
+            base = tiny if tiny is not None else bf16
+            label = "tinygemm" if tiny is not None else "bf16 F.linear"
+            out.append(
+                Case(
+                    f"{name} vs {label}, both CUDA-graph replays",
+                    _graphed(run),
+                    _graphed(base),
+                    nbytes,
+                    target,
+                )
+            )
+        if not quick and (k, n) == (4096, 11008):
+            # Tile variants, for the record (the default is gemv_config(1)).
+            for br, bn, warps, stages in [(32, 32, 4, 3), (64, 64, 4, 3), (64, 16, 2, 3), (128, 32, 4, 4)]:
+                cfg = K.GemvConfig(block_m=1, block_r=br, block_n=bn, num_warps=warps, num_stages=stages)
+                fn = lambda x=x, qw=qw, cfg=cfg: K.int4_gemv(
+                    x, qw.packed, qw.scales, qw.mins, 128, config=cfg
+                )
+                out.append(
+                    Case(f"{name} tile R{br} N{bn} w{warps} s{stages}", fn, None, nbytes, "", notes="variant")
+                )
+    # The dequantize + matmul path for M > 8.
+    k, n, m = 4096, 4096, 64
+    qw = quantize_int4(torch.randn(n, k, device=device), 128)
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    dense = dequantize_int4(qw, dtype=torch.bfloat16).contiguous()  # a plain (N, K) bf16 weight
+    out.append(
+        Case(
+            f"int4 linear {m}×{k} @ {k}×{n} (dequant + matmul) vs bf16 F.linear",
+            lambda: int4_linear(x, qw, backend="triton"),
+            lambda: F.linear(x, dense),
+            qw.nbytes() + 2 * m * (k + n),
+            "report",
+        )
+    )
+    return out
+
+
+def _attention_cases(quick: bool, device: torch.device) -> list[Case]:
+    from ..attention import decode_attention
+    from ..reference.attention import decode_attention as reference
+
+    rows = [(1, 4096, "≤ 9 µs"), (16, 4096, "≤ 72 µs"), (64, 2048, "≤ 130 µs"), (1, 32768, "≤ 40 µs")]
+    if quick:
+        rows = rows[:1]
+    hq, hkv, d = 32, 8, 128
+    out = []
+    for b, t, target in rows:
+        g = torch.Generator(device="cpu").manual_seed(b * t)
+        q = torch.randn(b, hq, d, generator=g).to(device, torch.float16)
+        k = torch.randn(b, hkv, t, d, generator=g).to(device, torch.float16)
+        v = torch.randn(b, hkv, t, d, generator=g).to(device, torch.float16)
+        q4 = q[:, :, None]
+        run = lambda q=q, k=k, v=v: decode_attention(q, k, v, backend="triton")
+        sdpa = lambda q4=q4, k=k, v=v: F.scaled_dot_product_attention(q4, k, v, enable_gqa=True)
+        check = lambda q=q, k=k, v=v, run=run: _rel(
+            run(), reference(q.float(), k.float(), v.float(), scale=d**-0.5)
+        )
+        nbytes = 2 * (k.numel() + v.numel() + 2 * q.numel())
+        out.append(
+            Case(
+                f"decode attention fp16 Hq=32 Hkv=8 D=128 B={b} T={t} vs SDPA",
+                run,
+                sdpa,
+                nbytes,
+                target,
+                check,
+            )
+        )
+    return out
+
+
+def _model_cases(quick: bool, device: torch.device) -> list[Case]:
+    from ..models import SeqConfig, SeqModel
+
+    cfg = SeqConfig(
+        d_in=128, d_model=512, n_layers=8, n_heads=8, n_kv_heads=2, d_ff=1536, d_out=128, window=256
+    )
+    streams = 64 if quick else 256
+    torch.manual_seed(0)
+    dense = SeqModel(cfg).to(device, torch.float16).eval()
+    model = copy.deepcopy(dense).quantize(group_size=128)
+    # Baseline: the same model with fp16 weights, also graph-captured. Both models stay referenced by
+    # the closures below, so the memory their graphs read stays alive.
+    dense_step = dense.capture_step(streams)
+    int4_step = model.capture_step(streams)
+    x = torch.randn(streams, cfg.d_in, device=device, dtype=torch.float16)
+    weights = sum(p.numel() * p.element_size() for p in model.buffers()) + sum(
+        p.numel() * p.element_size() for p in model.parameters()
+    )
+    kv = 2 * cfg.n_layers * streams * cfg.n_kv_heads * cfg.window * cfg.head_dim * 2
+    return [
+        Case(
+            f"SeqModel step d512 L8 int4 {streams} streams W256 graph vs fp16 weights graph",
+            lambda: int4_step(x),
+            lambda: dense_step(x),
+            weights + kv,
+            "report µs/step, streams·steps/s",
+        )
+    ]
+
+
+def cases(*, quick: bool = False) -> list[Case]:
+    device = torch.device("cuda")
+    return [*_gemv_cases(quick, device), *_attention_cases(quick, device), *_model_cases(quick, device)]

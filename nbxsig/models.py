@@ -1,0 +1,291 @@
+"""A small causal transformer for streaming sequence models, with an int4 path and a KV cache.
+
+:class:`SeqModel` is a pre-norm transformer (RMSNorm, rotary positions, grouped-query attention
+with an optional sliding window, SwiGLU MLP). ``forward`` runs whole sequences (training);
+``init_state``/``step`` run one token per stream against a :class:`KVCache` with
+:func:`decode_attention`, and give the same outputs as ``forward`` (1e-4 in float32).
+``quantize`` turns its linears into int4 (:class:`nbxsig.quant.Int4Linear`); ``capture_step``
+records a step in a CUDA graph for a fixed batch of streams.
+
+Example:
+    >>> import torch
+    >>> from nbxsig.models import SeqConfig, SeqModel
+    >>> cfg = SeqConfig(d_in=80, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
+    ...                 d_ff=256, d_out=10, window=64)
+    >>> model = SeqModel(cfg).eval()
+    >>> y = model(torch.randn(2, 50, 80))                 # (2, 50, 10)
+    >>> state = model.init_state(2)
+    >>> y0, state = model.step(torch.randn(2, 80), state)  # (2, 10)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import check_float, check_int, check_tensor
+from .attention import KVCache, decode_attention
+from .errors import BackendUnavailableError, bad_value
+from .quant import Int4Linear, quantize_model
+from .reference.attention import sliding_window_mask
+
+__all__ = ["CapturedStep", "KVCache", "RMSNorm", "SeqConfig", "SeqModel", "decode_attention", "rope"]
+
+
+@dataclass(frozen=True)
+class SeqConfig:
+    """Geometry of a :class:`SeqModel`.
+
+    Args:
+        d_in: input features per step. d_model: residual width. n_layers: transformer blocks.
+        n_heads: query heads (``d_model / n_heads`` = head dim, even). n_kv_heads: key/value heads
+            (divides ``n_heads``). d_ff: SwiGLU hidden width. d_out: outputs per step.
+        window: sliding attention window in steps (a token sees itself and the ``window - 1``
+            before it), or None for full causal attention.
+        rope_base: rotary frequency base.
+    """
+
+    d_in: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    d_out: int
+    window: int | None
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("d_in", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_out"):
+            check_int(name, getattr(self, name), min_value=1)
+        if self.window is not None:
+            check_int("window", self.window, min_value=1)
+        check_float("rope_base", self.rope_base, min_value=1.0, min_inclusive=False)
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise bad_value(
+                "d_model", self.d_model, f"a multiple of n_heads={self.n_heads} with an even head dim"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise bad_value("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
+        if self.d_model // self.n_heads > 256:
+            raise bad_value("d_model", self.d_model, "at most 256 per head (d_model / n_heads <= 256)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x²) + eps) · weight``, computed in float32."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).to(x.dtype)
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotary embedding (rotate-half form) of ``x (..., H, D)`` at positions ``pos`` broadcastable to
+    ``x.shape[:-2]``. Angles ``pos · base^(-2i/D)`` in float32, identical for forward and step."""
+    d = x.shape[-1]
+    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    angle = pos.to(torch.float32)[..., None, None] * inv_freq  # (..., 1, D/2)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    xf = x.float()
+    x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class _Block(nn.Module):
+    def __init__(self, cfg: SeqConfig) -> None:
+        super().__init__()
+        hd = cfg.head_dim
+        self.attn_norm = RMSNorm(cfg.d_model)
+        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * hd, bias=False)
+        self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
+        self.mlp_norm = RMSNorm(cfg.d_model)
+        self.w_gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.w_up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.w_down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.mlp_norm(x)
+        return self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
+
+
+class SeqModel(nn.Module):
+    """Causal transformer over ``(B, T, d_in)`` sequences with a streaming ``step``.
+
+    Args:
+        config: a :class:`SeqConfig`.
+    """
+
+    def __init__(self, config: SeqConfig) -> None:
+        super().__init__()
+        if not isinstance(config, SeqConfig):
+            raise bad_value("config", config, "a SeqConfig")
+        self.config = config
+        self.in_proj = nn.Linear(config.d_in, config.d_model)
+        self.blocks = nn.ModuleList(_Block(config) for _ in range(config.n_layers))
+        self.final_norm = RMSNorm(config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_out)
+
+    def _param(self) -> torch.Tensor:
+        return self.final_norm.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Whole sequences: ``x (B, T, d_in)`` → ``(B, T, d_out)``; attention is causal and limited to
+        the window. Uses ``F.scaled_dot_product_attention`` with an explicit mask."""
+        cfg = self.config
+        check_tensor("x", x, min_dim=3, max_dim=3)
+        if x.shape[-1] != cfg.d_in:
+            raise bad_value("x", x, f"a (B, T, d_in={cfg.d_in}) tensor")
+        b, t, _ = x.shape
+        hd, g = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
+        pos = torch.arange(t, device=x.device)  # broadcasts against (B, T)
+        mask = sliding_window_mask(t, cfg.window, device=x.device)
+        h = self.in_proj(x)
+        for blk in self.blocks:
+            a = blk.attn_norm(h)
+            q = rope(blk.wq(a).view(b, t, cfg.n_heads, hd), pos, cfg.rope_base)
+            k = rope(blk.wk(a).view(b, t, cfg.n_kv_heads, hd), pos, cfg.rope_base)
+            v = blk.wv(a).view(b, t, cfg.n_kv_heads, hd)
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (B, H, T, hd)
+            k = k.repeat_interleave(g, dim=1)  # query head h reads KV head h // g
+            v = v.repeat_interleave(g, dim=1)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            h = h + blk.wo(o.transpose(1, 2).reshape(b, t, cfg.n_heads * hd))
+            h = h + blk.mlp(h)
+        return self.out_proj(self.final_norm(h))
+
+    def init_state(
+        self,
+        batch: int,
+        *,
+        capacity: int | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> KVCache:
+        """A fresh :class:`KVCache` for ``batch`` streams (``capacity`` defaults to the window and is
+        required without one; dtype/device default to the model's)."""
+        cfg = self.config
+        capacity = capacity if capacity is not None else cfg.window
+        if capacity is None:
+            raise bad_value("capacity", capacity, "an integer when the model has no window")
+        p = self._param()
+        return KVCache(
+            batch,
+            cfg.n_layers,
+            cfg.n_kv_heads,
+            cfg.head_dim,
+            capacity,
+            cfg.window,
+            dtype=dtype or p.dtype,
+            device=device or p.device,
+        )
+
+    @torch.no_grad()
+    def step(self, x_t: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
+        """One token per stream: ``x_t (B, d_in)`` → ``(y_t (B, d_out), state)`` (state updated in place).
+
+        Equals ``forward`` on the concatenated steps (to 1e-4 in float32). No host synchronisation,
+        so it can be captured in a CUDA graph (:meth:`capture_step`)."""
+        cfg = self.config
+        check_tensor("x_t", x_t, min_dim=2, max_dim=2)
+        if x_t.shape != (state.batch, cfg.d_in):
+            raise bad_value("x_t", x_t, f"a (batch={state.batch}, d_in={cfg.d_in}) tensor")
+        b, hd = x_t.shape[0], cfg.head_dim
+        pos = state.pos
+        lengths = state.lengths()
+        h = self.in_proj(x_t)
+        for layer, blk in enumerate(self.blocks):
+            a = blk.attn_norm(h)
+            q = rope(blk.wq(a).view(b, cfg.n_heads, hd), pos, cfg.rope_base)
+            k = rope(blk.wk(a).view(b, cfg.n_kv_heads, hd), pos, cfg.rope_base)
+            v = blk.wv(a).view(b, cfg.n_kv_heads, hd)
+            state.write(layer, k, v)
+            o = decode_attention(q, state.keys(layer), state.values(layer), lengths=lengths)
+            h = h + blk.wo(o.reshape(b, cfg.n_heads * hd))
+            h = h + blk.mlp(h)
+        state.advance()
+        return self.out_proj(self.final_norm(h)), state
+
+    def quantize(self, group_size: int = 128) -> SeqModel:
+        """Replace the linears by int4 :class:`~nbxsig.quant.Int4Linear` layers, in place.
+
+        Linears whose input width is not a multiple of ``group_size`` (typically ``in_proj`` with a
+        small ``d_in``) stay in floating point. Returns ``self``."""
+        group_size = check_int("group_size", group_size, min_value=8)
+        skip = [
+            name
+            for name, mod in self.named_modules()
+            if isinstance(mod, nn.Linear) and mod.in_features % group_size
+        ]
+        quantize_model(self, group_size, skip=skip)
+        return self
+
+    def quantized_layers(self) -> list[str]:
+        """Names of the int4 layers."""
+        return [name for name, mod in self.named_modules() if isinstance(mod, Int4Linear)]
+
+    @torch.no_grad()
+    def capture_step(self, batch: int) -> CapturedStep:
+        """Record :meth:`step` for ``batch`` streams in a CUDA graph.
+
+        Returns:
+            A :class:`CapturedStep`: call it with ``x_t (batch, d_in)`` to get ``y_t``; it owns its
+            state (``.state``; ``.reset()`` starts every stream over).
+
+        Raises:
+            BackendUnavailableError: the model is not on a CUDA device.
+        """
+        batch = check_int("batch", batch, min_value=1)
+        p = self._param()
+        if p.device.type != "cuda":
+            raise BackendUnavailableError(
+                f"capture_step needs the model on a CUDA device, it is on {p.device}"
+            )
+        state = self.init_state(batch)
+        static_x = torch.zeros(batch, self.config.d_in, dtype=p.dtype, device=p.device)
+        side = torch.cuda.Stream(p.device)
+        side.wait_stream(torch.cuda.current_stream(p.device))
+        with torch.cuda.stream(side):  # warm-up off the capture: compiles kernels, sets up workspaces
+            for _ in range(2):
+                self.step(static_x, state)
+        torch.cuda.current_stream(p.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y, _ = self.step(static_x, state)
+        state.reset()
+        return CapturedStep(graph, static_x, static_y, state)
+
+
+class CapturedStep:
+    """A CUDA-graph-captured :meth:`SeqModel.step` for a fixed batch (built by ``capture_step``).
+
+    Calling it copies ``x_t`` into the graph's input, replays the graph and returns the graph's
+    output tensor, which the next call overwrites (``.clone()`` it to keep it)."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph, x: torch.Tensor, y: torch.Tensor, state: KVCache) -> None:
+        self.graph, self._x, self._y, self.state = graph, x, y, state
+
+    def __call__(self, x_t: torch.Tensor) -> torch.Tensor:
+        if x_t.shape != self._x.shape:
+            raise bad_value("x_t", x_t, f"a tensor of shape {tuple(self._x.shape)}")
+        self._x.copy_(x_t)
+        self.graph.replay()
+        return self._y
+
+    def reset(self) -> None:
+        """Start every stream over."""
+        self.state.reset()

@@ -1,0 +1,366 @@
+"""int4 weights (asymmetric, 4.25 bits per weight) and a fused dequant-GEMV linear layer.
+
+Format (llama.cpp q4_1-like): for a weight ``W (N, K)`` each group of ``group_size`` elements along
+``K`` of one output has an fp16 ``scale`` and fp16 ``min``; ``W ≈ q·scale + min`` with ``q`` an
+unsigned nibble. Nibbles are packed 8 per int32, low nibble first (nibble ``i`` of word ``r`` is
+``k = 8r + i``), ``packed`` is ``(K // 8, N)`` (K-major, so loads coalesce along ``N``) and
+``scales``/``mins`` are ``(K // group_size, N)``. Saved and loaded with safetensors.
+
+Example:
+    >>> import torch, nbxsig.quant as Q
+    >>> w = Q.quantize_int4(torch.randn(256, 512), group_size=128)
+    >>> y = Q.int4_linear(torch.randn(3, 512), w)             # (3, 256)
+    >>> layer = Q.Int4Linear.from_linear(torch.nn.Linear(512, 256))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ._dispatch import Backend, Op
+from ._validate import check_int, check_tensor
+from .errors import ParameterValueError, bad_type, bad_value
+from .reference import int4 as _ref
+
+__all__ = [
+    "Int4Linear",
+    "Int4Weight",
+    "dequantize_int4",
+    "gemv_path",
+    "int4_linear",
+    "load_quantized",
+    "pack_int4",
+    "quantize_int4",
+    "quantize_model",
+    "save_quantized",
+    "unpack_int4",
+]
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_INT4_GEMV = Op(
+    "int4_linear",
+    torch_impl="nbxsig.reference.int4:int4_linear",
+    triton_impl="nbxsig.kernels.int4_gemv:int4_linear",
+    triton_dtypes=_FLOAT_DTYPES,
+)
+_DEQUANT = Op(
+    "dequantize_int4",
+    torch_impl="nbxsig.reference.int4:dequantize_kn",
+    triton_impl="nbxsig.kernels.int4_gemv:dequantize_kn",
+    triton_dtypes=(torch.int32,),
+)
+#: Rows up to which the fused GEMV runs; beyond it dequantize + a tensor-core matmul wins.
+MAX_GEMV_ROWS = 8
+
+
+@dataclass
+class Int4Weight:
+    """A quantized weight of logical shape ``(N, K)``.
+
+    Attributes:
+        packed: ``(K // 8, N)`` int32, 8 nibbles per word, low nibble first.
+        scales: ``(K // group_size, N)`` fp16.
+        mins: ``(K // group_size, N)`` fp16.
+        group_size: elements of ``K`` sharing one scale/min.
+        shape: ``(N, K)``.
+    """
+
+    packed: torch.Tensor
+    scales: torch.Tensor
+    mins: torch.Tensor
+    group_size: int
+    shape: tuple[int, int]
+
+    @property
+    def device(self) -> torch.device:
+        return self.packed.device
+
+    def to(self, device: torch.device | str) -> Int4Weight:
+        return Int4Weight(
+            self.packed.to(device), self.scales.to(device), self.mins.to(device), self.group_size, self.shape
+        )
+
+    def nbytes(self) -> int:
+        """Bytes on disk/in memory: packed nibbles plus fp16 scales and mins."""
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales, self.mins))
+
+    def save(self, path: str | Path) -> None:
+        """Write to a safetensors file (tensors plus ``group_size``/``shape`` in the metadata)."""
+        from safetensors.torch import save_file
+
+        tensors = {"packed": self.packed, "scales": self.scales, "mins": self.mins}
+        meta = {"format": "nbxsig-int4", "group_size": str(self.group_size), "shape": json.dumps(self.shape)}
+        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(path), metadata=meta)
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: torch.device | str = "cpu") -> Int4Weight:
+        """Read a file written by :meth:`save`."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != "nbxsig-int4":
+                raise bad_value("path", str(path), "a safetensors file written by Int4Weight.save")
+            shape = tuple(json.loads(meta["shape"]))
+            return cls(
+                f.get_tensor("packed"),
+                f.get_tensor("scales"),
+                f.get_tensor("mins"),
+                int(meta["group_size"]),
+                shape,
+            )
+
+
+def _check_group(group_size: int, k: int, *, name: str = "weight") -> int:
+    group_size = check_int("group_size", group_size, min_value=8)
+    if group_size % 8:
+        raise bad_value("group_size", group_size, "a multiple of 8 (8 nibbles per int32 word)")
+    if k % group_size:
+        raise ParameterValueError(
+            f"{name} has K={k} input features, which is not a multiple of group_size={group_size}; "
+            f"pick a group_size dividing {k} (a multiple of 8) or leave this layer unquantized"
+        )
+    return group_size
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """Pack nibbles: ``q (K, N)`` integers in 0..15 → ``(K // 8, N)`` int32, low nibble first.
+
+    Raises:
+        ParameterValueError: ``q`` is not 2-D, ``K`` is not a multiple of 8 or a value is outside 0..15.
+    """
+    check_tensor(
+        "q", q, dtypes=(torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64), min_dim=2, max_dim=2
+    )
+    if q.shape[0] % 8:
+        raise bad_value("q", q, "a (K, N) tensor with K a multiple of 8")
+    if int(q.min()) < 0 or int(q.max()) > 15:
+        raise bad_value("q", q, "values in 0..15")
+    return _ref.pack_int4(q)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """Unpack ``(K // 8, N)`` int32 → ``(K, N)`` uint8 in 0..15 (inverse of :func:`pack_int4`)."""
+    check_tensor("packed", packed, dtypes=(torch.int32,), min_dim=2, max_dim=2)
+    return _ref.unpack_int4(packed)
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int = 128) -> Int4Weight:
+    """Quantize a float weight to int4 with an fp16 scale and min per group of ``group_size`` along K.
+
+    Args:
+        weight: ``(N, K)`` float tensor (``nn.Linear.weight`` layout), finite, |w| < 65504.
+        group_size: elements of K per scale/min; a multiple of 8 dividing K. Default 128.
+
+    Returns:
+        :class:`Int4Weight` on ``weight``'s device. Every element is reproduced within ``scale / 2`` of
+        its group (``min`` is rounded down and ``scale`` up to fp16, so the grid covers the group).
+
+    Raises:
+        ParameterValueError: K is not a multiple of ``group_size``, or ``weight`` is not finite.
+        ParameterTypeError: ``weight`` is not a floating tensor.
+
+    Example:
+        >>> w = quantize_int4(torch.randn(64, 256), group_size=64)
+    """
+    check_tensor("weight", weight, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=2, max_dim=2)
+    n, k = weight.shape
+    group_size = _check_group(group_size, k)
+    if not bool(torch.isfinite(weight).all()) or float(weight.abs().max()) >= 65504.0:
+        raise bad_value("weight", weight, "finite values below 65504 in magnitude (fp16 scales and mins)")
+    packed, scales, mins = _ref.quantize_int4(weight, group_size)
+    return Int4Weight(packed, scales, mins, group_size, (n, k))
+
+
+def dequantize_int4(
+    w: Int4Weight, *, dtype: torch.dtype = torch.float32, backend: Backend | None = None
+) -> torch.Tensor:
+    """The ``(N, K)`` weight ``q·scale + min``, computed in float32 and rounded once to ``dtype``.
+
+    Returns a transposed view of a contiguous ``(K, N)`` tensor (the layout the Triton kernel writes
+    with coalesced stores; ``F.linear`` and ``@`` take it without a copy). Both backends give the
+    same bits.
+    """
+    if not isinstance(w, Int4Weight):
+        raise bad_type("w", w, "an Int4Weight")
+    if dtype not in (*_FLOAT_DTYPES, torch.float64):
+        raise bad_type("dtype", dtype, "a floating dtype")
+    chosen = _DEQUANT.backend(backend, device=w.device, dtype=w.packed.dtype, numel=w.packed.numel())
+    return _DEQUANT(w.packed, w.scales, w.mins, w.group_size, dtype=dtype, backend=chosen).t()
+
+
+def gemv_path(m: int) -> str:
+    """Which Triton-side path ``int4_linear`` takes for ``m`` rows: ``"fused_gemv"`` (m ≤ 8) or
+    ``"dequant_matmul"`` (dequantize to the input dtype, then a tensor-core ``F.linear``). Pure."""
+    return "fused_gemv" if m <= MAX_GEMV_ROWS else "dequant_matmul"
+
+
+def int4_linear(
+    x: torch.Tensor, w: Int4Weight, bias: torch.Tensor | None = None, *, backend: Backend | None = None
+) -> torch.Tensor:
+    """``x @ dequantize(w)ᵀ + bias`` without materialising the weight for up to 8 rows.
+
+    Args:
+        x: ``(..., K)`` float16/bfloat16/float32 (float64 on the torch backend).
+        w: the quantized weight, logical shape ``(N, K)``, on ``x``'s device.
+        bias: optional ``(N,)``.
+        backend: None (auto: Triton on CUDA), "triton" or "torch".
+
+    Returns:
+        ``(..., N)`` in ``x.dtype``. Accumulation is float32. With ``M = prod(x.shape[:-1]) ≤ 8`` the
+        Triton backend runs the fused dequant-GEMV (deterministic: one program per column tile walks
+        all of K in a fixed order); larger M dequantizes to ``x.dtype`` and calls ``F.linear``.
+
+    Shape:
+        ``x (..., K)``, ``w (N, K)`` → ``(..., N)``.
+
+    Raises:
+        ParameterValueError: K mismatch, bias shape, devices differ. ParameterTypeError: bad dtypes.
+
+    Example:
+        >>> y = int4_linear(torch.randn(2, 256), quantize_int4(torch.randn(64, 256)))
+    """
+    if not isinstance(w, Int4Weight):
+        raise bad_type("w", w, "an Int4Weight (see quantize_int4)")
+    check_tensor("x", x, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=1)
+    n, k = w.shape
+    if x.shape[-1] != k:
+        raise bad_value("x", x, f"a tensor whose last dimension is K={k} (the weight's input features)")
+    if x.device != w.device:
+        raise bad_value("x", x, f"on the weight's device {w.device}")
+    if bias is not None:
+        check_tensor("bias", bias, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=1, max_dim=1)
+        if bias.shape[0] != n or bias.device != x.device:
+            raise bad_value("bias", bias, f"a ({n},) tensor on {x.device}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)  # a view whenever the leading dims allow; the kernel reads by strides
+    m = x2.shape[0]
+    chosen = _INT4_GEMV.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
+    if chosen == "triton" and gemv_path(m) == "fused_gemv":
+        out = _INT4_GEMV(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="triton")
+    elif chosen == "triton":
+        weight = dequantize_int4(w, dtype=x.dtype, backend="triton")
+        out = torch.nn.functional.linear(x2, weight, None if bias is None else bias.to(x.dtype))
+    else:
+        out = _INT4_GEMV(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="torch")
+    return out.reshape(*lead, n)
+
+
+class Int4Linear(nn.Module):
+    """A linear layer with an int4 weight (buffers ``packed``, ``scales``, ``mins``; optional ``bias``).
+
+    Args:
+        in_features, out_features: K and N.
+        group_size: elements of K per scale/min (multiple of 8 dividing K).
+        bias: whether the layer has a bias.
+        backend: passed to :func:`int4_linear` (None = auto).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        group_size: int = 128,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = check_int("in_features", in_features, min_value=8)
+        self.out_features = check_int("out_features", out_features, min_value=1)
+        self.group_size = _check_group(group_size, in_features, name="in_features")
+        self.backend = backend
+        k, n = in_features, out_features
+        self.register_buffer("packed", torch.zeros(k // 8, n, dtype=torch.int32, device=device))
+        self.register_buffer("scales", torch.zeros(k // group_size, n, dtype=torch.float16, device=device))
+        self.register_buffer("mins", torch.zeros(k // group_size, n, dtype=torch.float16, device=device))
+        self.bias = nn.Parameter(torch.zeros(n, device=device), requires_grad=False) if bias else None
+
+    @property
+    def weight(self) -> Int4Weight:
+        return Int4Weight(
+            self.packed, self.scales, self.mins, self.group_size, (self.out_features, self.in_features)
+        )
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group_size: int = 128) -> Int4Linear:
+        """Quantize an ``nn.Linear`` (its bias is kept in its own dtype)."""
+        if not isinstance(linear, nn.Linear):
+            raise bad_type("linear", linear, "a torch.nn.Linear")
+        w = linear.weight.detach()
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            group_size=group_size,
+            bias=linear.bias is not None,
+            device=w.device,
+        )
+        q = quantize_int4(w, group_size)
+        layer.packed.copy_(q.packed)
+        layer.scales.copy_(q.scales)
+        layer.mins.copy_(q.mins)
+        if linear.bias is not None:
+            layer.bias = nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return int4_linear(x, self.weight, self.bias, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"group_size={self.group_size}, bias={self.bias is not None}"
+        )
+
+
+def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] = ()) -> nn.Module:
+    """Replace every ``nn.Linear`` in ``model`` by an :class:`Int4Linear`, in place.
+
+    Args:
+        model: any module.
+        group_size: as :func:`quantize_int4`.
+        skip: qualified names (``model.named_modules()`` keys) of linears to leave in floating point.
+
+    Returns:
+        ``model`` itself.
+
+    Raises:
+        ParameterValueError: a linear not in ``skip`` has in_features not divisible by ``group_size``
+        (the message names it).
+    """
+    skip = set(skip)
+    targets = [
+        (name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.Linear) and name not in skip
+    ]
+    for name, mod in targets:
+        _check_group(group_size, mod.in_features, name=f"layer {name!r}")
+    for name, mod in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, Int4Linear.from_linear(mod, group_size))
+    return model
+
+
+def save_quantized(model: nn.Module, path: str | Path) -> None:
+    """Write a (quantized) model's ``state_dict`` to a safetensors file."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(path), metadata={"format": "nbxsig-quantized-model"})
+
+
+def load_quantized(model: nn.Module, path: str | Path) -> nn.Module:
+    """Load a state written by :func:`save_quantized` into ``model`` (already quantized with the same
+    structure, e.g. ``quantize_model(build(), group_size)``); strict about names and shapes."""
+    from safetensors.torch import load_file
+
+    device = next(iter(model.state_dict().values())).device
+    model.load_state_dict(load_file(str(path), device=str(device)), strict=True)
+    return model

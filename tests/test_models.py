@@ -1,0 +1,126 @@
+"""SeqModel: streaming step == whole-sequence forward, int4 quantization, CUDA-graph capture."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nbxsig.errors import BackendUnavailableError, ParameterValueError
+from nbxsig.models import SeqConfig, SeqModel, rope
+from nbxsig.quant import Int4Linear, load_quantized, save_quantized
+from nbxsig.testing import assert_close, random_tensor
+
+
+def _model(window, *, d_in=12, seed=0, device="cpu", **kw):
+    torch.manual_seed(seed)
+    cfg = dict(d_in=d_in, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, d_out=7, window=window)
+    cfg.update(kw)
+    return SeqModel(SeqConfig(**cfg)).to(device).eval()
+
+
+def _stream(model, x, **state_kw):
+    state = model.init_state(x.shape[0], **state_kw)
+    return torch.stack([model.step(x[:, i], state)[0] for i in range(x.shape[1])], dim=1)
+
+
+@pytest.mark.parametrize(
+    "window,heads", [(5, (4, 2)), (None, (4, 4)), (3, (4, 1))], ids=["W5-GQA2", "full-MHA", "W3-MQA"]
+)
+def test_step_equals_forward(window, heads, generator):
+    model = _model(window, n_heads=heads[0], n_kv_heads=heads[1])
+    x = random_tensor((3, 13, 12), generator=generator)
+    with torch.no_grad():
+        full = model(x)
+    streamed = _stream(model, x, capacity=16)
+    assert_close(streamed, full, atol=1e-4, rtol=1e-4)
+
+
+def test_step_through_triton_kernels_equals_forward(generator, device, monkeypatch):
+    # Every decode_attention and int4 GEMV of the stream runs on the Triton backend (interpreter on CPU).
+    model = _model(4, device=device).quantize(group_size=32)
+    x = random_tensor((2, 6, 12), generator=generator, device=device)
+    with torch.no_grad():
+        full = model(x)
+    monkeypatch.setenv("NBXSIG_BACKEND", "triton")
+    streamed = _stream(model, x)
+    assert_close(streamed, full, atol=1e-4, rtol=1e-4)
+
+
+def test_sliding_window_limits_the_context(generator):
+    # Changing the input at t = 0 must not change outputs at t >= window·n_layers (receptive field).
+    model = _model(3)
+    x = random_tensor((1, 10, 12), generator=generator)
+    y = model(x)
+    x2 = x.clone()
+    x2[:, 0] += 5.0
+    y2 = model(x2)
+    assert not torch.allclose(y[:, :3], y2[:, :3])
+    assert torch.equal(y[:, 2 * 2 + 1 :], y2[:, 2 * 2 + 1 :])
+
+
+def test_quantized_model_error_is_reported_and_stream_matches(generator):
+    model = _model(6, d_in=20, d_model=128, d_ff=256)
+    x = random_tensor((2, 9, 20), generator=generator)
+    with torch.no_grad():
+        ref = model(x)
+        model.quantize(group_size=32)
+        out = model(x)
+    names = model.quantized_layers()
+    assert "in_proj" not in names and len(names) == 2 * 7 + 1  # d_in=20 is not a multiple of 32
+    assert all(isinstance(model.get_submodule(n), Int4Linear) for n in names)
+    rel = ((out - ref).norm() / ref.norm()).item()
+    print(f"int4 (g32) vs float32 model: relative output difference {rel:.3e}")
+    assert 1e-4 < rel < 0.1
+    assert_close(_stream(model, x), out, atol=1e-4, rtol=1e-4)
+
+
+def test_quantized_state_round_trips_through_safetensors(tmp_path, generator):
+    model = _model(4, d_model=64).quantize(group_size=32)
+    save_quantized(model, tmp_path / "model.safetensors")
+    other = _model(4, d_model=64, seed=7).quantize(group_size=32)
+    load_quantized(other, tmp_path / "model.safetensors")
+    x = random_tensor((1, 5, 12), generator=generator)
+    assert torch.equal(model(x), other(x))
+
+
+def test_rope_is_a_rotation(generator):
+    x = random_tensor((2, 5, 3, 16), generator=generator)
+    y = rope(x, torch.arange(5), 10000.0)
+    assert_close(y.norm(dim=-1), x.norm(dim=-1), dtype="float32")
+    assert torch.equal(rope(x[:, :1], torch.zeros(1), 10000.0), x[:, :1])
+
+
+def test_errors():
+    with pytest.raises(ParameterValueError, match="n_kv_heads"):
+        SeqConfig(d_in=4, d_model=64, n_layers=1, n_heads=4, n_kv_heads=3, d_ff=8, d_out=2, window=4)
+    with pytest.raises(ParameterValueError, match="even head dim"):
+        SeqConfig(d_in=4, d_model=60, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=8, d_out=2, window=4)
+    model = _model(None)
+    with pytest.raises(ParameterValueError, match="capacity"):
+        model.init_state(2)
+    state = model.init_state(2, capacity=8)
+    with pytest.raises(ParameterValueError, match="x_t"):
+        model.step(torch.randn(3, 12), state)
+    with pytest.raises(ParameterValueError, match="d_in=12"):
+        model(torch.randn(1, 4, 5))
+    with pytest.raises(BackendUnavailableError, match="CUDA"):
+        model.capture_step(2)
+
+
+@pytest.mark.gpu
+def test_gpu_step_forward_and_graph_capture(generator, cuda_device):
+    model = _model(8, d_in=32, d_model=256, d_ff=512, n_heads=8, n_kv_heads=2, device=cuda_device)
+    x = random_tensor((4, 20, 32), generator=generator, device=cuda_device)
+    with torch.no_grad():
+        full = model(x)
+    assert_close(_stream(model, x), full, atol=1e-4, rtol=1e-4)
+    model.quantize(group_size=128)
+    with torch.no_grad():
+        full_q = model(x)
+    eager = _stream(model, x)
+    assert_close(eager, full_q, atol=1e-4, rtol=1e-4)
+    step = model.capture_step(4)
+    graphed = torch.stack([step(x[:, i]).clone() for i in range(x.shape[1])], dim=1)
+    assert_close(graphed, eager, atol=1e-5, rtol=1e-5)
+    step.reset()
+    assert_close(step(x[:, 0]), eager[:, 0], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,247 @@
+"""int4 format, quantization error, the fused GEMV vs its oracles, modules and files."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import nbxsig.quant as Q
+from nbxsig.errors import ParameterTypeError, ParameterValueError
+from nbxsig.kernels import int4_gemv as K
+from nbxsig.reference import int4 as R
+from nbxsig.testing import assert_close, random_tensor
+
+
+def test_nibble_layout_on_hand_built_values():
+    # Column 0 holds k = 0..15 with q = k; column 1 holds 15 - k. Word r, nibble i is element k = 8r + i.
+    q = torch.stack([torch.arange(16), 15 - torch.arange(16)], dim=1).to(torch.uint8)
+    packed = Q.pack_int4(q)
+    assert packed.shape == (2, 2) and packed.dtype == torch.int32
+    expected_word0 = sum(i << (4 * i) for i in range(8))  # 0x76543210
+    assert packed[0, 0].item() == expected_word0 == 0x76543210
+    # 0xFEDCBA98 does not fit int32: it is stored as its two's-complement value.
+    assert packed[1, 0].item() == 0xFEDCBA98 - (1 << 32)
+    assert packed[0, 1].item() == 0x89ABCDEF - (1 << 32)
+    assert torch.equal(Q.unpack_int4(packed), q)
+
+
+@pytest.mark.parametrize("shape", [(8, 1), (64, 33), (256, 7)], ids=lambda s: f"K{s[0]}-N{s[1]}")
+def test_pack_unpack_round_trip(shape, generator):
+    q = torch.randint(0, 16, shape, generator=generator, dtype=torch.int64).to(torch.uint8)
+    assert torch.equal(Q.unpack_int4(Q.pack_int4(q)), q)
+
+
+@pytest.mark.parametrize("group_size", [32, 128])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_quantization_error_within_half_a_step(group_size, dtype, generator):
+    n, k = 37, 256
+    w = (3.0 * random_tensor((n, k), generator=generator)).to(dtype)
+    qw = Q.quantize_int4(w, group_size)
+    assert qw.packed.shape == (k // 8, n) and qw.scales.shape == (k // group_size, n)
+    assert qw.scales.dtype == qw.mins.dtype == torch.float16
+    err = (Q.dequantize_int4(qw).double() - w.double()).abs()
+    step = qw.scales.double().repeat_interleave(group_size, dim=0).t()  # (N, K)
+    # scale/2 plus float32 rounding of q·scale + min (|w| < 8 here).
+    assert bool((err <= step / 2 + 1e-6).all()), f"max excess {(err - step / 2).max().item():.3e}"
+    assert qw.nbytes() * 8 / (n * k) == pytest.approx(4 + 32 / group_size)
+
+
+def test_constant_group_is_exact():
+    w = torch.full((4, 64), 0.375)
+    assert torch.equal(Q.dequantize_int4(Q.quantize_int4(w, 32)), w)
+
+
+M_VALUES = [1, 3, 8, 64]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("m", M_VALUES, ids=lambda m: f"M{m}")
+def test_int4_linear_matches_linear_on_dequantized_weight(m, backend, generator, device):
+    n, k, gs = 67, 256, 64  # odd N
+    qw = Q.quantize_int4(random_tensor((n, k), generator=generator), gs).to(device)
+    x = random_tensor((m, k), generator=generator, device=device)
+    bias = random_tensor((n,), generator=generator, device=device)
+    out = Q.int4_linear(x, qw, bias, backend=backend)
+    ref = torch.nn.functional.linear(
+        x.cpu().double(), Q.dequantize_int4(qw).cpu().double(), bias.cpu().double()
+    )
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    assert_close(out, ref, dtype="float32", rel_error=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_int4_linear_half_inputs(dtype, generator, device):
+    n, k = 45, 128
+    qw = Q.quantize_int4(random_tensor((n, k), generator=generator), 32).to(device)
+    x = random_tensor((2, k), generator=generator, dtype=dtype, device=device)
+    out = Q.int4_linear(x, qw, backend="triton")
+    ref = x.cpu().double() @ Q.dequantize_int4(qw).cpu().double().t()
+    assert out.dtype == dtype
+    assert_close(out, ref, dtype=dtype)
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 8], ids=lambda m: f"M{m}")
+@pytest.mark.parametrize("k,gs", [(128, 128), (512, 64), (136, 8)], ids=lambda v: str(v))
+def test_fused_gemv_equals_blocked_oracle_bit_for_bit(m, k, gs, generator, device):
+    n = 41
+    qw = Q.quantize_int4(random_tensor((n, k), generator=generator), gs).to(device)
+    x = random_tensor((m, k), generator=generator, device=device)
+    bias = random_tensor((n,), generator=generator, device=device)
+    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs, bias)
+    oracle = R.int4_gemv_blocked(
+        x, qw.packed, qw.scales, qw.mins, gs, block_rows=K.gemv_config(m).block_r, bias=bias
+    )
+    assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
+
+
+@pytest.mark.parametrize("block_r", [1, 4, 128])
+def test_fused_gemv_other_lane_counts_bit_exact(block_r, generator, device):
+    qw = Q.quantize_int4(random_tensor((19, 256), generator=generator), 64).to(device)
+    x = random_tensor((2, 256), generator=generator, device=device)
+    cfg = K.GemvConfig(block_m=2, block_r=block_r, block_n=16, num_warps=4, num_stages=2)
+    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, 64, config=cfg)
+    assert torch.equal(fused, R.int4_gemv_blocked(x, qw.packed, qw.scales, qw.mins, 64, block_rows=block_r))
+
+
+def test_fused_gemv_reads_strided_inputs(generator, device):
+    n, k = 40, 128
+    qw = Q.quantize_int4(random_tensor((n, k), generator=generator), 32).to(device)
+    x = random_tensor((k, 6), generator=generator, device=device).t()[::2]  # (3, K), non-contiguous
+    wide = torch.zeros(k // 8, 2 * n, dtype=torch.int32, device=device)
+    wide[:, ::2] = qw.packed
+    strided = Q.Int4Weight(wide[:, ::2], qw.scales, qw.mins, 32, (n, k))
+    out = Q.int4_linear(x, strided, backend="triton")
+    assert torch.equal(out, Q.int4_linear(x.contiguous(), qw, backend="triton"))
+
+
+def test_fused_gemv_is_deterministic(generator, device):
+    qw = Q.quantize_int4(random_tensor((33, 128), generator=generator), 32).to(device)
+    x = random_tensor((1, 128), generator=generator, device=device)
+    assert torch.equal(Q.int4_linear(x, qw, backend="triton"), Q.int4_linear(x, qw, backend="triton"))
+
+
+_BF16_CAST_XFAIL = pytest.mark.xfail(
+    os.environ.get("NBXSIG_TEST_DEVICE", "cpu") == "cpu",
+    raises=AssertionError,
+    strict=True,
+    reason="Triton 3.6's interpreter truncates float32 → bfloat16 instead of rounding (GPU is fine)",
+)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=_BF16_CAST_XFAIL)], ids=str
+)
+def test_triton_dequantize_equals_reference_bit_for_bit(dtype, generator, device):
+    qw = Q.quantize_int4(random_tensor((150, 192), generator=generator), 64).to(device)
+    ours = Q.dequantize_int4(qw, dtype=dtype, backend="triton")
+    ref = Q.dequantize_int4(qw.to("cpu"), dtype=dtype, backend="torch")
+    assert ours.shape == (150, 192) and ours.dtype == dtype
+    assert torch.equal(ours.cpu(), ref)
+
+
+def test_gemv_path_dispatch():
+    assert [Q.gemv_path(m) for m in (1, 8, 9, 64)] == [
+        "fused_gemv",
+        "fused_gemv",
+        "dequant_matmul",
+        "dequant_matmul",
+    ]
+
+
+def test_batched_leading_dims(generator, device):
+    qw = Q.quantize_int4(random_tensor((24, 64), generator=generator), 32).to(device)
+    x = random_tensor((2, 3, 64), generator=generator, device=device)
+    out = Q.int4_linear(x, qw, backend="triton")
+    assert out.shape == (2, 3, 24)
+    assert_close(out, Q.int4_linear(x.cpu().double(), qw.to("cpu"), backend="torch"), dtype="float32")
+
+
+def test_int4linear_module_and_quantize_model(generator):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 48, bias=False), nn.Linear(48, 5))
+    x = random_tensor((4, 64), generator=generator)
+    ref = model(x)
+    Q.quantize_model(model, group_size=16, skip=("3",))
+    assert isinstance(model[0], Q.Int4Linear) and isinstance(model[2], Q.Int4Linear)
+    assert isinstance(model[3], nn.Linear)
+    out = model(x)
+    rel = ((out - ref).norm() / ref.norm()).item()
+    assert rel < 0.1, f"int4 model relative error {rel:.3f}"
+
+
+def test_save_load_int4_weight(tmp_path, generator):
+    qw = Q.quantize_int4(random_tensor((24, 64), generator=generator), 32)
+    qw.save(tmp_path / "w.safetensors")
+    back = Q.Int4Weight.load(tmp_path / "w.safetensors")
+    assert back.shape == qw.shape and back.group_size == 32
+    for a, b in ((back.packed, qw.packed), (back.scales, qw.scales), (back.mins, qw.mins)):
+        assert torch.equal(a, b)
+
+
+def test_save_load_quantized_model(tmp_path, generator):
+    def build():
+        torch.manual_seed(1)
+        return nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 8))
+
+    model = Q.quantize_model(build(), group_size=32)
+    Q.save_quantized(model, tmp_path / "m.safetensors")
+    other = Q.quantize_model(nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 8)), group_size=32)
+    Q.load_quantized(other, tmp_path / "m.safetensors")
+    x = random_tensor((3, 64), generator=generator)
+    assert torch.equal(model(x), other(x))
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(ParameterValueError, match="not a multiple of group_size=128"):
+        Q.quantize_int4(torch.randn(8, 200))
+    with pytest.raises(ParameterValueError, match="group_size"):
+        Q.quantize_int4(torch.randn(8, 60), group_size=12)
+    with pytest.raises(ParameterTypeError, match="weight"):
+        Q.quantize_int4(torch.randint(0, 3, (8, 128)))
+    with pytest.raises(ParameterValueError, match="finite"):
+        Q.quantize_int4(torch.full((2, 128), float("nan")))
+    qw = Q.quantize_int4(torch.randn(8, 128))
+    with pytest.raises(ParameterValueError, match="K=128"):
+        Q.int4_linear(torch.randn(2, 64), qw)
+    with pytest.raises(ParameterValueError, match="bias"):
+        Q.int4_linear(torch.randn(2, 128), qw, torch.randn(7))
+    with pytest.raises(ParameterTypeError, match="Int4Weight"):
+        Q.int4_linear(torch.randn(2, 128), torch.randn(8, 128))
+    with pytest.raises(ParameterValueError, match=r"values in 0\.\.15"):
+        Q.pack_int4(torch.full((8, 2), 16))
+    with pytest.raises(ParameterValueError, match="layer '0'"):
+        Q.quantize_model(nn.Sequential(nn.Linear(60, 4)), group_size=32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 4, 8], ids=lambda m: f"M{m}")
+def test_gpu_fused_gemv_bit_exact_large(m, generator, cuda_device):
+    n, k, gs = 4096, 4096, 128
+    qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), gs)
+    x = random_tensor((m, k), generator=generator, device=cuda_device)
+    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs)
+    oracle = R.int4_gemv_blocked(x, qw.packed, qw.scales, qw.mins, gs, block_rows=K.gemv_config(m).block_r)
+    assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
+    ref = x.double() @ Q.dequantize_int4(qw).double().t()
+    assert_close(fused, ref, dtype="float32", rel_error=1e-5)
+
+
+def test_directed_fp16_rounding_matches_nextafter(generator):
+    x = torch.cat(
+        [
+            random_tensor((2000,), generator=generator) * 10 ** torch.randint(-9, 4, (2000,)),
+            torch.tensor([0.0, -0.0, 1e-8, -1e-8, 2.0, -2.0]),
+        ]
+    )
+    x = x.float()
+    h = x.half()
+    for direction, inf in (("down", float("-inf")), ("up", float("inf"))):
+        ours = R._round_fp16(x, direction=direction)
+        toward = torch.full_like(h, inf)
+        wrong = h.float() > x if direction == "down" else h.float() < x
+        expected = torch.where(wrong, torch.nextafter(h, toward), h)
+        assert torch.equal(ours.float(), expected.float()), direction
+        assert bool((ours.float() <= x).all() if direction == "down" else (ours.float() >= x).all())
