@@ -1,0 +1,510 @@
+"""Filter design in float64: FIR windows (``firwin`` = ``scipy.signal.firwin``), band taps in Hz,
+gammatone banks, ERB spacing, Gabor kernels and the small image kernels (Gaussian, Sobel, Scharr,
+Laplacian, box) with kornia's conventions.
+
+Everything here is computed with numpy in float64 and returned as a torch tensor (float64 unless
+``dtype`` says otherwise). scipy is a test-only dependency: the formulas are written out here and
+the tests check them against scipy to ~1e-15.
+
+Example:
+    >>> import nbxsig.filters as nf
+    >>> taps = nf.lowpass_taps(4000.0, fs=16000.0, numtaps=129)   # (129,), float64
+    >>> bank = nf.gammatone_bank(nf.erb_space(100.0, 7000.0, 32), fs=16000.0, numtaps=256)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._validate import check_choice, check_float, check_int
+from .errors import bad_type, bad_value
+
+__all__ = [
+    "bandpass_taps",
+    "bandstop_taps",
+    "box_kernel",
+    "erb_space",
+    "firwin",
+    "gabor_kernels",
+    "gammatone_bank",
+    "gaussian_kernel1d",
+    "gaussian_kernel2d",
+    "get_window",
+    "highpass_taps",
+    "laplacian_kernel",
+    "lowpass_taps",
+    "scharr_kernels",
+    "sobel_kernels",
+]
+
+# Glasberg & Moore's ERB(f) = f / EAR_Q + MIN_BW, the constants scipy.signal.gammatone uses.
+EAR_Q = 9.26449
+MIN_BW = 24.7
+
+# Symmetric generalized-cosine windows: w[n] = Σ_k a_k cos(k·φ_n), φ evenly spaced on [-π, π].
+_COSINE_WINDOWS = {
+    "hamming": (0.54, 0.46),
+    "hann": (0.5, 0.5),
+    "hanning": (0.5, 0.5),
+    "blackman": (0.42, 0.50, 0.08),
+    "blackmanharris": (0.35875, 0.48829, 0.14128, 0.01168),
+    "nuttall": (0.3635819, 0.4891775, 0.1365995, 0.0106411),
+}
+WINDOWS = (*_COSINE_WINDOWS, "boxcar", "rectangular", "bartlett", "triang", "kaiser", "gaussian")
+
+
+def _to_torch(a: np.ndarray, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(device=device, dtype=dtype)
+
+
+def get_window(window: str | tuple[str, float], numtaps: int) -> np.ndarray:
+    """Symmetric window of length ``numtaps`` (``scipy.signal.get_window(window, numtaps, fftbins=False)``).
+
+    Args:
+        window: a name from ``WINDOWS`` ("kaiser" and "gaussian" need a parameter: ``("kaiser", beta)``,
+            ``("gaussian", std)``).
+        numtaps: window length >= 1.
+
+    Returns:
+        float64 numpy array ``(numtaps,)``.
+
+    Raises:
+        ParameterValueError / ParameterTypeError: unknown window, missing parameter, bad length.
+    """
+    m = check_int("numtaps", numtaps, min_value=1)
+    param: float | None = None
+    if isinstance(window, tuple):
+        if len(window) != 2 or not isinstance(window[0], str):
+            raise bad_value("window", window, "a name or a (name, parameter) tuple such as ('kaiser', 8.6)")
+        name, param = window[0], check_float("window parameter", window[1])
+    elif isinstance(window, str):
+        name = window
+    else:
+        raise bad_type("window", window, "a window name or a (name, parameter) tuple")
+    name = check_choice("window", name.lower(), WINDOWS)
+    if name in ("kaiser", "gaussian") and param is None:
+        raise bad_value("window", window, f"a tuple ({name!r}, parameter): {name} needs its parameter")
+    if m == 1:
+        return np.ones(1)
+    n = np.arange(m, dtype=np.float64)
+    if name in _COSINE_WINDOWS:
+        phi = np.linspace(-np.pi, np.pi, m)
+        return sum(a * np.cos(k * phi) for k, a in enumerate(_COSINE_WINDOWS[name]))
+    if name in ("boxcar", "rectangular"):
+        return np.ones(m)
+    if name == "bartlett":
+        return np.where(n <= (m - 1) / 2.0, 2.0 * n / (m - 1), 2.0 - 2.0 * n / (m - 1))
+    if name == "triang":
+        k = np.arange(1, (m + 1) // 2 + 1, dtype=np.float64)
+        if m % 2 == 0:
+            w = (2 * k - 1.0) / m
+            return np.concatenate([w, w[::-1]])
+        w = 2 * k / (m + 1.0)
+        return np.concatenate([w, w[-2::-1]])
+    if name == "kaiser":
+        alpha = (m - 1) / 2.0
+        return np.i0(param * np.sqrt(1 - ((n - alpha) / alpha) ** 2.0)) / np.i0(param)
+    # gaussian
+    n = n - (m - 1.0) / 2.0
+    return np.exp(-(n**2) / (2 * param * param))
+
+
+def _kaiser_beta(atten_db: float) -> float:
+    if atten_db > 50:
+        return 0.1102 * (atten_db - 8.7)
+    if atten_db > 21:
+        return 0.5842 * (atten_db - 21) ** 0.4 + 0.07886 * (atten_db - 21)
+    return 0.0
+
+
+def firwin(
+    numtaps: int,
+    cutoff: float | Sequence[float],
+    *,
+    width: float | None = None,
+    window: str | tuple[str, float] = "hamming",
+    pass_zero: bool | str = True,
+    scale: bool = True,
+    fs: float = 2.0,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Windowed-sinc FIR design, equal to ``scipy.signal.firwin`` (to ~1e-16).
+
+    Args:
+        numtaps: filter length >= 1 (odd when the response must pass Nyquist).
+        cutoff: band edge(s) in the units of ``fs``, strictly increasing, in ``(0, fs/2)``.
+        width: transition width (units of ``fs``); when given, a Kaiser window with the matching
+            attenuation replaces ``window``.
+        window: see :func:`get_window`. Default "hamming".
+        pass_zero: True/"lowpass"/"bandstop" (DC in the passband) or False/"highpass"/"bandpass".
+        scale: normalise the gain to 1 at DC, Nyquist or the first passband's centre.
+        fs: sampling rate. Default 2.0 (cutoffs as fractions of Nyquist).
+        dtype, device: of the returned taps (computed in float64).
+
+    Returns:
+        Tensor ``(numtaps,)``.
+
+    Raises:
+        ParameterValueError / ParameterTypeError: bad lengths, cutoffs outside ``(0, fs/2)``, an even
+        ``numtaps`` with a passband at Nyquist, unknown window or ``pass_zero``.
+
+    Example:
+        >>> h = firwin(31, 0.3)                       # lowpass at 0.3 × Nyquist
+        >>> h = firwin(101, [500.0, 2000.0], pass_zero=False, fs=16000.0)
+    """
+    numtaps = check_int("numtaps", numtaps, min_value=1)
+    fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
+    nyq = 0.5 * fs
+    edges = np.atleast_1d(np.asarray(cutoff, dtype=np.float64))
+    if edges.ndim != 1 or edges.size == 0:
+        raise bad_value("cutoff", cutoff, "one frequency or a 1-D sequence of frequencies")
+    if not np.all(np.isfinite(edges)) or edges.min() <= 0 or edges.max() >= nyq:
+        raise bad_value("cutoff", cutoff, f"frequencies in (0, fs/2) = (0, {nyq:g})")
+    if np.any(np.diff(edges) <= 0):
+        raise bad_value("cutoff", cutoff, "strictly increasing frequencies")
+    edges = edges / nyq
+    if width is not None:
+        width = check_float("width", width, min_value=0.0, min_inclusive=False)
+        atten = 2.285 * (numtaps - 1) * np.pi * (width / nyq) + 7.95
+        window = ("kaiser", _kaiser_beta(atten))
+    modes = {"lowpass": (True, 1), "bandstop": (True, 2), "highpass": (False, 1), "bandpass": (False, 2)}
+    if isinstance(pass_zero, str):
+        if pass_zero not in modes:
+            raise bad_value(
+                "pass_zero", pass_zero, "True, False, 'lowpass', 'highpass', 'bandpass' or 'bandstop'"
+            )
+        dc, need = modes[pass_zero]
+        if (need == 1 and edges.size != 1) or (need == 2 and edges.size < 2):
+            wanted = "exactly one cutoff" if need == 1 else "at least two cutoffs"
+            raise bad_value("cutoff", cutoff, wanted, context=f"for pass_zero={pass_zero!r}")
+        pass_zero = dc
+    elif not isinstance(pass_zero, bool):
+        raise bad_value(
+            "pass_zero", pass_zero, "True, False, 'lowpass', 'highpass', 'bandpass' or 'bandstop'"
+        )
+    pass_nyquist = (edges.size % 2 == 0) == pass_zero
+    if pass_nyquist and numtaps % 2 == 0:
+        raise bad_value(
+            "numtaps", numtaps, "odd", context="(an even-length filter has zero response at Nyquist)"
+        )
+    edges = np.concatenate([np.zeros(int(pass_zero)), edges, np.ones(int(pass_nyquist))])
+    bands = edges.reshape(-1, 2)
+    m = np.arange(numtaps, dtype=np.float64) - 0.5 * (numtaps - 1)
+    h = np.zeros(numtaps)
+    for left, right in bands:
+        h += right * np.sinc(right * m)
+        h -= left * np.sinc(left * m)
+    h *= get_window(window, numtaps)
+    if scale:
+        left, right = bands[0]
+        f = 0.0 if left == 0 else (1.0 if right == 1 else 0.5 * (left + right))
+        h /= np.sum(h * np.cos(np.pi * m * f))
+    return _to_torch(h, dtype, device)
+
+
+def _band_kwargs(fs: float, numtaps: int) -> tuple[float, int]:
+    return check_float("fs", fs, min_value=0.0, min_inclusive=False), check_int(
+        "numtaps", numtaps, min_value=1
+    )
+
+
+def lowpass_taps(
+    cutoff_hz: float,
+    *,
+    fs: float,
+    numtaps: int,
+    window: str | tuple[str, float] = "hamming",
+    width_hz: float | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Lowpass FIR taps ``(numtaps,)`` with cutoff ``cutoff_hz`` (Hz) at sampling rate ``fs`` (Hz):
+    ``firwin(numtaps, cutoff_hz, fs=fs, window=window, width=width_hz)``; unit gain at DC."""
+    fs, numtaps = _band_kwargs(fs, numtaps)
+    return firwin(numtaps, cutoff_hz, fs=fs, window=window, width=width_hz, dtype=dtype, device=device)
+
+
+def highpass_taps(
+    cutoff_hz: float,
+    *,
+    fs: float,
+    numtaps: int,
+    window: str | tuple[str, float] = "hamming",
+    width_hz: float | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Highpass FIR taps (``numtaps`` odd); unit gain at Nyquist. Arguments as :func:`lowpass_taps`."""
+    fs, numtaps = _band_kwargs(fs, numtaps)
+    return firwin(
+        numtaps, cutoff_hz, fs=fs, window=window, width=width_hz, pass_zero=False, dtype=dtype, device=device
+    )
+
+
+def bandpass_taps(
+    low_hz: float,
+    high_hz: float,
+    *,
+    fs: float,
+    numtaps: int,
+    window: str | tuple[str, float] = "hamming",
+    width_hz: float | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Bandpass FIR taps passing ``[low_hz, high_hz]``; unit gain at the band centre."""
+    fs, numtaps = _band_kwargs(fs, numtaps)
+    return firwin(
+        numtaps,
+        [low_hz, high_hz],
+        fs=fs,
+        window=window,
+        width=width_hz,
+        pass_zero=False,
+        dtype=dtype,
+        device=device,
+    )
+
+
+def bandstop_taps(
+    low_hz: float,
+    high_hz: float,
+    *,
+    fs: float,
+    numtaps: int,
+    window: str | tuple[str, float] = "hamming",
+    width_hz: float | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Bandstop FIR taps (``numtaps`` odd) rejecting ``[low_hz, high_hz]``; unit gain at DC."""
+    fs, numtaps = _band_kwargs(fs, numtaps)
+    return firwin(
+        numtaps,
+        [low_hz, high_hz],
+        fs=fs,
+        window=window,
+        width=width_hz,
+        pass_zero=True,
+        dtype=dtype,
+        device=device,
+    )
+
+
+def erb_space(
+    f_min: float,
+    f_max: float,
+    n: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """``n`` frequencies (Hz) from ``f_min`` to ``f_max`` inclusive, ascending, equally spaced on the
+    ERB-rate scale ``E(f) = EAR_Q · ln(1 + f / (EAR_Q · MIN_BW))`` of Glasberg & Moore
+    (``EAR_Q = 9.26449``, ``MIN_BW = 24.7`` Hz, the constants of ``scipy.signal.gammatone``).
+
+    Raises:
+        ParameterValueError: ``f_min < 0``, ``f_max <= f_min`` or ``n < 1``.
+    """
+    f_min = check_float("f_min", f_min, min_value=0.0)
+    f_max = check_float("f_max", f_max)
+    if f_max <= f_min:
+        raise bad_value("f_max", f_max, f"greater than f_min={f_min:g}")
+    n = check_int("n", n, min_value=1)
+    q = EAR_Q * MIN_BW
+    if n == 1:
+        return _to_torch(np.array([f_min]), dtype, device)
+    e = np.linspace(np.log(f_min + q), np.log(f_max + q), n)
+    f = np.exp(e) - q
+    f[0], f[-1] = f_min, f_max  # exact endpoints despite exp/log rounding
+    return _to_torch(f, dtype, device)
+
+
+def gammatone_bank(
+    center_freqs: Sequence[float] | torch.Tensor,
+    *,
+    fs: float,
+    numtaps: int,
+    order: int = 4,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """FIR gammatone filters, row ``f`` = ``scipy.signal.gammatone(center_freqs[f], "fir", order,
+    numtaps, fs)``:
+    ``h[t] = s · t^(order-1) e^(-2π b t) cos(2π f t)`` with ``t = n/fs``, ``b = 1.019 ERB(f)`` and
+    ``s = 2 (2π b)^order / ((order-1)! fs)``.
+
+    Args:
+        center_freqs: centre frequencies in Hz, each in ``(0, fs/2)``.
+        fs: sampling rate in Hz.
+        numtaps: taps per filter.
+        order: filter order 1..24. Default 4.
+
+    Returns:
+        Tensor ``(len(center_freqs), numtaps)``.
+    """
+    fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
+    numtaps = check_int("numtaps", numtaps, min_value=1)
+    order = check_int("order", order, min_value=1, max_value=24)
+    if isinstance(center_freqs, torch.Tensor):
+        freqs = center_freqs.detach().cpu().double().numpy().reshape(-1)
+    elif isinstance(center_freqs, numbers.Real):
+        freqs = np.array([float(center_freqs)])
+    else:
+        freqs = np.asarray(center_freqs, dtype=np.float64).reshape(-1)
+    if freqs.size == 0 or not np.all(np.isfinite(freqs)) or freqs.min() <= 0 or freqs.max() >= fs / 2:
+        raise bad_value(
+            "center_freqs", center_freqs, f"a non-empty list of frequencies in (0, fs/2) = (0, {fs / 2:g})"
+        )
+    f = freqs[:, None]
+    t = np.arange(numtaps, dtype=np.float64)[None, :] / fs
+    bw = 1.019 * (f / EAR_Q + MIN_BW)
+    b = t ** (order - 1) * np.exp(-2 * np.pi * bw * t) * np.cos(2 * np.pi * f * t)
+    s = 2 * (2 * np.pi * bw) ** order / math.factorial(order - 1) / fs
+    return _to_torch(b * s, dtype, device)
+
+
+def _pair(name: str, value: Any, *, odd: bool = False) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise bad_value(name, value, "an integer or a pair of integers")
+    out = tuple(check_int(name, v, min_value=1) for v in pair)
+    if odd and any(v % 2 == 0 for v in out):
+        raise bad_value(name, value, "odd sizes")
+    return out  # type: ignore[return-value]
+
+
+def gaussian_kernel1d(
+    kernel_size: int,
+    sigma: float,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Normalised sampled Gaussian ``(kernel_size,)`` as kornia's ``get_gaussian_kernel1d``:
+    ``g[i] ∝ exp(-x_i² / 2σ²)`` with ``x_i = i - kernel_size//2`` (+0.5 when the size is even), sum 1."""
+    k = check_int("kernel_size", kernel_size, min_value=1)
+    sigma = check_float("sigma", sigma, min_value=0.0, min_inclusive=False)
+    x = np.arange(k, dtype=np.float64) - k // 2 + (0.5 if k % 2 == 0 else 0.0)
+    g = np.exp(-(x**2) / (2 * sigma * sigma))
+    return _to_torch(g / g.sum(), dtype, device)
+
+
+def gaussian_kernel2d(
+    kernel_size: int | tuple[int, int],
+    sigma: float | tuple[float, float],
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Separable Gaussian ``(ky, kx)`` = outer product of :func:`gaussian_kernel1d` along y and x;
+    ``kernel_size`` and ``sigma`` are ``(y, x)`` pairs or one value for both."""
+    ky, kx = _pair("kernel_size", kernel_size)
+    sy, sx = (sigma, sigma) if isinstance(sigma, numbers.Real) else tuple(sigma)
+    gy = gaussian_kernel1d(ky, sy)
+    gx = gaussian_kernel1d(kx, sx)
+    return (gy[:, None] * gx[None, :]).to(device=device, dtype=dtype)
+
+
+def sobel_kernels(
+    *, normalized: bool = False, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The 3×3 Sobel pair ``(2, 3, 3)``: ``[0]`` = d/dx (columns), ``[1]`` = d/dy (rows), as correlation
+    kernels; ``normalized`` divides each by its absolute sum (8), as kornia does."""
+    gx = np.array([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
+    k = np.stack([gx, gx.T])
+    if normalized:
+        k = k / 8.0
+    return _to_torch(k, dtype, device)
+
+
+def scharr_kernels(
+    *, normalized: bool = False, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The 3×3 Scharr pair ``(2, 3, 3)`` (d/dx, d/dy), ``[[-3,0,3],[-10,0,10],[-3,0,3]]``; ``normalized``
+    divides by the absolute sum (32)."""
+    gx = np.array([[-3.0, 0.0, 3.0], [-10.0, 0.0, 10.0], [-3.0, 0.0, 3.0]])
+    k = np.stack([gx, gx.T])
+    if normalized:
+        k = k / 32.0
+    return _to_torch(k, dtype, device)
+
+
+def laplacian_kernel(
+    kernel_size: int | tuple[int, int] = 3,
+    *,
+    normalized: bool = False,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """kornia's Laplacian ``(ky, kx)``: ones with the centre ``1 - ky·kx`` (odd sizes); ``normalized``
+    divides by the absolute sum."""
+    ky, kx = _pair("kernel_size", kernel_size, odd=True)
+    if ky * kx == 1:
+        raise bad_value("kernel_size", kernel_size, "at least 3 along one axis")
+    k = np.ones((ky, kx))
+    k[ky // 2, kx // 2] = 1.0 - ky * kx
+    if normalized:
+        k = k / np.abs(k).sum()
+    return _to_torch(k, dtype, device)
+
+
+def box_kernel(
+    kernel_size: int | tuple[int, int],
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Normalised box ``(ky, kx)`` filled with ``1 / (ky·kx)``."""
+    ky, kx = _pair("kernel_size", kernel_size)
+    return torch.full((ky, kx), 1.0 / (ky * kx), dtype=dtype, device=device)
+
+
+def gabor_kernels(
+    kernel_size: int | tuple[int, int],
+    *,
+    sigma: float,
+    thetas: Sequence[float],
+    wavelength: float,
+    gamma: float = 0.5,
+    psi: float = 0.0,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Real Gabor kernels, one per orientation: for pixel offsets ``(y, x)`` from the centre,
+    ``x' = x cosθ + y sinθ``, ``y' = -x sinθ + y cosθ`` and
+    ``g = exp(-(x'² + γ² y'²) / 2σ²) · cos(2π x'/λ + ψ)``.
+
+    Args:
+        kernel_size: odd size or ``(ky, kx)``.
+        sigma: envelope standard deviation in pixels (> 0).
+        thetas: orientations in radians.
+        wavelength: λ in pixels (> 0).
+        gamma: spatial aspect ratio. Default 0.5.
+        psi: phase offset in radians. Default 0.
+
+    Returns:
+        Tensor ``(len(thetas), ky, kx)``.
+    """
+    ky, kx = _pair("kernel_size", kernel_size, odd=True)
+    sigma = check_float("sigma", sigma, min_value=0.0, min_inclusive=False)
+    wavelength = check_float("wavelength", wavelength, min_value=0.0, min_inclusive=False)
+    gamma = check_float("gamma", gamma)
+    psi = check_float("psi", psi)
+    th = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
+    if th.ndim != 1 or th.size == 0 or not np.all(np.isfinite(th)):
+        raise bad_value("thetas", thetas, "a non-empty sequence of finite angles in radians")
+    y = (np.arange(ky, dtype=np.float64) - ky // 2)[None, :, None]
+    x = (np.arange(kx, dtype=np.float64) - kx // 2)[None, None, :]
+    c, s = np.cos(th)[:, None, None], np.sin(th)[:, None, None]
+    xr = x * c + y * s
+    yr = -x * s + y * c
+    g = np.exp(-(xr**2 + gamma**2 * yr**2) / (2 * sigma * sigma)) * np.cos(2 * np.pi * xr / wavelength + psi)
+    return _to_torch(g, dtype, device)

@@ -1,0 +1,880 @@
+"""Filter banks on depthwise-convolution stencils: 1-D FIR banks (channel multiplier, stride), 2-D image
+filters (full, separable, NCHW or channels_last), kornia-compatible blurs and edges, torchaudio-compatible
+resampling, and the filter design functions of :mod:`nbxsig.filter_design` (re-exported here).
+
+Conventions:
+
+* ``depthwise_conv1d`` / ``depthwise_conv2d`` are correlations, like ``torch.nn.functional.conv1d``:
+  ``y[o, l] = Σ_k w[o, k] · x̃[o // M, l·stride + k - left]`` with ``M = weight.shape[0] // C`` filters per
+  input channel (the channel multiplier). ``fir_filter`` and ``filter_bank`` are causal convolutions,
+  ``y[n] = Σ_k h[k] · x̃[n·stride - k]`` (``scipy.signal.lfilter(h, 1, x)`` for ``boundary="zeros"``).
+* ``padding``: "same" (``left = (K-1)//2``, the rest on the right, torch's convention; output length
+  ``ceil(L / stride)``), "valid" (none), "full" (``K-1`` both sides), an int (both sides) or a
+  ``(left, right)`` pair (1-D) / ``(top, bottom, left, right)`` for 2-D.
+* ``boundary``: what the signal reads outside itself, by index mapping (no padded copy):
+  "zeros"; "reflect" (``2 1 | 0 1 2``, numpy/torch reflect); "symmetric" (``1 0 | 0 1 2``, half-sample,
+  scipy.ndimage's "reflect"); "replicate" (``0 0 | 0 1 2``); "circular" (``L-2 L-1 | 0 1 2``).
+
+Example:
+    >>> import torch, nbxsig.filters as nf
+    >>> x = torch.randn(4, 8, 16000)
+    >>> taps = nf.lowpass_taps(1000.0, fs=16000.0, numtaps=65).float()
+    >>> y = nf.fir_filter(x, taps)                                      # (4, 8, 16000)
+    >>> img = torch.rand(2, 3, 64, 64)
+    >>> blurred = nf.gaussian_blur2d(img, (5, 5), (1.5, 1.5))           # == kornia.filters.gaussian_blur2d
+    >>> y16 = nf.resample(torch.randn(2, 44100), 44100, 16000)          # == torchaudio.functional.resample
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._dispatch import Backend, Op
+from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
+from .errors import bad_value
+from .filter_design import (
+    bandpass_taps,
+    bandstop_taps,
+    box_kernel,
+    erb_space,
+    firwin,
+    gabor_kernels,
+    gammatone_bank,
+    gaussian_kernel1d,
+    gaussian_kernel2d,
+    get_window,
+    highpass_taps,
+    laplacian_kernel,
+    lowpass_taps,
+    scharr_kernels,
+    sobel_kernels,
+)
+from .reference.depthwise import BOUNDARIES, sinc_resample_kernel
+
+__all__ = [
+    "BOUNDARIES",
+    "BoxBlur",
+    "DepthwiseConv1d",
+    "DepthwiseConv2d",
+    "FIRFilter",
+    "FilterBank",
+    "GaussianBlur2d",
+    "Laplacian",
+    "Resample",
+    "Sobel",
+    "UnsharpMask",
+    "bandpass_taps",
+    "bandstop_taps",
+    "box_blur",
+    "box_kernel",
+    "depthwise_conv1d",
+    "depthwise_conv2d",
+    "erb_space",
+    "filter_bank",
+    "fir_filter",
+    "firwin",
+    "gabor_kernels",
+    "gammatone_bank",
+    "gaussian_blur2d",
+    "gaussian_kernel1d",
+    "gaussian_kernel2d",
+    "get_window",
+    "highpass_taps",
+    "laplacian",
+    "laplacian_kernel",
+    "lowpass_taps",
+    "resample",
+    "scharr_kernels",
+    "sobel",
+    "sobel_kernels",
+    "unsharp_mask",
+]
+
+_DW2D = Op(
+    "depthwise_conv2d",
+    torch_impl="nbxsig.reference.depthwise:depthwise_conv2d",
+    triton_impl="nbxsig.kernels.depthwise:depthwise_conv2d",
+)
+_DW2D_SEP = Op(
+    "depthwise_conv2d (separable)",
+    torch_impl="nbxsig.reference.depthwise:depthwise_conv2d_separable",
+    triton_impl="nbxsig.kernels.depthwise:depthwise_conv2d_separable",
+)
+_RESAMPLE = Op(
+    "resample",
+    torch_impl="nbxsig.reference.depthwise:resample",
+    triton_impl="nbxsig.kernels.depthwise:resample",
+)
+
+_KORNIA_BORDERS = {
+    "constant": "zeros",
+    "reflect": "reflect",
+    "replicate": "replicate",
+    "circular": "circular",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers
+
+
+def _pads1d(padding: Any, k: int, name: str = "padding") -> tuple[int, int]:
+    if isinstance(padding, str):
+        check_choice(name, padding, ("same", "valid", "full"))
+        if padding == "same":
+            return (k - 1) // 2, k - 1 - (k - 1) // 2
+        return (0, 0) if padding == "valid" else (k - 1, k - 1)
+    if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
+        p = check_int(name, padding, min_value=0)
+        return p, p
+    if isinstance(padding, (tuple, list)) and len(padding) == 2:
+        return check_int(name, padding[0], min_value=0), check_int(name, padding[1], min_value=0)
+    raise bad_value(name, padding, "'same', 'valid', 'full', an int >= 0 or a (left, right) pair")
+
+
+def _pads2d(padding: Any, kh: int, kw: int) -> tuple[int, int, int, int]:
+    if isinstance(padding, (tuple, list)):
+        if len(padding) == 2:
+            return (*_pads1d(padding[0], kh), *_pads1d(padding[1], kw))
+        if len(padding) == 4:
+            return tuple(check_int("padding", p, min_value=0) for p in padding)  # type: ignore[return-value]
+        raise bad_value(
+            "padding", padding, "a mode, an int, a (rows, cols) pair or (top, bottom, left, right)"
+        )
+    return (*_pads1d(padding, kh), *_pads1d(padding, kw))
+
+
+def _pair(name: str, value: Any) -> tuple[int, int]:
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return check_int(name, value[0], min_value=1), check_int(name, value[1], min_value=1)
+    v = check_int(name, value, min_value=1)
+    return v, v
+
+
+def _check_input(name: str, x: Any, min_dim: int) -> torch.Tensor:
+    return check_tensor(name, x, dtypes=FLOATING_DTYPES, min_dim=min_dim)
+
+
+def _check_weight(name: str, w: Any, *, dim: int, x: torch.Tensor, channels: int | None) -> torch.Tensor:
+    w = check_tensor(name, w, dtypes=FLOATING_DTYPES, min_dim=dim, max_dim=dim)
+    if w.device != x.device:
+        raise bad_value(name, w, f"a tensor on the input's device {x.device}")
+    if channels is not None and w.shape[0] % channels != 0:
+        raise bad_value(
+            name, w, f"a tensor whose first dimension is a multiple of the input's {channels} channels"
+        )
+    return w
+
+
+def _out_len(name: str, n: int, k: int, before: int, after: int, stride: int) -> int:
+    span = n + before + after - k
+    if span < 0:
+        raise bad_value(
+            name,
+            n,
+            f"at least {k - before - after} samples",
+            context=f"for a {k}-tap kernel with padding ({before}, {after})",
+        )
+    return span // stride + 1
+
+
+def _check_boundary(boundary: Any) -> str:
+    return check_choice("boundary", boundary, BOUNDARIES)
+
+
+# ---------------------------------------------------------------------------------------------
+# depthwise convolutions
+
+
+def depthwise_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    stride: int = 1,
+    padding: str | int | tuple[int, int] = "same",
+    boundary: str = "zeros",
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Depthwise 1-D correlation with a channel multiplier and stride.
+
+    ``y[..., o, l] = Σ_k weight[o, k] · x̃[..., o // M, l·stride + k - left]``, ``M = weight.shape[0] // C``.
+
+    Args:
+        x: signals ``(..., C, L)``, float16/bfloat16/float32/float64, any strides.
+        weight: taps ``(C·M, K)``; rows ``c·M .. c·M+M-1`` filter channel ``c``.
+        stride: output decimation >= 1. Default 1.
+        padding: "same" (default), "valid", "full", an int or ``(left, right)``.
+        boundary: "zeros" (default), "reflect", "symmetric", "replicate" or "circular".
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        ``(..., C·M, L')`` with ``L' = (L + left + right - K) // stride + 1``, in ``x``'s dtype
+        (float32 accumulation for float16/bfloat16).
+
+    Shape:
+        x ``(..., C, L)``, weight ``(C·M, K)`` → ``(..., C·M, L')``.
+
+    Raises:
+        ParameterTypeError / ParameterValueError: non-floating tensors, a weight whose rows are not a
+        multiple of ``C``, a signal shorter than a "valid" kernel, bad option values.
+
+    Example:
+        >>> y = depthwise_conv1d(torch.randn(2, 3, 100), torch.randn(6, 5), stride=2)   # (2, 6, 50)
+    """
+    x = _check_input("x", x, 2)
+    c, n = x.shape[-2], x.shape[-1]
+    weight = _check_weight("weight", weight, dim=2, x=x, channels=c)
+    stride = check_int("stride", stride, min_value=1)
+    boundary = _check_boundary(boundary)
+    before, after = _pads1d(padding, weight.shape[1])
+    _out_len("x.shape[-1]", n, weight.shape[1], before, after, stride)
+    lead = x.shape[:-2]
+    x4 = x.reshape(-1, c, 1, n)
+    chosen = _DW2D.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
+    y = _DW2D(
+        x4,
+        weight.unsqueeze(1),
+        stride=(1, stride),
+        pads=(0, 0, before, after),
+        boundary=boundary,
+        backend=chosen,
+    )
+    return y.reshape(*lead, weight.shape[0], y.shape[-1])
+
+
+def depthwise_conv2d(
+    x: torch.Tensor,
+    weight: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+    *,
+    stride: int | tuple[int, int] = 1,
+    padding: str | int | tuple = "same",
+    boundary: str = "zeros",
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Depthwise 2-D correlation with a channel multiplier and stride; separable when given two 1-D banks.
+
+    ``y[n, o, h, w] = Σ_ij weight[o, i, j] · x̃[n, o // M, h·sy + i - top, w·sx + j - left]``.
+
+    Args:
+        x: images ``(N, C, H, W)`` (contiguous or channels_last; any strides), floating.
+        weight: ``(C·M, kh, kw)``, or a pair ``(weight_y (C·M, kh), weight_x (C·M, kw))`` for the separable
+            kernel ``weight_y[o, i] · weight_x[o, j]`` (computed as a column pass then a row pass).
+        stride: int or ``(sy, sx)``. Default 1.
+        padding: "same" (default), "valid", "full", an int, a ``(rows, cols)`` pair of those, or
+            ``(top, bottom, left, right)``.
+        boundary: "zeros" (default), "reflect", "symmetric", "replicate" or "circular".
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        ``(N, C·M, H', W')`` in ``x``'s dtype and memory format.
+
+    Raises:
+        ParameterTypeError / ParameterValueError: as :func:`depthwise_conv1d`.
+
+    Example:
+        >>> y = depthwise_conv2d(torch.randn(1, 3, 32, 32), torch.randn(3, 7, 7), boundary="reflect")
+    """
+    x = _check_input("x", x, 4)
+    if x.dim() != 4:
+        raise bad_value("x", x, "a tensor (N, C, H, W)")
+    c = x.shape[1]
+    sy, sx = _pair("stride", stride)
+    boundary = _check_boundary(boundary)
+    if isinstance(weight, (tuple, list)):
+        if len(weight) != 2:
+            raise bad_value("weight", weight, "a tensor (C·M, kh, kw) or a pair (weight_y, weight_x)")
+        wy = _check_weight("weight[0]", weight[0], dim=2, x=x, channels=c)
+        wx = _check_weight("weight[1]", weight[1], dim=2, x=x, channels=c)
+        if wy.shape[0] != wx.shape[0]:
+            raise bad_value("weight[1]", wx, f"a tensor with {wy.shape[0]} rows like weight[0]")
+        kh, kw = wy.shape[1], wx.shape[1]
+        op, args = _DW2D_SEP, (wy, wx)
+    else:
+        w = _check_weight("weight", weight, dim=3, x=x, channels=c)
+        kh, kw = w.shape[1], w.shape[2]
+        op, args = _DW2D, (w,)
+    pads = _pads2d(padding, kh, kw)
+    _out_len("x.shape[-2]", x.shape[2], kh, pads[0], pads[1], sy)
+    _out_len("x.shape[-1]", x.shape[3], kw, pads[2], pads[3], sx)
+    chosen = op.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
+    return op(x, *args, stride=(sy, sx), pads=pads, boundary=boundary, backend=chosen)
+
+
+def fir_filter(
+    x: torch.Tensor, taps: torch.Tensor, *, boundary: str = "zeros", backend: Backend | None = None
+) -> torch.Tensor:
+    """Causal FIR filtering ``y[n] = Σ_k taps[k] · x̃[n - k]`` (``scipy.signal.lfilter(taps, 1, x)`` for
+    ``boundary="zeros"``; other boundaries extend the signal into the past).
+
+    Args:
+        x: signals ``(..., L)`` when ``taps`` is 1-D, ``(..., C, L)`` when ``taps`` is ``(C, K)``.
+        taps: ``(K,)`` (one filter for every signal) or ``(C, K)`` (one per channel).
+        boundary: see the module docstring. Default "zeros".
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        Tensor of ``x``'s shape and dtype.
+
+    Example:
+        >>> y = fir_filter(torch.randn(8, 16000), lowpass_taps(2e3, fs=16e3, numtaps=63).float())
+    """
+    x = _check_input("x", x, 1)
+    taps = check_tensor("taps", taps, dtypes=FLOATING_DTYPES, min_dim=1, max_dim=2)
+    if taps.device != x.device:
+        raise bad_value("taps", taps, f"a tensor on the input's device {x.device}")
+    k = taps.shape[-1]
+    if taps.dim() == 1:
+        y = depthwise_conv1d(
+            x.unsqueeze(-2), taps.flip(-1)[None], padding=(k - 1, 0), boundary=boundary, backend=backend
+        )
+        return y.squeeze(-2)
+    if x.dim() < 2 or x.shape[-2] != taps.shape[0]:
+        raise bad_value("x", x, f"a tensor (..., {taps.shape[0]}, L) matching taps' {taps.shape[0]} filters")
+    return depthwise_conv1d(x, taps.flip(-1), padding=(k - 1, 0), boundary=boundary, backend=backend)
+
+
+def filter_bank(
+    x: torch.Tensor,
+    bank: torch.Tensor,
+    *,
+    stride: int = 1,
+    boundary: str = "zeros",
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Apply ``F`` causal FIR filters to every signal:
+    ``y[..., f, n] = Σ_k bank[f, k] · x̃[..., n·stride - k]``.
+
+    Args:
+        x: signals ``(..., L)``.
+        bank: ``(F, K)`` filters (e.g. :func:`gammatone_bank`).
+        stride: output decimation. Default 1.
+        boundary: see the module docstring. Default "zeros".
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        ``(..., F, ceil(L / stride))``.
+
+    Example:
+        >>> bank = gammatone_bank(erb_space(100.0, 4000.0, 16), fs=16e3, numtaps=128).float()
+        >>> y = filter_bank(torch.randn(2, 16000), bank)                 # (2, 16, 16000)
+    """
+    x = _check_input("x", x, 1)
+    bank = check_tensor("bank", bank, dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
+    if bank.device != x.device:
+        raise bad_value("bank", bank, f"a tensor on the input's device {x.device}")
+    k = bank.shape[1]
+    return depthwise_conv1d(
+        x.unsqueeze(-2), bank.flip(-1), stride=stride, padding=(k - 1, 0), boundary=boundary, backend=backend
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# kornia.filters-compatible 2-D ops
+
+
+def _kornia_border(border_type: Any) -> str:
+    return _KORNIA_BORDERS[check_choice("border_type", border_type, tuple(_KORNIA_BORDERS))]
+
+
+def _check_image(input: Any) -> torch.Tensor:
+    x = _check_input("input", input, 4)
+    if x.dim() != 4:
+        raise bad_value("input", input, "a tensor (B, C, H, W)")
+    return x
+
+
+def _per_channel(k: torch.Tensor, channels: int, x: torch.Tensor) -> torch.Tensor:
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return k.to(device=x.device, dtype=dtype).expand(channels, *k.shape).contiguous()
+
+
+def _gaussian_bank(
+    kernel_size: Any, sigma: Any, x: torch.Tensor
+) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor, bool]:
+    """Per-batch or shared 1-D Gaussians ``(B or 1, ky)``, ``(B or 1, kx)`` and whether they vary by batch."""
+    ky, kx = _pair("kernel_size", kernel_size)
+    if isinstance(sigma, torch.Tensor):
+        if sigma.dim() != 2 or sigma.shape[1] != 2 or sigma.shape[0] not in (1, x.shape[0]):
+            raise bad_value("sigma", sigma, f"a pair (sy, sx) or a tensor (B, 2) with B = 1 or {x.shape[0]}")
+        pairs = [(float(s[0]), float(s[1])) for s in sigma.detach().cpu().double()]
+    elif isinstance(sigma, (tuple, list)) and len(sigma) == 2:
+        pairs = [(float(sigma[0]), float(sigma[1]))]
+    else:
+        raise bad_value("sigma", sigma, "a pair (sy, sx) or a tensor (B, 2)")
+    gy = torch.stack([gaussian_kernel1d(ky, sy) for sy, _ in pairs])
+    gx = torch.stack([gaussian_kernel1d(kx, sx) for _, sx in pairs])
+    return (ky, kx), gy, gx, len(pairs) > 1
+
+
+def gaussian_blur2d(
+    input: torch.Tensor,
+    kernel_size: tuple[int, int] | int,
+    sigma: tuple[float, float] | torch.Tensor,
+    border_type: str = "reflect",
+    separable: bool = True,
+    *,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Gaussian blur, ``kornia.filters.gaussian_blur2d``'s signature and values.
+
+    Args:
+        input: ``(B, C, H, W)``.
+        kernel_size: ``(ky, kx)`` or one int.
+        sigma: ``(sy, sx)`` in pixels, or a tensor ``(B, 2)`` of per-image sigmas.
+        border_type: "reflect" (default), "constant", "replicate" or "circular".
+        separable: column pass then row pass (True, default) or one 2-D stencil.
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        ``(B, C, H, W)``.
+    """
+    x = _check_image(input)
+    boundary = _kornia_border(border_type)
+    _, gy, gx, per_batch = _gaussian_bank(kernel_size, sigma, x)
+    b, c, h, w = x.shape
+    if per_batch:
+        # Fold the batch into channels: each image gets its own kernel row.
+        xs = x.reshape(1, b * c, h, w)
+        wy = gy.repeat_interleave(c, 0).to(device=x.device, dtype=_wdtype(x))
+        wx = gx.repeat_interleave(c, 0).to(device=x.device, dtype=_wdtype(x))
+    else:
+        xs, wy, wx = x, _per_channel(gy[0], c, x), _per_channel(gx[0], c, x)
+    if separable:
+        y = depthwise_conv2d(xs, (wy, wx), boundary=boundary, backend=backend)
+    else:
+        y = depthwise_conv2d(xs, wy[:, :, None] * wx[:, None, :], boundary=boundary, backend=backend)
+    return y.reshape(b, c, *y.shape[2:]) if per_batch else y
+
+
+def _wdtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def box_blur(
+    input: torch.Tensor,
+    kernel_size: tuple[int, int] | int,
+    border_type: str = "reflect",
+    separable: bool = True,
+    *,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Normalised box blur, ``kornia.filters.box_blur``'s signature and values. Arguments as
+    :func:`gaussian_blur2d`."""
+    x = _check_image(input)
+    boundary = _kornia_border(border_type)
+    ky, kx = _pair("kernel_size", kernel_size)
+    c = x.shape[1]
+    if separable:
+        wy = _per_channel(torch.full((ky,), 1.0 / ky, dtype=torch.float64), c, x)
+        wx = _per_channel(torch.full((kx,), 1.0 / kx, dtype=torch.float64), c, x)
+        return depthwise_conv2d(x, (wy, wx), boundary=boundary, backend=backend)
+    return depthwise_conv2d(x, _per_channel(box_kernel((ky, kx)), c, x), boundary=boundary, backend=backend)
+
+
+def sobel(
+    input: torch.Tensor, normalized: bool = True, eps: float = 1e-6, *, backend: Backend | None = None
+) -> torch.Tensor:
+    """Sobel gradient magnitude ``sqrt(gx² + gy² + eps)``, ``kornia.filters.sobel``'s values (replicate
+    border, kernels divided by 8 when ``normalized``).
+
+    Args:
+        input: ``(B, C, H, W)``.
+        normalized: divide the kernels by their absolute sum. Default True.
+        eps: added under the square root (keeps the gradient finite). Default 1e-6.
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        ``(B, C, H, W)``.
+    """
+    x = _check_image(input)
+    eps = check_float("eps", eps, min_value=0.0)
+    b, c, h, w = x.shape
+    # Channel multiplier 2: both derivatives of every channel in one launch.
+    k = sobel_kernels(normalized=bool(normalized)).to(device=x.device, dtype=_wdtype(x))
+    g = depthwise_conv2d(x, k.repeat(c, 1, 1), boundary="replicate", backend=backend)
+    g = g.reshape(b, c, 2, h, w)
+    return torch.sqrt(g[:, :, 0] * g[:, :, 0] + g[:, :, 1] * g[:, :, 1] + eps)
+
+
+def laplacian(
+    input: torch.Tensor,
+    kernel_size: tuple[int, int] | int,
+    border_type: str = "reflect",
+    normalized: bool = True,
+    *,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Laplacian filter, ``kornia.filters.laplacian``'s signature and values."""
+    x = _check_image(input)
+    boundary = _kornia_border(border_type)
+    k = laplacian_kernel(kernel_size, normalized=bool(normalized))
+    return depthwise_conv2d(x, _per_channel(k, x.shape[1], x), boundary=boundary, backend=backend)
+
+
+def unsharp_mask(
+    input: torch.Tensor,
+    kernel_size: tuple[int, int] | int,
+    sigma: tuple[float, float] | torch.Tensor,
+    border_type: str = "reflect",
+    *,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Unsharp masking ``input + (input - gaussian_blur2d(input, ...))``, ``kornia.filters.unsharp_mask``'s
+    values."""
+    blurred = gaussian_blur2d(input, kernel_size, sigma, border_type, backend=backend)
+    return input + (input - blurred)
+
+
+# ---------------------------------------------------------------------------------------------
+# resampling
+
+
+@lru_cache(maxsize=32)
+def _polyphase(
+    orig: int, new: int, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
+) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]:
+    """torchaudio's bank ``(new, K)`` and ``width``, plus the compact form the kernel reads: per phase only
+    the taps inside the window (outside it torchaudio's taps are < 1e-15), as ``(new, J)`` and offsets."""
+    kernel, width = sinc_resample_kernel(
+        orig, new, lowpass_filter_width=lowpass_filter_width, rolloff=rolloff, method=method, beta=beta
+    )
+    k = kernel.shape[1]
+    base = min(orig, new) * rolloff
+    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, :] / orig
+    t = (torch.arange(0, -new, -1, dtype=torch.float64)[:, None] / new + idx) * base
+    inside = t.abs() < lowpass_filter_width
+    pos = torch.arange(k)
+    first = torch.where(inside, pos, k).min(1).values.clamp(max=k - 1)
+    last = torch.where(inside, pos, -1).max(1).values.clamp(min=0)
+    j = int((last - first).max().item()) + 1
+    cols = first[:, None] + torch.arange(j)[None, :]
+    compact = torch.where(cols < k, kernel.gather(1, cols.clamp(max=k - 1)), torch.zeros(()))
+    offsets = (first - width).to(torch.int32)
+    return kernel, width, compact, offsets
+
+
+def resample(
+    waveform: torch.Tensor,
+    orig_freq: int,
+    new_freq: int,
+    lowpass_filter_width: int = 6,
+    rolloff: float = 0.99,
+    resampling_method: str = "sinc_interp_hann",
+    beta: float | None = None,
+    *,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Band-limited sinc resampling, ``torchaudio.functional.resample``'s signature and values.
+
+    One strided polyphase launch: output ``l·new + p`` is phase ``p``'s FIR over ``x[l·orig + offset_p ...]``
+    (rates reduced by their gcd).
+
+    Args:
+        waveform: ``(..., L)`` floating.
+        orig_freq, new_freq: integer sampling rates (Hz) > 0.
+        lowpass_filter_width: zero crossings of the sinc on each side. Default 6.
+        rolloff: cutoff as a fraction of the lower Nyquist rate, in (0, 1]. Default 0.99.
+        resampling_method: "sinc_interp_hann" (default) or "sinc_interp_kaiser".
+        beta: Kaiser β (default 14.769656459379492).
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        ``(..., ceil(new_freq · L / orig_freq))``; ``waveform`` itself when the rates are equal.
+
+    Example:
+        >>> y = resample(torch.randn(4, 44100), 44100, 16000)   # (4, 16000)
+    """
+    x = _check_input("waveform", waveform, 1)
+    rates = []
+    for name, v in (("orig_freq", orig_freq), ("new_freq", new_freq)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or v <= 0 or int(v) != v:
+            raise bad_value(name, v, "a positive integer rate in Hz")
+        rates.append(int(v))
+    lowpass_filter_width = check_int("lowpass_filter_width", lowpass_filter_width, min_value=1)
+    rolloff = check_float("rolloff", rolloff, min_value=0.0, max_value=1.0, min_inclusive=False)
+    check_choice("resampling_method", resampling_method, ("sinc_interp_hann", "sinc_interp_kaiser"))
+    if beta is not None:
+        beta = check_float("beta", beta, min_value=0.0)
+    if rates[0] == rates[1]:
+        return waveform
+    g = math.gcd(*rates)
+    orig, new = rates[0] // g, rates[1] // g
+    kernel, width, compact, offsets = _polyphase(
+        orig, new, lowpass_filter_width, rolloff, resampling_method, beta
+    )
+    lead, n = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, n)
+    chosen = _RESAMPLE.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
+    if chosen == "triton":
+        y = _RESAMPLE(
+            x2, orig=orig, new=new, compact=compact.to(x.device), offsets=offsets.to(x.device), backend=chosen
+        )
+    else:
+        y = _RESAMPLE(x2, orig=orig, new=new, kernel=kernel.to(x.device), width=width, backend=chosen)
+    return y.reshape(*lead, y.shape[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# modules
+
+
+def _register_taps(module: nn.Module, name: str, value: torch.Tensor, trainable: bool) -> None:
+    if trainable:
+        module.register_parameter(name, nn.Parameter(value))
+    else:
+        module.register_buffer(name, value)
+
+
+class DepthwiseConv1d(nn.Module):
+    """:func:`depthwise_conv1d` with its taps as a buffer (or a parameter with ``trainable=True``)."""
+
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        *,
+        stride: int = 1,
+        padding: str | int | tuple[int, int] = "same",
+        boundary: str = "zeros",
+        trainable: bool = False,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        weight = check_tensor("weight", weight, dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
+        _register_taps(self, "weight", weight.detach().clone(), trainable)
+        self.stride, self.padding, self.boundary, self.backend = (
+            stride,
+            padding,
+            _check_boundary(boundary),
+            backend,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return depthwise_conv1d(
+            x,
+            self.weight,
+            stride=self.stride,
+            padding=self.padding,
+            boundary=self.boundary,
+            backend=self.backend,
+        )
+
+
+class DepthwiseConv2d(nn.Module):
+    """:func:`depthwise_conv2d` with its taps (full ``weight`` or ``weight_y``/``weight_x``) as buffers."""
+
+    def __init__(
+        self,
+        weight: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+        *,
+        stride: int | tuple[int, int] = 1,
+        padding: str | int | tuple = "same",
+        boundary: str = "zeros",
+        trainable: bool = False,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        self.separable = isinstance(weight, (tuple, list))
+        if self.separable:
+            _register_taps(self, "weight_y", weight[0].detach().clone(), trainable)
+            _register_taps(self, "weight_x", weight[1].detach().clone(), trainable)
+        else:
+            _register_taps(self, "weight", weight.detach().clone(), trainable)
+        self.stride, self.padding, self.boundary, self.backend = (
+            stride,
+            padding,
+            _check_boundary(boundary),
+            backend,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = (self.weight_y, self.weight_x) if self.separable else self.weight
+        return depthwise_conv2d(
+            x, w, stride=self.stride, padding=self.padding, boundary=self.boundary, backend=self.backend
+        )
+
+
+class FIRFilter(nn.Module):
+    """:func:`fir_filter` with ``taps`` as a buffer."""
+
+    def __init__(
+        self,
+        taps: torch.Tensor,
+        *,
+        boundary: str = "zeros",
+        trainable: bool = False,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        taps = check_tensor("taps", taps, dtypes=FLOATING_DTYPES, min_dim=1, max_dim=2)
+        _register_taps(self, "taps", taps.detach().clone(), trainable)
+        self.boundary, self.backend = _check_boundary(boundary), backend
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fir_filter(x, self.taps, boundary=self.boundary, backend=self.backend)
+
+
+class FilterBank(nn.Module):
+    """:func:`filter_bank` with ``bank`` as a buffer."""
+
+    def __init__(
+        self,
+        bank: torch.Tensor,
+        *,
+        stride: int = 1,
+        boundary: str = "zeros",
+        trainable: bool = False,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        bank = check_tensor("bank", bank, dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
+        _register_taps(self, "bank", bank.detach().clone(), trainable)
+        self.stride, self.boundary, self.backend = stride, _check_boundary(boundary), backend
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return filter_bank(x, self.bank, stride=self.stride, boundary=self.boundary, backend=self.backend)
+
+
+class GaussianBlur2d(nn.Module):
+    """:func:`gaussian_blur2d` as a module (kornia's ``GaussianBlur2d`` arguments)."""
+
+    def __init__(
+        self,
+        kernel_size: tuple[int, int] | int,
+        sigma: tuple[float, float],
+        border_type: str = "reflect",
+        separable: bool = True,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        (ky, kx) = _pair("kernel_size", kernel_size)
+        self.register_buffer("kernel_y", gaussian_kernel1d(ky, float(sigma[0])))
+        self.register_buffer("kernel_x", gaussian_kernel1d(kx, float(sigma[1])))
+        self.border_type, self.separable, self.backend = border_type, separable, backend
+        _kornia_border(border_type)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = _check_image(input)
+        c = x.shape[1]
+        wy, wx = _per_channel(self.kernel_y, c, x), _per_channel(self.kernel_x, c, x)
+        w = (wy, wx) if self.separable else wy[:, :, None] * wx[:, None, :]
+        return depthwise_conv2d(x, w, boundary=_kornia_border(self.border_type), backend=self.backend)
+
+
+class BoxBlur(nn.Module):
+    """:func:`box_blur` as a module."""
+
+    def __init__(
+        self,
+        kernel_size: tuple[int, int] | int,
+        border_type: str = "reflect",
+        separable: bool = True,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.border_type, self.separable, self.backend = (
+            kernel_size,
+            border_type,
+            separable,
+            backend,
+        )
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return box_blur(input, self.kernel_size, self.border_type, self.separable, backend=self.backend)
+
+
+class Sobel(nn.Module):
+    """:func:`sobel` as a module."""
+
+    def __init__(self, normalized: bool = True, eps: float = 1e-6, *, backend: Backend | None = None) -> None:
+        super().__init__()
+        self.normalized, self.eps, self.backend = normalized, eps, backend
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return sobel(input, self.normalized, self.eps, backend=self.backend)
+
+
+class Laplacian(nn.Module):
+    """:func:`laplacian` as a module."""
+
+    def __init__(
+        self,
+        kernel_size: tuple[int, int] | int,
+        border_type: str = "reflect",
+        normalized: bool = True,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.border_type, self.normalized, self.backend = (
+            kernel_size,
+            border_type,
+            normalized,
+            backend,
+        )
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return laplacian(input, self.kernel_size, self.border_type, self.normalized, backend=self.backend)
+
+
+class UnsharpMask(nn.Module):
+    """:func:`unsharp_mask` as a module."""
+
+    def __init__(
+        self,
+        kernel_size: tuple[int, int] | int,
+        sigma: tuple[float, float],
+        border_type: str = "reflect",
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.sigma, self.border_type, self.backend = (
+            kernel_size,
+            sigma,
+            border_type,
+            backend,
+        )
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return unsharp_mask(input, self.kernel_size, self.sigma, self.border_type, backend=self.backend)
+
+
+class Resample(nn.Module):
+    """:func:`resample` as a module (torchaudio's ``transforms.Resample`` arguments); the polyphase bank is
+    cached per rate pair."""
+
+    def __init__(
+        self,
+        orig_freq: int = 16000,
+        new_freq: int = 16000,
+        resampling_method: str = "sinc_interp_hann",
+        lowpass_filter_width: int = 6,
+        rolloff: float = 0.99,
+        beta: float | None = None,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        self.orig_freq, self.new_freq = orig_freq, new_freq
+        self.resampling_method, self.lowpass_filter_width = resampling_method, lowpass_filter_width
+        self.rolloff, self.beta, self.backend = rolloff, beta, backend
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        return resample(
+            waveform,
+            self.orig_freq,
+            self.new_freq,
+            self.lowpass_filter_width,
+            self.rolloff,
+            self.resampling_method,
+            self.beta,
+            backend=self.backend,
+        )

@@ -1,0 +1,152 @@
+"""Depthwise convolution (1-D, 2-D, separable) and polyphase resampling in plain torch.
+
+The CPU path of :mod:`nbxsig.filters` and the float64 oracle of its Triton kernels. Boundaries are
+index maps (:func:`boundary_index`): the extended signal is gathered with them and handed to
+``F.conv2d`` with ``groups=C``. Autograd flows through the gather and the convolution, so the
+torch backend is trainable as it is. float16/bfloat16 inputs are computed in float32 and rounded
+once, like the kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+BOUNDARIES = ("zeros", "reflect", "symmetric", "replicate", "circular")
+
+
+def boundary_index(positions: torch.Tensor, n: int, boundary: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Map integer ``positions`` (any, possibly outside ``[0, n)``) to indices into a length-``n`` axis.
+
+    Returns ``(index, valid)``; ``valid`` is False only for ``"zeros"`` outside the signal (those read 0).
+
+    * reflect: ``... 2 1 | 0 1 2 ... n-1 | n-2 ...`` (numpy/torch "reflect", period ``2n-2``)
+    * symmetric: ``... 1 0 | 0 1 ... n-1 | n-1 ...`` (half-sample; scipy.ndimage "reflect", period ``2n``)
+    * replicate: clamp; circular: modulo ``n``.
+    """
+    valid = torch.ones_like(positions, dtype=torch.bool)
+    if boundary == "zeros":
+        valid = (positions >= 0) & (positions < n)
+        index = positions.clamp(0, n - 1)
+    elif boundary == "reflect":
+        if n == 1:
+            index = torch.zeros_like(positions)
+        else:
+            period = 2 * n - 2
+            m = torch.remainder(positions, period)
+            index = torch.where(m >= n, period - m, m)
+    elif boundary == "symmetric":
+        m = torch.remainder(positions, 2 * n)
+        index = torch.where(m >= n, 2 * n - 1 - m, m)
+    elif boundary == "replicate":
+        index = positions.clamp(0, n - 1)
+    elif boundary == "circular":
+        index = torch.remainder(positions, n)
+    else:  # validated by the public layer
+        raise ValueError(boundary)
+    return index, valid
+
+
+def _extend(x: torch.Tensor, dim: int, before: int, after: int, boundary: str) -> torch.Tensor:
+    n = x.shape[dim]
+    pos = torch.arange(-before, n + after, device=x.device)
+    index, valid = boundary_index(pos, n, boundary)
+    out = x.index_select(dim, index)
+    if not bool(valid.all()):
+        shape = [1] * x.dim()
+        shape[dim] = -1
+        out = out * valid.view(shape).to(out.dtype)
+    return out
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def depthwise_conv2d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    boundary: str,
+) -> torch.Tensor:
+    """``y[n, o, h, w] = Σ_ij weight[o, i, j] · x̃[n, o // M, h·sy + i - top, w·sx + j - left]``.
+
+    ``x`` (N, C, H, W); ``weight`` (C·M, kh, kw); ``pads = (top, bottom, left, right)``; ``x̃`` is ``x``
+    extended by ``boundary``. Output (N, C·M, H', W') in ``x``'s dtype.
+    """
+    dtype = _compute_dtype(x.dtype)
+    c = x.shape[1]
+    top, bottom, left, right = pads
+    xe = _extend(_extend(x.to(dtype), 2, top, bottom, boundary), 3, left, right, boundary)
+    y = F.conv2d(xe, weight.to(dtype).unsqueeze(1), stride=stride, groups=c)
+    return y.to(x.dtype)
+
+
+def depthwise_conv2d_separable(
+    x: torch.Tensor,
+    weight_y: torch.Tensor,
+    weight_x: torch.Tensor,
+    *,
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    boundary: str,
+) -> torch.Tensor:
+    """The rank-1 kernel ``weight_y[o, i] · weight_x[o, j]``, as a column pass then a row pass."""
+    dtype = _compute_dtype(x.dtype)
+    top, bottom, left, right = pads
+    mid = depthwise_conv2d(
+        x.to(dtype), weight_y.unsqueeze(2), stride=(stride[0], 1), pads=(top, bottom, 0, 0), boundary=boundary
+    )
+    y = depthwise_conv2d(
+        mid, weight_x.unsqueeze(1), stride=(1, stride[1]), pads=(0, 0, left, right), boundary=boundary
+    )
+    return y.to(x.dtype)
+
+
+def depthwise_conv1d(
+    x: torch.Tensor, weight: torch.Tensor, *, stride: int, pads: tuple[int, int], boundary: str
+) -> torch.Tensor:
+    """``y[b, o, l] = Σ_k weight[o, k] · x̃[b, o // M, l·stride + k - left]``; ``x`` (B, C, L)."""
+    y = depthwise_conv2d(
+        x.unsqueeze(2), weight.unsqueeze(1), stride=(1, stride), pads=(0, 0, *pads), boundary=boundary
+    )
+    return y.squeeze(2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resampling (torchaudio.functional.resample)
+
+
+def sinc_resample_kernel(
+    orig: int, new: int, *, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
+) -> tuple[torch.Tensor, int]:
+    """torchaudio's polyphase bank ``(new, 2·width + orig)`` in float64 (``orig``, ``new`` reduced by their
+    gcd) and ``width``; phase ``p`` computes output ``l·new + p`` from ``x[l·orig - width + k]``."""
+    base = min(orig, new) * rolloff
+    width = math.ceil(lowpass_filter_width * orig / base)
+    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, :] / orig
+    t = torch.arange(0, -new, -1, dtype=torch.float64)[:, None] / new + idx
+    t = (t * base).clamp(-lowpass_filter_width, lowpass_filter_width)
+    if method == "sinc_interp_hann":
+        window = torch.cos(t * math.pi / lowpass_filter_width / 2) ** 2
+    else:
+        b = torch.tensor(14.769656459379492 if beta is None else float(beta), dtype=torch.float64)
+        window = torch.i0(b * torch.sqrt(1 - (t / lowpass_filter_width) ** 2)) / torch.i0(b)
+    t = t * math.pi
+    kernel = torch.where(t == 0, torch.ones_like(t), torch.sin(t) / t)
+    return kernel * window * (base / orig), width
+
+
+def resample(x: torch.Tensor, *, orig: int, new: int, kernel: torch.Tensor, width: int) -> torch.Tensor:
+    """Apply the bank from :func:`sinc_resample_kernel` as torchaudio does:
+    ``x`` (B, L) → (B, ceil(new·L/orig))."""
+    dtype = _compute_dtype(x.dtype)
+    b, length = x.shape
+    xp = F.pad(x.to(dtype), (width, width + orig))
+    y = F.conv1d(xp[:, None], kernel.to(dtype)[:, None], stride=orig)
+    y = y.transpose(1, 2).reshape(b, -1)
+    return y[:, : -(-new * length // orig)].to(x.dtype)
