@@ -117,6 +117,12 @@ def execute(
     except batch.BatchUsageError as exc:
         raise click.UsageError(str(exc)) from None
     single = len(inputs) == 1 and not inputs[0].startswith("@") and not os.path.isdir(inputs[0])
+    if opts.output is not None:
+        # An output folder inside a searched input folder must not feed the next run its outputs.
+        out_real = os.path.realpath(opts.output)
+        part = [
+            f for f in part if not (f.from_folder and os.path.realpath(f.path).startswith(out_real + os.sep))
+        ]
     tasks, out_dir = batch.plan(part, output=opts.output, suffix=suffix, single_input=single)
     manifest = Path(opts.manifest) if opts.manifest else (out_dir / "manifest.jsonl" if out_dir else None)
     jobs = batch.default_jobs() if opts.jobs is None else opts.jobs

@@ -8,6 +8,7 @@ from nbxsig import __version__
 
 from .bench import bench
 from .features import mel
+from .filters import filter_, resample
 from .info import info
 from .spectral import istft, stft
 
@@ -24,7 +25,7 @@ def main() -> None:
     """
 
 
-for command in (info, stft, istft, mel, bench):
+for command in (info, stft, istft, mel, filter_, resample, bench):
     main.add_command(command)
 
 

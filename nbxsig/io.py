@@ -325,6 +325,9 @@ def write_audio(
     arr = arr[None] if arr.ndim == 1 else arr
     if subtype is not None and not soundfile.check_format(fmt, subtype):
         raise InputFileError(f"{path}: subtype {subtype!r} cannot be written in {fmt} files")
+    if subtype is None or subtype.startswith(("PCM", "ULAW", "ALAW", "DPCM", "DWVW")):
+        # Integer formats: clip rather than let libsndfile wrap out-of-range samples around.
+        arr = np.clip(arr, -1.0, 1.0)
     with atomic_open(path) as f:
         soundfile.write(f, np.ascontiguousarray(arr.T), int(sample_rate), subtype=subtype, format=fmt)
 
