@@ -48,8 +48,12 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line."),
         click.option("-v", "--verbose", is_flag=True, help="Also print throughput and where the time went."),
-        click.option("--shard", metavar="K/N", help="Process only the K-th of N deterministic parts (1 ≤ K ≤ N)."),
-        click.option("--glob", metavar="PATTERN", help="Select files in folders by this pattern (e.g. '*.flac')."),
+        click.option(
+            "--shard", metavar="K/N", help="Process only the K-th of N deterministic parts (1 ≤ K ≤ N)."
+        ),
+        click.option(
+            "--glob", metavar="PATTERN", help="Select files in folders by this pattern (e.g. '*.flac')."
+        ),
         click.option(
             "-j",
             "--jobs",

@@ -44,17 +44,18 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
     --sample-rate asks) and reflect-padded by n_fft // 2 on its own, the batch is zero-padded to the
     longest and transformed with center=False, and each file's frames are cut back to its own count.
     Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only."""
+    import nbxsig.features
     import torch
     import torch.nn.functional as F
-
-    import nbxsig.features
 
     for it in items:
         if it.rate_assumed and p.sample_rate is None:
             notice(f"arrays carry no sample rate; assuming {it.sample_rate} Hz (--sample-rate)")
     signals, rates = [], set()
     for it in items:
-        x, rate = _to_rate(torch.from_numpy(it.data).to(device), it.sample_rate, 16000 if p.whisper else p.sample_rate)
+        x, rate = _to_rate(
+            torch.from_numpy(it.data).to(device), it.sample_rate, 16000 if p.whisper else p.sample_rate
+        )
         signals.append(x)
         rates.add(rate)
     (rate,) = rates  # the group key makes them equal

@@ -143,7 +143,9 @@ def _load_taps(path: str) -> Any:
 @click.command(name="filter")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("--lowpass", type=click.FloatRange(min=0, min_open=True), metavar="HZ", help="Audio: lowpass.")
-@click.option("--highpass", type=click.FloatRange(min=0, min_open=True), metavar="HZ", help="Audio: highpass.")
+@click.option(
+    "--highpass", type=click.FloatRange(min=0, min_open=True), metavar="HZ", help="Audio: highpass."
+)
 @click.option("--bandpass", type=(float, float), metavar="LO HI", help="Audio: bandpass (Hz).")
 @click.option("--taps", "taps_file", metavar="FILE.npy", help="Audio: FIR taps (1-D .npy), centred.")
 @click.option(
@@ -156,8 +158,12 @@ def _load_taps(path: str) -> Any:
 @click.option("--gaussian", type=click.FloatRange(min=0, min_open=True), metavar="SIGMA", help="Image blur.")
 @click.option("--box", type=click.IntRange(min=1), metavar="K", help="Image: K×K box blur.")
 @click.option("--sobel", is_flag=True, help="Image: Sobel gradient magnitude.")
-@click.option("--unsharp", type=click.FloatRange(min=0, min_open=True), metavar="SIGMA", help="Image sharpening.")
-@click.option("--sample-rate", type=click.IntRange(min=1), help="Rate (Hz) of .npy waveforms (required for them).")
+@click.option(
+    "--unsharp", type=click.FloatRange(min=0, min_open=True), metavar="SIGMA", help="Image sharpening."
+)
+@click.option(
+    "--sample-rate", type=click.IntRange(min=1), help="Rate (Hz) of .npy waveforms (required for them)."
+)
 @batch_options
 def filter_(
     inputs: tuple[str, ...],
@@ -237,13 +243,17 @@ def resample_save(item: nio.Audio, data: np.ndarray, output: Path, *, rate: int)
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("--rate", type=click.IntRange(min=1), required=True, help="New sample rate (Hz).")
-@click.option("--sample-rate", type=click.IntRange(min=1), help="Rate (Hz) of .npy waveforms (required for them).")
+@click.option(
+    "--sample-rate", type=click.IntRange(min=1), help="Rate (Hz) of .npy waveforms (required for them)."
+)
 @batch_options
 def resample(inputs: tuple[str, ...], rate: int, sample_rate: int | None, opts: BatchOptions) -> None:
     """Resample audio (or .npy waveforms) to --rate with a band-limited sinc (torchaudio's
     resample). Outputs keep the input's format and subtype; -o is required."""
     if opts.output is None:
-        raise click.UsageError("resample writes files of the input's type: name an output file or folder with -o")
+        raise click.UsageError(
+            "resample writes files of the input's type: name an output file or folder with -o"
+        )
     device = resolve_device(opts)
     job = batch.Job(
         load=functools.partial(load_signal_or_image, array_rate=sample_rate),

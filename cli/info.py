@@ -54,7 +54,8 @@ def _text(row: dict[str, Any]) -> str:
         )
     if row["kind"] == "array":
         parts = [
-            f"{name + ' ' if name else ''}{v['dtype']} {tuple(v['shape'])}" for name, v in row["arrays"].items()
+            f"{name + ' ' if name else ''}{v['dtype']} {tuple(v['shape'])}"
+            for name, v in row["arrays"].items()
         ]
         extra = f", {row['sample_rate']} Hz" if "sample_rate" in row else ""
         return f"{row['path']}: array {'; '.join(parts)}{extra}"

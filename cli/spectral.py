@@ -45,10 +45,9 @@ def stft_process(items: list[nio.Audio], *, p: StftParams, device: Any, notice: 
     file is centre-padded on its own (so its edges see its own samples, as torch.stft does), the
     batch is zero-padded to the longest and transformed with center=False, and each file's frames
     are cut back to its own count."""
+    import nbxsig.stft
     import torch
     import torch.nn.functional as F
-
-    import nbxsig.stft
 
     for it in items:
         if it.rate_assumed:
@@ -108,8 +107,12 @@ def stft_save(item: nio.Audio, spec: np.ndarray, output: Path, *, p: StftParams)
 @click.option("--n-fft", type=click.IntRange(min=1), required=True, help="FFT size (samples).")
 @click.option("--hop-length", type=click.IntRange(min=1), help="Hop (samples). Default: n_fft // 4.")
 @click.option("--win-length", type=click.IntRange(min=1), help="Window length ≤ n_fft. Default: n_fft.")
-@click.option("--window", type=click.Choice(WINDOWS), default="hann", show_default=True, help="Periodic window.")
-@click.option("--center/--no-center", default=True, show_default=True, help="Pad by n_fft // 2 on both sides.")
+@click.option(
+    "--window", type=click.Choice(WINDOWS), default="hann", show_default=True, help="Periodic window."
+)
+@click.option(
+    "--center/--no-center", default=True, show_default=True, help="Pad by n_fft // 2 on both sides."
+)
 @click.option(
     "--pad-mode",
     type=click.Choice(["reflect", "constant", "replicate", "circular"]),
@@ -175,7 +178,9 @@ def load_spectrum(path: Path) -> Spectrum:
     stored: dict[str, Any] = {}
     if isinstance(loaded, dict):
         if "spec" not in loaded:
-            raise nio.InputFileError(f"{path}: an .npz input needs a 'spec' array (as written by nbxsig stft)")
+            raise nio.InputFileError(
+                f"{path}: an .npz input needs a 'spec' array (as written by nbxsig stft)"
+            )
         arr = loaded["spec"]
         for key, value in loaded.items():
             if key != "spec" and value.ndim == 0:
@@ -192,7 +197,9 @@ def load_spectrum(path: Path) -> Spectrum:
             )
         arr = arr[..., 0] + 1j * arr[..., 1]
     else:
-        raise nio.InputFileError(f"{path}: a spectrum must be complex or real floating, got dtype {arr.dtype}")
+        raise nio.InputFileError(
+            f"{path}: a spectrum must be complex or real floating, got dtype {arr.dtype}"
+        )
     if arr.size == 0:
         raise nio.InputFileError(f"{path}: the spectrum is empty (shape {arr.shape})")
     nio.check_finite(path, arr)
@@ -244,12 +251,13 @@ def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, An
     )
 
 
-def istft_process(items: list[Spectrum], *, flags: IstftFlags, device: Any, notice: Notice) -> list[np.ndarray]:
+def istft_process(
+    items: list[Spectrum], *, flags: IstftFlags, device: Any, notice: Notice
+) -> list[np.ndarray]:
     """One nbxsig.stft.istft call for spectra of equal shape and parameters (the group key), which
     is exactly the per-file result (no padding: overlap-add would see the padding frames)."""
-    import torch
-
     import nbxsig.stft
+    import torch
 
     params = [istft_params(it, flags, notice) for it in items]
     p = params[0]
@@ -291,17 +299,23 @@ def istft_save(item: Spectrum, wave: np.ndarray, output: Path, *, subtype: str |
 
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
-@click.option("--n-fft", type=click.IntRange(min=1), help="FFT size. Default: the .npz's, else 2 * (bins - 1).")
+@click.option(
+    "--n-fft", type=click.IntRange(min=1), help="FFT size. Default: the .npz's, else 2 * (bins - 1)."
+)
 @click.option("--hop-length", type=click.IntRange(min=1), help="Hop. Default: the .npz's, else n_fft // 4.")
-@click.option("--win-length", type=click.IntRange(min=1), help="Window length. Default: the .npz's, else n_fft.")
+@click.option(
+    "--win-length", type=click.IntRange(min=1), help="Window length. Default: the .npz's, else n_fft."
+)
 @click.option("--window", type=click.Choice(WINDOWS), help="Periodic window. Default: the .npz's, else hann.")
 @click.option("--center/--no-center", default=None, help="Default: the .npz's, else --center.")
 @click.option("--normalized/--no-normalized", default=None, help="Default: the .npz's, else not normalized.")
-@click.option("--length", type=click.IntRange(min=1), help="Output samples. Default: the .npz's, else torch's.")
+@click.option(
+    "--length", type=click.IntRange(min=1), help="Output samples. Default: the .npz's, else torch's."
+)
 @click.option(
     "--sample-rate",
     type=click.IntRange(min=1),
-    help=f"Rate (Hz) of the audio written. Default: the .npz's, else {DEFAULT_ARRAY_RATE} (stated on stderr).",
+    help=f"Rate (Hz) of the audio written. Default: the .npz's, else {DEFAULT_ARRAY_RATE} (stated).",
 )
 @click.option(
     "--subtype",

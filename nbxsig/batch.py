@@ -164,7 +164,9 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
         k_text, n_text = spec.split("/")
         k, n = int(k_text), int(n_text)
     except ValueError:
-        raise BatchUsageError(f"--shard must be K/N with integers 1 ≤ K ≤ N (e.g. 1/4), got {spec!r}") from None
+        raise BatchUsageError(
+            f"--shard must be K/N with integers 1 ≤ K ≤ N (e.g. 1/4), got {spec!r}"
+        ) from None
     if not 1 <= k <= n:
         raise BatchUsageError(f"--shard must be K/N with 1 ≤ K ≤ N (e.g. 1/4), got {spec!r}")
     return k, n
@@ -326,8 +328,8 @@ class Summary:
         hours = self.audio_seconds / 3600 / self.seconds if self.seconds > 0 else 0.0
         return (
             f"{rate:.1f} files/s, {hours:.4f} audio-hours/s; decode {self.decode_seconds:.1f} s (workers), "
-            f"device {self.process_seconds:.1f} s in {self.batches} batches, write {self.save_seconds:.1f} s, "
-            f"waiting for decode {self.wait_seconds:.1f} s"
+            f"device {self.process_seconds:.1f} s in {self.batches} batches, "
+            f"write {self.save_seconds:.1f} s, waiting for decode {self.wait_seconds:.1f} s"
         )
 
 
@@ -368,7 +370,9 @@ class _Reporter:
 
         tqdm.write(text, file=self.stream)
 
-    def row(self, task: Task, status: str, *, error: str | None = None, seconds: float = 0.0, value: Any = None):
+    def row(
+        self, task: Task, status: str, *, error: str | None = None, seconds: float = 0.0, value: Any = None
+    ):
         rate = getattr(value, "sample_rate", None)
         samples = getattr(value, "samples", None)
         setattr(self.summary, status, getattr(self.summary, status) + 1)
@@ -609,7 +613,10 @@ class _Engine:
         for it, result, exc in outcomes:
             if exc is not None:
                 self.reporter.row(
-                    it.task, "failed", error=_error_text(it.task.input, exc), seconds=it.decode_seconds + share
+                    it.task,
+                    "failed",
+                    error=_error_text(it.task.input, exc),
+                    seconds=it.decode_seconds + share,
                 )
                 continue
             fut = saver.submit(self._save, it, result)

@@ -243,7 +243,9 @@ def read_signal(path: str | os.PathLike[str], *, default_rate: int) -> Audio:
         raise InputFileError(f"{path}: unsupported input type (expected audio or a .npy waveform)")
     arr = read_array(path)
     assert isinstance(arr, np.ndarray)
-    if np.iscomplexobj(arr) or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+    if np.iscomplexobj(arr) or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
         raise InputFileError(f"{path}: a waveform must be a real array, got dtype {arr.dtype}")
     if arr.ndim == 0 or arr.size == 0:
         raise InputFileError(f"{path}: the array is empty (shape {arr.shape})")

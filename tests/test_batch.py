@@ -27,7 +27,15 @@ def _touch(root: Path, *names: str) -> None:
 
 
 def test_discover_folders_recursively_filtered_and_sorted(tmp_path: Path) -> None:
-    _touch(tmp_path, "in/b.wav", "in/a/c.FLAC", "in/notes.txt", "in/.hidden.wav", "in/.git/x.wav", "in/a/.d.wav.tmp-1-2")
+    _touch(
+        tmp_path,
+        "in/b.wav",
+        "in/a/c.FLAC",
+        "in/notes.txt",
+        "in/.hidden.wav",
+        "in/.git/x.wav",
+        "in/a/.d.wav.tmp-1-2",
+    )
     found = batch.discover([tmp_path / "in"], extensions=[".wav", ".flac"])
     assert [f.rel.as_posix() for f in found] == ["a/c.FLAC", "b.wav"]
     assert all(f.from_folder for f in found)
@@ -49,7 +57,9 @@ def test_discover_named_files_mirror_their_common_folder(tmp_path: Path) -> None
 
 def test_discover_list_files_relative_to_the_list(tmp_path: Path) -> None:
     _touch(tmp_path, "data/a.wav", "data/sub/b.wav", "other/c.wav")
-    (tmp_path / "data/list.txt").write_text("# comment\na.wav\n\nsub\n" + str(tmp_path / "other/c.wav") + "\n")
+    (tmp_path / "data/list.txt").write_text(
+        "# comment\na.wav\n\nsub\n" + str(tmp_path / "other/c.wav") + "\n"
+    )
     found = batch.discover([f"@{tmp_path / 'data/list.txt'}"], extensions=[".wav"])
     assert sorted(p.path.name for p in found) == ["a.wav", "b.wav", "c.wav"]
 
@@ -258,7 +268,9 @@ def test_run_reports_unwritable_outputs(tmp_path: Path) -> None:
 
 def test_run_failed_plans_and_progress_hidden_off_tty(tmp_path: Path) -> None:
     _arrays(tmp_path / "in", [10])
-    task = batch.Task(tmp_path / "in/x00.npy", tmp_path / "in/x00.npy", error="refusing to overwrite the input")
+    task = batch.Task(
+        tmp_path / "in/x00.npy", tmp_path / "in/x00.npy", error="refusing to overwrite the input"
+    )
     stream = stdio.StringIO()
     summary = batch.run([task], ToyJob().job(), jobs=0, stream=stream)
     assert summary.failed == 1
@@ -267,7 +279,11 @@ def test_run_failed_plans_and_progress_hidden_off_tty(tmp_path: Path) -> None:
 
 def test_details_mentions_the_time_split() -> None:
     s = batch.Summary(ok=3, seconds=2.0, audio_seconds=7200.0, decode_seconds=1.0, process_seconds=0.5)
-    assert "1.5 files/s" in s.details() and "1.0000 audio-hours/s" in s.details() and "device 0.5 s" in s.details()
+    assert (
+        "1.5 files/s" in s.details()
+        and "1.0000 audio-hours/s" in s.details()
+        and "device 0.5 s" in s.details()
+    )
 
 
 def test_pad_stack() -> None:

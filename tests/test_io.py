@@ -20,7 +20,12 @@ def _noise(generator_seed: int, shape: tuple[int, ...]) -> np.ndarray:
 
 @pytest.mark.parametrize(
     ("name", "subtype", "atol"),
-    [("a.wav", "PCM_16", 1 / 32768), ("a.wav", "FLOAT", 0.0), ("a.flac", "PCM_24", 1 / 2**23), ("a.wav", None, 1e-4)],
+    [
+        ("a.wav", "PCM_16", 1 / 32768),
+        ("a.wav", "FLOAT", 0.0),
+        ("a.flac", "PCM_24", 1 / 2**23),
+        ("a.wav", None, 1e-4),
+    ],
     ids=["wav-pcm16", "wav-float", "flac-pcm24", "wav-default"],
 )
 def test_audio_round_trip(tmp_path: Path, name: str, subtype: str | None, atol: float) -> None:
@@ -43,7 +48,7 @@ def test_pcm_writes_clip_instead_of_wrapping(tmp_path: Path) -> None:
 
 
 def test_bad_subtype_for_format_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(nio.InputFileError, match="FLOAT.*FLAC"):
+    with pytest.raises(nio.InputFileError, match=r"FLOAT.*FLAC"):
         nio.write_audio(tmp_path / "x.flac", np.zeros((1, 10)), 8000, subtype="FLOAT")
     assert list(tmp_path.iterdir()) == []
 
