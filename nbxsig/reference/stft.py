@@ -1,0 +1,217 @@
+"""STFT and inverse STFT in plain torch with real-valued ops only: the CPU path and the float64 oracle.
+
+Both directions are built from ops every exporter understands: framing is ``unfold`` on the padded
+signal, the transform is a matmul with the real DFT basis planes (cos, -sin), and overlap-add is
+``F.fold``. Complex tensors appear only where the caller hands in or asks for complex data, so with
+``return_complex=False`` and a real-layout ``(..., F, T, 2)`` spectrum the whole path is real
+(ONNX-exportable). Inputs arrive validated and flattened to ``(B, L)`` / ``(B, F, T, 2)`` by
+:mod:`nbxsig.stft`; window is already zero-padded to ``n_fft`` (or None = rectangular).
+
+Computation dtype: float64 stays float64; everything else runs in float32 (fp16/bf16 upcast).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from .dft import irdft_basis, rdft_basis
+
+#: istft divides by the window envelope only where it exceeds this (torch.istft's NOLA threshold).
+NOLA_EPS = 1e-11
+
+
+@lru_cache(maxsize=64)
+def _forward_basis(n: int, onesided: bool, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # (2F, n): rows 0..F-1 cos, rows F..2F-1 -sin -- one matmul gives both planes.
+    basis = rdft_basis(n, onesided=onesided, dtype=dtype, device=device)
+    return basis.reshape(2 * basis.shape[1], n)
+
+
+@lru_cache(maxsize=64)
+def _inverse_basis(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    basis = irdft_basis(n, dtype=dtype, device=device)
+    return basis.reshape(2 * basis.shape[1], n)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 (and complex128) compute in float64, everything else in float32."""
+    return torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
+
+
+def _frames(x: torch.Tensor, n_fft: int, hop: int, pad: int, pad_mode: str) -> torch.Tensor:
+    """(B, L) real → (B, T, n_fft) frames of the centre-padded signal (a strided view where possible)."""
+    if pad > 0:
+        if pad_mode == "constant":
+            x = F.pad(x, (pad, pad))
+        else:  # reflect/replicate/circular need a (N, C, L) input
+            x = F.pad(x.unsqueeze(1), (pad, pad), mode=pad_mode).squeeze(1)
+    return x.unfold(-1, n_fft, hop)
+
+
+def stft(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    pad_mode: str,
+    normalized: bool,
+    onesided: bool,
+) -> torch.Tensor:
+    """STFT of ``x`` ``(B, L)`` (real, or complex) → real layout ``(B, F, T, 2)``.
+
+    ``X[b, k, t] = Σ_n x_pad[b, t·hop + n] · w[n] · e^{-2πikn/N}`` (× N^-1/2 when ``normalized``).
+    """
+    ctype = compute_dtype(x.dtype)
+    pad = n_fft // 2 if center else 0
+    basis = _forward_basis(n_fft, onesided, ctype, x.device)  # (2F, N)
+    n_bins = basis.shape[0] // 2
+    if x.is_complex():
+        parts = torch.view_as_real(x).to(ctype)
+        xr, xi = parts[..., 0], parts[..., 1]
+    else:
+        xr, xi = x.to(ctype), None
+    fr = _frames(xr, n_fft, hop, pad, pad_mode)
+    fi = _frames(xi, n_fft, hop, pad, pad_mode) if xi is not None else None
+    if window is not None:
+        if window.is_complex():
+            w = torch.view_as_real(window).to(ctype)
+            wr, wi = w[:, 0], w[:, 1]
+            if fi is None:
+                fr, fi = fr * wr, fr * wi
+            else:
+                fr, fi = fr * wr - fi * wi, fr * wi + fi * wr
+        else:
+            w = window.to(ctype)
+            fr = fr * w
+            fi = fi * w if fi is not None else None
+    out = fr @ basis.t()  # (B, T, 2F): [Re of real part | Im of real part]
+    re, im = out[..., :n_bins], out[..., n_bins:]
+    if fi is not None:
+        # DFT(fr + i fi) = (C fr - S' fi) + i (S' fr + C fi), with S' the -sin plane.
+        out_i = fi @ basis.t()
+        re, im = re - out_i[..., n_bins:], im + out_i[..., :n_bins]
+    spec = torch.stack((re, im), dim=-1).transpose(1, 2)  # (B, F, T, 2)
+    if normalized:
+        spec = spec * (1.0 / math.sqrt(n_fft))
+    return spec.contiguous()
+
+
+def envelope(
+    window: torch.Tensor | None, *, n_fft: int, hop: int, n_frames: int, dtype, device
+) -> torch.Tensor:
+    """Σ_t w²[p - t·hop] over the full overlap-add length ``n_fft + hop·(T-1)``."""
+    if window is None:
+        w2 = torch.ones(n_fft, dtype=dtype, device=device)
+    elif window.is_complex():
+        w2 = window.abs().to(dtype) ** 2
+    else:
+        w2 = window.to(dtype) ** 2
+    return _overlap_add(w2.reshape(1, 1, n_fft).expand(1, n_frames, n_fft), hop)[0]
+
+
+def _overlap_add(frames: torch.Tensor, hop: int) -> torch.Tensor:
+    """(B, T, N) → (B, N + hop·(T-1)): Σ_t frames[t] placed at t·hop."""
+    n_batch, n_frames, n_fft = frames.shape
+    full = n_fft + hop * (n_frames - 1)
+    out = F.fold(frames.transpose(1, 2), output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop))
+    return out.reshape(n_batch, full)
+
+
+def istft_range(
+    n_fft: int, hop: int, n_frames: int, center: bool, length: int | None
+) -> tuple[int, int, int]:
+    """``(start, stop, n_out)``: output sample o is overlap-add sample ``start + o`` for
+    ``o < stop - start``; samples from ``stop - start`` to ``n_out`` are zero padding (``length``
+    longer than the signal)."""
+    full = n_fft + hop * (n_frames - 1)
+    start = n_fft // 2 if center else 0
+    # Without length torch slices to -(n_fft // 2) when centred.
+    end = start + length if length is not None else full - (n_fft // 2 if center else 0)
+    n_out = max(end - start, 0)
+    stop = max(min(end, full), start)
+    return start, stop, n_out
+
+
+def istft(
+    spec: torch.Tensor,
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    normalized: bool,
+    onesided: bool,
+    length: int | None,
+    return_complex: bool,
+    strict_nola: bool,
+) -> torch.Tensor:
+    """Inverse STFT of ``spec`` (real layout ``(B, F, T, 2)``) → ``(B, n_out)``, real or complex.
+
+    ``y = OLA(irDFT(X) · w) / OLA(w²)``, trimmed by ``n_fft//2`` at both ends when ``center``; the
+    division happens only where the envelope exceeds ``NOLA_EPS`` (elsewhere the sum is kept as is,
+    and there it is ~0 because the window vanishes), unless ``strict_nola`` asks for torch's error.
+    """
+    ctype = compute_dtype(spec.dtype)
+    spec = spec.to(ctype)
+    n_frames = spec.shape[2]
+    if normalized:
+        spec = spec * math.sqrt(n_fft)
+    xr = spec[..., 0].transpose(1, 2)  # (B, T, F)
+    xi = spec[..., 1].transpose(1, 2)
+    if return_complex:
+        # Full complex inverse DFT: x = (1/N) Σ_k X_k e^{+iθ}; with C = cos, S' = -sin planes:
+        # Re = (C·Xr + S'·Xi)/N, Im = (C·Xi - S'·Xr)/N.
+        basis = _forward_basis(n_fft, False, ctype, spec.device) / n_fft
+        c, s = basis[:n_fft], basis[n_fft:]
+        fr = xr @ c + xi @ s
+        fi = xi @ c - xr @ s
+    else:
+        half = n_fft // 2 + 1
+        basis = _inverse_basis(n_fft, ctype, spec.device)  # (2·half, N)
+        fr = torch.cat((xr[..., :half], xi[..., :half]), dim=-1) @ basis
+        fi = None
+    if window is not None:
+        if window.is_complex():
+            w = torch.view_as_real(window).to(ctype)
+            wr, wi = w[:, 0], w[:, 1]
+            if fi is None:
+                fr, fi = fr * wr, fr * wi
+            else:
+                fr, fi = fr * wr - fi * wi, fr * wi + fi * wr
+        else:
+            w = window.to(ctype)
+            fr = fr * w
+            fi = fi * w if fi is not None else None
+    env = envelope(window, n_fft=n_fft, hop=hop, n_frames=n_frames, dtype=ctype, device=spec.device)
+    start, stop, n_out = istft_range(n_fft, hop, n_frames, center, length)
+    env = env[start:stop]
+    if strict_nola and bool((env.abs() < NOLA_EPS).any()):
+        low = env.abs().min().item()
+        raise_nola(low)
+    scale = torch.where(env > NOLA_EPS, 1.0 / torch.where(env > NOLA_EPS, env, 1.0), 1.0)
+    parts = [fr] if fi is None else [fr, fi]
+    outs = []
+    for part in parts:
+        y = _overlap_add(part, hop)[:, start:stop] * scale
+        if n_out > stop - start:
+            y = F.pad(y, (0, n_out - (stop - start)))
+        outs.append(y)
+    if fi is None:
+        return outs[0]
+    return torch.complex(outs[0], outs[1])
+
+
+def raise_nola(low: float) -> None:
+    from ..errors import ParameterValueError
+
+    raise ParameterValueError(
+        f"window must satisfy the NOLA condition with strict_nola=True: the overlap-added squared "
+        f"window falls to {low:.3g} (< {NOLA_EPS:g}) inside the output; choose another window, hop_length "
+        f"or center=True, or pass strict_nola=False to divide only where the envelope is non-zero"
+    )

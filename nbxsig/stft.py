@@ -1,0 +1,504 @@
+"""Short-time Fourier transform and its inverse: torch.stft / torch.istft semantics on fused Triton kernels.
+
+Functions :func:`stft`, :func:`istft`, :func:`spectrogram` and modules :class:`STFT`, :class:`ISTFT`.
+Semantics are torch's, argument for argument, wherever torch accepts the call; beyond torch:
+
+* any number of leading dims, ``(..., L) → (..., F, T)`` and back;
+* float16/bfloat16 input (float32 accumulation, complex64 out), float64 (torch backend);
+* ``istft`` never forces a GPU→CPU synchronisation for the NOLA check: it divides by the window
+  envelope only where that exceeds 1e-11 (``strict_nola=True`` raises like torch, and syncs);
+* the Triton path is a set of ``torch.library`` custom ops with fake implementations, so
+  ``torch.compile(fullgraph=True)`` traces through :class:`STFT`/:class:`ISTFT`;
+* ``istft`` also takes the real layout ``(..., F, T, 2)`` that ``return_complex=False`` produces.
+
+Backends: "triton" (CUDA tensors, or CPU under ``TRITON_INTERPRET=1``; float16/bfloat16/float32,
+real input and real window) and "torch" (everything, real-valued ops only, ONNX-exportable with
+``return_complex=False``). Auto picks Triton on CUDA where it can run the call. The Triton backend
+treats the window as a constant: a window that requires grad makes auto pick torch.
+
+Example:
+    >>> import torch, nbxsig.stft
+    >>> x = torch.randn(4, 16000)
+    >>> w = torch.hann_window(20)
+    >>> X = nbxsig.stft.stft(x, 20, 5, window=w)               # (4, 11, 3201) complex64
+    >>> y = nbxsig.stft.istft(X, 20, 5, window=w, length=16000)  # ≈ x
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ._dispatch import Backend, Op
+from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
+from .errors import BackendUnavailableError, bad_type, bad_value
+
+__all__ = ["ISTFT", "STFT", "istft", "spectrogram", "stft"]
+
+PAD_MODES = ("reflect", "constant", "replicate", "circular")
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+_STFT = Op("stft", torch_impl="nbxsig.reference.stft:stft", triton_impl="nbxsig.kernels.stft:stft")
+_ISTFT = Op("istft", torch_impl="nbxsig.reference.stft:istft", triton_impl="nbxsig.kernels.stft:istft")
+_POWER = Op(
+    "spectrogram", torch_impl="nbxsig.stft:_torch_power", triton_impl="nbxsig.kernels.stft:spectrogram_power"
+)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Validated framing parameters shared by both directions."""
+
+    n_fft: int
+    hop: int
+    win_length: int
+    window: torch.Tensor | None  # zero-padded (centred) to n_fft, or None = rectangular
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise bad_type(name, value, "a bool")
+    return value
+
+
+def _frame_params(
+    n_fft: object,
+    hop_length: object,
+    win_length: object,
+    window: object,
+    *,
+    device: torch.device,
+    fn: str,
+) -> _Frame:
+    n_fft = check_int("n_fft", n_fft, min_value=1)
+    if hop_length is None:
+        hop_length = n_fft // 4
+        if hop_length < 1:
+            raise bad_value(
+                "hop_length",
+                hop_length,
+                ">= 1",
+                context=f"(the default n_fft // 4 is 0 for n_fft={n_fft}; pass it)",
+            )
+    hop_length = check_int("hop_length", hop_length, min_value=1)
+    win_length = n_fft if win_length is None else check_int("win_length", win_length, min_value=1)
+    if win_length > n_fft:
+        raise bad_value("win_length", win_length, f"in 1..n_fft={n_fft}")
+    if fn == "istft" and hop_length > win_length:
+        raise bad_value("hop_length", hop_length, f"in 1..win_length={win_length} for istft")
+    if window is not None:
+        window = check_tensor("window", window, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128))
+        if window.dim() != 1 or window.shape[0] != win_length:
+            raise bad_value("window", window, f"a 1-D tensor of length win_length={win_length}")
+        if window.device != device:
+            raise bad_value("window", window, f"on the input's device {device}")
+        if win_length < n_fft:
+            left = (n_fft - win_length) // 2
+            window = torch.nn.functional.pad(window, (left, n_fft - win_length - left))
+    return _Frame(n_fft, hop_length, win_length, window)
+
+
+def _window_blocks_triton(window: torch.Tensor | None) -> str:
+    if window is None:
+        return ""
+    if window.is_complex():
+        return "the window is complex"
+    if window.requires_grad and torch.is_grad_enabled():
+        return "the window requires grad (the Triton kernels treat it as a constant)"
+    if window.dtype == torch.float64:
+        return "the window is float64"
+    return ""
+
+
+def _resolve(op: Op, backend: str | None, *, device, dtype, numel: int, blocker: str) -> Backend:
+    chosen = op.backend(backend, device=device, dtype=dtype, numel=numel)
+    if chosen == "triton" and blocker:
+        if backend == "triton":
+            raise BackendUnavailableError(f"backend='triton' cannot run this call: {blocker}")
+        return "torch"
+    return chosen
+
+
+def stft(
+    input: torch.Tensor,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: torch.Tensor | None = None,
+    center: bool = True,
+    pad_mode: str = "reflect",
+    normalized: bool = False,
+    onesided: bool | None = None,
+    return_complex: bool = True,
+    *,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Short-time Fourier transform, ``torch.stft`` semantics.
+
+    ``X[..., k, t] = Σ_n x_pad[t·hop + n] · w[n] · e^{-2πikn/n_fft}``.
+
+    Args:
+        input: signal ``(..., L)``: float16/bfloat16/float32/float64, or complex (then two-sided).
+        n_fft: frame length in samples (>= 1).
+        hop_length: frame step in samples; default ``n_fft // 4`` (may exceed ``win_length``).
+        win_length: window length in samples, ``1..n_fft``; default ``n_fft``. A shorter window is
+            zero-padded, centred, to ``n_fft``.
+        window: 1-D tensor of length ``win_length`` on the input's device; default None = rectangular.
+        center: pad the signal by ``n_fft // 2`` on both sides so frame ``t`` is centred at ``t·hop``.
+        pad_mode: "reflect" (default), "constant" (zeros), "replicate" or "circular".
+        normalized: multiply by ``n_fft ** -0.5``.
+        onesided: bins ``0..n_fft//2`` only; default True for real input and window, False otherwise.
+        return_complex: complex ``(..., F, T)`` (default) or the real layout ``(..., F, T, 2)``.
+        backend: None (auto), "triton" or "torch".
+
+    Returns:
+        complex64 (complex128 for float64 input) ``(..., F, T)`` or its real layout ``(..., F, T, 2)``,
+        ``F = n_fft//2 + 1`` (onesided) or ``n_fft``, ``T = 1 + (L + 2·pad - n_fft) // hop``.
+
+    Shape:
+        ``(..., L) → (..., F, T)``; ``(L,) → (F, T)``.
+
+    Raises:
+        ParameterTypeError: input not a floating/complex tensor; a flag not a bool.
+        ParameterValueError: ``n_fft``, ``hop_length``, ``win_length``, ``window`` or ``pad_mode``
+            out of range; ``n_fft`` too long for the (padded) signal; ``onesided=True`` with complex data.
+        BackendUnavailableError: ``backend="triton"`` for a call it cannot run.
+
+    Example:
+        >>> X = stft(torch.randn(2, 8000), 400, 160, window=torch.hann_window(400))  # (2, 201, 51)
+    """
+    x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=1)
+    frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
+    center = _check_bool("center", center)
+    normalized = _check_bool("normalized", normalized)
+    return_complex = _check_bool("return_complex", return_complex)
+    pad_mode = check_choice("pad_mode", pad_mode, PAD_MODES)
+    is_complex = x.is_complex() or (frame.window is not None and frame.window.is_complex())
+    if onesided is None:
+        onesided = not is_complex
+    onesided = _check_bool("onesided", onesided)
+    if onesided and is_complex:
+        raise bad_value("onesided", onesided, "False (or None) for a complex input or window")
+    n_fft, length = frame.n_fft, x.shape[-1]
+    pad = n_fft // 2 if center else 0
+    if pad and pad_mode == "reflect" and pad >= length:
+        raise bad_value(
+            "input", x, f"longer than n_fft // 2 = {pad} samples for center=True with pad_mode='reflect'"
+        )
+    if pad and pad_mode == "circular" and pad > length:
+        raise bad_value(
+            "input", x, f"at least n_fft // 2 = {pad} samples long for center=True with pad_mode='circular'"
+        )
+    if length + 2 * pad < n_fft:
+        raise bad_value("n_fft", n_fft, f"<= the padded signal length {length + 2 * pad}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, length)
+    chosen = _resolve(
+        _STFT,
+        backend,
+        device=x.device,
+        dtype=x.dtype,
+        numel=x.numel(),
+        blocker=_window_blocks_triton(frame.window),
+    )
+    spec = _STFT(
+        x2,
+        n_fft=n_fft,
+        hop=frame.hop,
+        window=frame.window,
+        center=center,
+        pad_mode=pad_mode,
+        normalized=normalized,
+        onesided=onesided,
+        backend=chosen,
+    )
+    spec = spec.reshape(*lead, *spec.shape[1:])
+    return torch.view_as_complex(spec) if return_complex else spec
+
+
+def _spectrum_input(x: object) -> torch.Tensor:
+    """Accept complex ``(..., F, T)`` or real layout ``(..., F, T, 2)``; return the real layout."""
+    if isinstance(x, torch.Tensor) and x.is_complex():
+        x = check_tensor("input", x, min_dim=2)
+        return torch.view_as_real(x)
+    x = check_tensor("input", x, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=3)
+    if x.shape[-1] != 2:
+        raise bad_value("input", x, "complex (..., F, T) or real (..., F, T, 2)")
+    return x
+
+
+def istft(
+    input: torch.Tensor,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: torch.Tensor | None = None,
+    center: bool = True,
+    normalized: bool = False,
+    onesided: bool | None = None,
+    length: int | None = None,
+    return_complex: bool = False,
+    *,
+    backend: Backend | None = None,
+    strict_nola: bool = False,
+) -> torch.Tensor:
+    """Inverse short-time Fourier transform, ``torch.istft`` semantics.
+
+    ``y = OLA_t(irDFT(X[:, t]) · w) / OLA_t(w²)``, trimmed by ``n_fft // 2`` at both ends when
+    ``center``, then cut or zero-padded to ``length``.
+
+    NOLA: by default the division by the window envelope ``OLA(w²)`` happens only where it exceeds
+    1e-11; where it does not (e.g. the first sample of a Hann-windowed ``center=False`` STFT) the
+    overlap-added sum is returned undivided (it is ~0 there, as the window vanishes). No GPU→CPU
+    synchronisation happens. ``strict_nola=True`` raises like torch instead (and synchronises).
+
+    Args:
+        input: complex ``(..., F, T)`` or real layout ``(..., F, T, 2)``; ``F = n_fft//2 + 1``
+            (onesided) or ``n_fft``.
+        n_fft: frame length in samples.
+        hop_length: frame step, ``1..win_length``; default ``n_fft // 4``.
+        win_length: window length ``1..n_fft``; default ``n_fft``.
+        window: 1-D tensor of length ``win_length``; default rectangular.
+        center: whether the STFT was centred (trims ``n_fft // 2`` samples at both ends).
+        normalized: whether the STFT was normalized (multiplies by ``n_fft ** 0.5``).
+        onesided: whether ``input`` holds bins ``0..n_fft//2`` only; default ``F != n_fft``.
+        length: output length in samples (>= 1): shorter cuts, longer pads zeros; default the signal's.
+        return_complex: complex output from a two-sided spectrum (``onesided=False``; torch backend).
+        backend: None (auto), "triton" or "torch".
+        strict_nola: raise where the window envelope vanishes, as torch does.
+
+    Returns:
+        ``(..., length)`` float32 (float64 for float64/complex128 input), complex when ``return_complex``.
+
+    Raises:
+        ParameterTypeError / ParameterValueError: bad input dtype or layout, frequency size not
+            matching ``n_fft``/``onesided``, ``hop_length``/``win_length``/``window``/``length`` out of
+            range, NOLA violated with ``strict_nola=True``.
+
+    Example:
+        >>> X = stft(torch.randn(8000), 20, 5, window=torch.hann_window(20))
+        >>> y = istft(X, 20, 5, window=torch.hann_window(20), length=8000)
+    """
+    spec = _spectrum_input(input)
+    frame = _frame_params(n_fft, hop_length, win_length, window, device=spec.device, fn="istft")
+    center = _check_bool("center", center)
+    normalized = _check_bool("normalized", normalized)
+    return_complex = _check_bool("return_complex", return_complex)
+    strict_nola = _check_bool("strict_nola", strict_nola)
+    n_fft = frame.n_fft
+    n_bins, n_frames = spec.shape[-3], spec.shape[-2]
+    if onesided is None:
+        onesided = n_bins != n_fft
+    onesided = _check_bool("onesided", onesided)
+    expected_bins = n_fft // 2 + 1 if onesided else n_fft
+    if n_bins != expected_bins:
+        raise bad_value(
+            "input",
+            input,
+            f"with {expected_bins} frequency bins (dim -2 of a complex input) for n_fft={n_fft} "
+            f"and onesided={onesided}",
+        )
+    if n_frames < 1:
+        raise bad_value("input", input, "with at least one frame")
+    if return_complex and onesided:
+        raise bad_value("onesided", onesided, "False for return_complex=True")
+    if not return_complex and frame.window is not None and frame.window.is_complex():
+        raise bad_value("window", window, "real unless return_complex=True")
+    if length is not None:
+        length = check_int("length", length, min_value=1)
+    lead = spec.shape[:-3]
+    spec3 = spec.reshape(-1, n_bins, n_frames, 2)
+    blocker = _window_blocks_triton(frame.window)
+    if return_complex:
+        blocker = "return_complex=True"
+    elif strict_nola:
+        blocker = "strict_nola=True"
+    chosen = _resolve(
+        _ISTFT, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker=blocker
+    )
+    y = _ISTFT(
+        spec3,
+        n_fft=n_fft,
+        hop=frame.hop,
+        window=frame.window,
+        center=center,
+        normalized=normalized,
+        onesided=onesided,
+        length=length,
+        return_complex=return_complex,
+        strict_nola=strict_nola,
+        backend=chosen,
+    )
+    return y.reshape(*lead, y.shape[-1])
+
+
+def _torch_power(spec: torch.Tensor, *, power: float) -> torch.Tensor:
+    """|X|^power of a real-layout spectrum ``(..., 2)``, in plain torch."""
+    mag2 = spec[..., 0] ** 2 + spec[..., 1] ** 2
+    if power == 2.0:
+        return mag2
+    if power == 1.0:
+        return mag2.sqrt()
+    return mag2 ** (power / 2)
+
+
+def spectrogram(
+    input: torch.Tensor,
+    n_fft: int,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    window: torch.Tensor | None = None,
+    power: float | None = 2.0,
+    normalized: bool = False,
+    center: bool = True,
+    pad_mode: str = "reflect",
+    onesided: bool = True,
+    *,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Power (or magnitude) spectrogram ``|stft(input)| ** power``.
+
+    Args:
+        power: exponent > 0 (2 = power, 1 = magnitude) or None for the complex STFT.
+        normalized: as :func:`stft` (× ``n_fft ** -0.5`` before the power).
+        other arguments: as :func:`stft`.
+
+    Returns:
+        float32 (float64 for float64 input) ``(..., F, T)``; complex when ``power`` is None.
+
+    Raises:
+        as :func:`stft`; ParameterValueError for ``power`` <= 0.
+
+    Example:
+        >>> S = spectrogram(torch.randn(16000), 400, 160, window=torch.hann_window(400))  # (201, 101)
+    """
+    if power is not None:
+        power = check_float("power", power, min_value=0.0, min_inclusive=False)
+    spec = stft(
+        input,
+        n_fft,
+        hop_length,
+        win_length,
+        window,
+        center,
+        pad_mode,
+        normalized,
+        onesided,
+        return_complex=False,
+        backend=backend,
+    )
+    if power is None:
+        return torch.view_as_complex(spec)
+    chosen = _resolve(_POWER, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker="")
+    return _POWER(spec, power=power, backend=chosen)
+
+
+class STFT(nn.Module):
+    """Module form of :func:`stft`; the window is a buffer (moves with ``.to()``).
+
+    Args: as :func:`stft` (``window`` a tensor or None; ``backend`` keyword-only).
+
+    Example:
+        >>> m = STFT(20, 5, window=torch.hann_window(20))
+        >>> X = m(torch.randn(2, 16000))
+    """
+
+    def __init__(
+        self,
+        n_fft: int,
+        hop_length: int | None = None,
+        win_length: int | None = None,
+        window: torch.Tensor | None = None,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        normalized: bool = False,
+        onesided: bool | None = None,
+        return_complex: bool = True,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        # Validate once here so a bad configuration fails at construction, not at the first call.
+        _frame_params(
+            n_fft,
+            hop_length,
+            win_length,
+            window,
+            device=window.device if window is not None else torch.device("cpu"),
+            fn="stft",
+        )
+        check_choice("pad_mode", pad_mode, PAD_MODES)
+        self.n_fft, self.hop_length, self.win_length = n_fft, hop_length, win_length
+        self.center, self.pad_mode, self.normalized = center, pad_mode, normalized
+        self.onesided, self.return_complex, self.backend = onesided, return_complex, backend
+        self.register_buffer("window", window.detach().clone() if window is not None else None)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return stft(
+            input,
+            self.n_fft,
+            self.hop_length,
+            self.win_length,
+            self.window,
+            self.center,
+            self.pad_mode,
+            self.normalized,
+            self.onesided,
+            self.return_complex,
+            backend=self.backend,
+        )
+
+
+class ISTFT(nn.Module):
+    """Module form of :func:`istft`; the window is a buffer. ``forward(spec, length=None)``.
+
+    Example:
+        >>> m = ISTFT(20, 5, window=torch.hann_window(20))
+        >>> y = m(STFT(20, 5, window=torch.hann_window(20))(torch.randn(16000)), length=16000)
+    """
+
+    def __init__(
+        self,
+        n_fft: int,
+        hop_length: int | None = None,
+        win_length: int | None = None,
+        window: torch.Tensor | None = None,
+        center: bool = True,
+        normalized: bool = False,
+        onesided: bool | None = None,
+        return_complex: bool = False,
+        *,
+        backend: Backend | None = None,
+        strict_nola: bool = False,
+    ) -> None:
+        super().__init__()
+        _frame_params(
+            n_fft,
+            hop_length,
+            win_length,
+            window,
+            device=window.device if window is not None else torch.device("cpu"),
+            fn="istft",
+        )
+        self.n_fft, self.hop_length, self.win_length = n_fft, hop_length, win_length
+        self.center, self.normalized, self.onesided = center, normalized, onesided
+        self.return_complex, self.backend, self.strict_nola = return_complex, backend, strict_nola
+        self.register_buffer("window", window.detach().clone() if window is not None else None)
+
+    def forward(self, input: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        return istft(
+            input,
+            self.n_fft,
+            self.hop_length,
+            self.win_length,
+            self.window,
+            self.center,
+            self.normalized,
+            self.onesided,
+            length,
+            self.return_complex,
+            backend=self.backend,
+            strict_nola=self.strict_nola,
+        )
