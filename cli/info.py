@@ -56,9 +56,11 @@ def _text(row: dict[str, Any]) -> str:
         parts = [
             f"{name + ' ' if name else ''}{v['dtype']} {tuple(v['shape'])}"
             for name, v in row["arrays"].items()
+            if v["shape"] or not name  # an .npz's scalars are its parameters, shown below
         ]
-        extra = f", {row['sample_rate']} Hz" if "sample_rate" in row else ""
-        return f"{row['path']}: array {'; '.join(parts)}{extra}"
+        keys = ("sample_rate", "n_fft", "hop_length", "win_length", "length")
+        params = ", ".join(f"{k} {row[k]}" for k in keys if k in row)
+        return f"{row['path']}: array {'; '.join(parts)}" + (f" ({params})" if params else "")
     return f"{row['path']}: image {row['format']} {row['mode']}, {row['width']}×{row['height']}"
 
 

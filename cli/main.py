@@ -10,6 +10,7 @@ from .bench import bench
 from .features import mel
 from .filters import filter_, resample
 from .info import info
+from .plot import plot
 from .spectral import istft, stft
 
 
@@ -25,7 +26,7 @@ def main() -> None:
     """
 
 
-for command in (info, stft, istft, mel, filter_, resample, bench):
+for command in (info, stft, istft, mel, filter_, resample, plot, bench):
     main.add_command(command)
 
 

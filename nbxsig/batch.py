@@ -574,6 +574,7 @@ class _Engine:
     def _add(self, loaded: _Loaded, saver: ThreadPoolExecutor) -> None:
         length = max(1, int(self.job.length(loaded.value)))
         key = (self.job.group_key(loaded.value), int(math.log2(length) * _BUCKETS_PER_OCTAVE))
+        self.summary.decode_seconds += loaded.decode_seconds
         bucket = self.buckets.setdefault(key, [])
         bucket.append(loaded)
         self.buffered += 1
