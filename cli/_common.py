@@ -145,7 +145,7 @@ def execute(
     if opts.verbose:
         click.echo(summary.details(), err=True)
     if summary.interrupted:
-        sys.exit(130)
+        sys.exit(128 + int(summary.signal or 2))
     if summary.failed:
         sys.exit(1)
 

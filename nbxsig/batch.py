@@ -315,6 +315,8 @@ class Summary:
     wait_seconds: float = 0.0  # main process idle, waiting for decoded files
     batches: int = 0
     interrupted: bool = False
+    #: The signal that interrupted the run (SIGINT or SIGTERM), for the exit code 128 + signal.
+    signal: int | None = None
 
     def line(self) -> str:
         """``"1998 ok, 2 failed, 0 skipped in 41.2 s"``."""
@@ -454,8 +456,10 @@ def run(
     previous = _raise_on_sigterm()
     try:
         _Engine(todo, job, batch_size=max(1, batch_size), jobs=max(0, jobs), reporter=reporter).run()
+    except _Terminated:
+        summary.interrupted, summary.signal = True, signal.SIGTERM
     except KeyboardInterrupt:
-        summary.interrupted = True
+        summary.interrupted, summary.signal = True, signal.SIGINT
     finally:
         _restore_sigterm(previous)
         reporter.close()
@@ -463,11 +467,15 @@ def run(
     return summary
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread."""
+
+
 def _raise_on_sigterm() -> Any:
-    # SIGTERM (the default of `kill`, `timeout`, job schedulers) becomes KeyboardInterrupt so that the
+    # SIGTERM (the default of `kill`, `timeout`, job schedulers) becomes an exception so that the
     # atomic writers' cleanup runs and no temporary is left behind.
     def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        raise _Terminated
 
     try:
         return signal.signal(signal.SIGTERM, handler)

@@ -142,8 +142,8 @@ def test_plan_never_targets_an_input(tmp_path: Path) -> None:
 # running
 
 
-def _toy_load(path: Path) -> nio.Audio:
-    return nio.read_signal(path, default_rate=1000)
+# nbxsig.io imports numpy only, so spawned decode workers start quickly.
+_toy_load = functools.partial(nio.read_signal, default_rate=1000)
 
 
 class ToyJob:
@@ -275,6 +275,21 @@ def test_run_failed_plans_and_progress_hidden_off_tty(tmp_path: Path) -> None:
     summary = batch.run([task], ToyJob().job(), jobs=0, stream=stream)
     assert summary.failed == 1
     assert stream.getvalue() == "nbxsig: failed: refusing to overwrite the input\n"  # no progress bar
+
+
+class _Terminal(stdio.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["bar", "quiet"])
+def test_progress_bar_only_on_a_terminal_and_not_quiet(tmp_path: Path, quiet: bool) -> None:
+    _arrays(tmp_path / "in", [10, 20, 30])
+    stream = _Terminal()
+    batch.run(_tasks(tmp_path), ToyJob().job(), jobs=0, quiet=quiet, stream=stream)
+    assert ("3/3" in stream.getvalue()) is not quiet
+    if quiet:
+        assert stream.getvalue() == ""
 
 
 def test_details_mentions_the_time_split() -> None:
