@@ -1,0 +1,2 @@
+class StreamingMelSpectrogram:
+    pass

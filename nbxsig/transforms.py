@@ -1,0 +1,344 @@
+"""torchaudio-compatible modules: Spectrogram, MelSpectrogram, InverseSpectrogram, MelScale.
+
+Constructor arguments, defaults, buffers and ``state_dict`` keys are torchaudio.transforms' (a
+torchaudio checkpoint loads into these modules), and the outputs are the same. Differences:
+
+* the STFT is real-valued (a matmul with a windowed DFT basis; ``fold`` for the inverse), so every
+  module built with ``backend="torch"`` exports with ``torch.onnx.export`` (no complex op);
+* ``MelSpectrogram`` runs the fused Triton kernel on CUDA float16/bfloat16/float32 input
+  (``backend=None``); pass ``backend="torch"`` for the twin;
+* ``Spectrogram(power=None)`` returns a complex tensor (as torchaudio) and is not exportable;
+  ``InverseSpectrogram`` also takes a real ``(…, F, T, 2)`` tensor (``torch.view_as_real`` layout),
+  which is exportable.
+
+Example:
+    >>> import torch, nbxsig.transforms as T
+    >>> T.MelSpectrogram(16000, n_fft=400, hop_length=160, n_mels=80)(torch.randn(16000)).shape
+    torch.Size([80, 101])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from . import features as _f
+from ._dispatch import Backend
+from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
+from .errors import bad_value
+from .reference import mel as _ref
+
+__all__ = ["InverseSpectrogram", "MelScale", "MelSpectrogram", "Spectrogram"]
+
+
+def _norm_flags(normalized) -> bool | str:
+    return _f.check_normalized(normalized)
+
+
+class Spectrogram(nn.Module):
+    """Power/magnitude (or complex) spectrogram, as ``torchaudio.transforms.Spectrogram``.
+
+    Args:
+        n_fft: DFT size (default 400). win_length: default ``n_fft``. hop_length: default ``win_length // 2``.
+        pad: zeros added on both sides before the STFT (default 0).
+        window_fn: ``window_fn(win_length, **wkwargs)`` builds the window (default ``torch.hann_window``).
+        power: exponent of ``|X|`` (> 0) or None for the complex STFT (default 2).
+        normalized: False, True/"window" or "frame_length" (torchaudio's meanings).
+        wkwargs: keyword arguments of ``window_fn``.
+        center, pad_mode: torch.stft's centre padding (default True, "reflect").
+        onesided: bins ``0..n_fft//2`` (default True) or all ``n_fft``.
+        return_complex: accepted and ignored (deprecated in torchaudio).
+
+    Shape:
+        ``(…, L)`` → ``(…, F, T)``.
+
+    Raises:
+        ParameterValueError / ParameterTypeError: bad argument.
+    """
+
+    def __init__(
+        self,
+        n_fft: int = 400,
+        win_length: int | None = None,
+        hop_length: int | None = None,
+        pad: int = 0,
+        window_fn: Callable[..., torch.Tensor] = torch.hann_window,
+        power: float | None = 2.0,
+        normalized: bool | str = False,
+        wkwargs: dict | None = None,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        onesided: bool = True,
+        return_complex: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.n_fft, self.win_length, self.hop_length = _f.resolve_frames(n_fft, win_length, hop_length)
+        self.pad = check_int("pad", pad, min_value=0)
+        self.power = None if power is None else check_float("power", power, min_value=0.0, min_inclusive=False)
+        self.normalized = _norm_flags(normalized)
+        self.center = check_choice("center", center, (True, False))
+        self.pad_mode = check_choice("pad_mode", pad_mode, _f.PAD_MODES)
+        self.onesided = bool(onesided)
+        window = window_fn(self.win_length) if wkwargs is None else window_fn(self.win_length, **wkwargs)
+        self.register_buffer("window", window)
+        # The windowed basis, built once in float64 and rounded (not in state_dict: torchaudio has none).
+        self.register_buffer("basis", self._basis(torch.float32), persistent=False)
+
+    def _padded_window(self) -> torch.Tensor:
+        return _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, self.window.device)
+
+    def _scale(self) -> float:
+        return _f.spec_scale(self.normalized, self._padded_window(), self.n_fft)
+
+    def _basis(self, dtype: torch.dtype) -> torch.Tensor:
+        return _ref.analysis_basis(
+            self._padded_window(),
+            self.n_fft,
+            self._scale(),
+            dtype=dtype,
+            device=self.window.device,
+            onesided=self.onesided,
+        )
+
+    def _parts(self, waveform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_tensor("waveform", waveform, dtypes=FLOATING_DTYPES, min_dim=1)
+        x = waveform.reshape(-1, waveform.shape[-1])
+        if self.pad > 0:
+            x = torch.nn.functional.pad(x, (self.pad, self.pad))
+        if not _ref._exporting():
+            _f.check_signal("waveform", x, n_fft=self.n_fft, center=self.center, pad_mode=self.pad_mode)
+        basis = self.basis if self.basis.dtype == x.dtype else self._basis(x.dtype)
+        return _ref.stft_parts(
+            x,
+            n_fft=self.n_fft,
+            hop_length=self.hop_length,
+            basis=basis,
+            center=self.center,
+            pad_mode=self.pad_mode,
+        )
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        re, im = self._parts(waveform)
+        out = torch.complex(re, im) if self.power is None else _ref.power_of(re, im, self.power)
+        return out.reshape(*waveform.shape[:-1], *out.shape[-2:])
+
+
+class MelScale(nn.Module):
+    """Project a ``(…, n_stft, T)`` spectrogram on mel filters, as ``torchaudio.transforms.MelScale``.
+
+    Args:
+        n_mels: default 128. sample_rate: default 16000. f_min: default 0. f_max: default ``sample_rate // 2``.
+        n_stft: number of STFT bins (default 201). norm: None or "slaney". mel_scale: "htk" or "slaney".
+
+    Shape:
+        ``(…, n_stft, T)`` → ``(…, n_mels, T)``.
+    """
+
+    def __init__(
+        self,
+        n_mels: int = 128,
+        sample_rate: int = 16000,
+        f_min: float = 0.0,
+        f_max: float | None = None,
+        n_stft: int = 201,
+        norm: str | None = None,
+        mel_scale: str = "htk",
+    ) -> None:
+        super().__init__()
+        self.n_mels = n_mels
+        self.sample_rate = sample_rate
+        self.f_max = f_max if f_max is not None else float(sample_rate // 2)
+        self.f_min = f_min
+        self.norm = norm
+        self.mel_scale = mel_scale
+        if f_min > self.f_max:
+            raise bad_value("f_min", f_min, f"<= f_max ({self.f_max})")
+        fb = _f.mel_filterbank(n_stft, self.f_min, self.f_max, n_mels, sample_rate, norm, mel_scale)
+        self.register_buffer("fb", fb)
+
+    def forward(self, specgram: torch.Tensor) -> torch.Tensor:
+        if specgram.dim() < 2 or specgram.shape[-2] != self.fb.shape[0]:
+            raise bad_value("specgram", specgram, f"a (…, {self.fb.shape[0]}, time) tensor")
+        return torch.matmul(specgram.transpose(-1, -2), self.fb.to(specgram.dtype)).transpose(-1, -2)
+
+
+class MelSpectrogram(nn.Module):
+    """Mel spectrogram, as ``torchaudio.transforms.MelSpectrogram`` (same arguments and defaults:
+    hop ``win_length // 2``, periodic Hann, "htk" scale, no norm), plus ``backend``.
+
+    Args:
+        sample_rate, n_fft, win_length, hop_length, f_min, f_max, pad, n_mels, window_fn, power,
+        normalized, wkwargs, center, pad_mode, onesided (ignored, as torchaudio), norm, mel_scale:
+            torchaudio's (see :class:`Spectrogram`, :class:`MelScale`).
+        backend: None (fused Triton kernel on CUDA fp16/bf16/fp32), "triton" or "torch" (exportable).
+
+    Shape:
+        ``(…, L)`` → ``(…, n_mels, T)``.
+
+    Example:
+        >>> MelSpectrogram(n_mels=64)(torch.randn(2, 8000)).shape
+        torch.Size([2, 64, 41])
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_fft: int = 400,
+        win_length: int | None = None,
+        hop_length: int | None = None,
+        f_min: float = 0.0,
+        f_max: float | None = None,
+        pad: int = 0,
+        n_mels: int = 128,
+        window_fn: Callable[..., torch.Tensor] = torch.hann_window,
+        power: float = 2.0,
+        normalized: bool | str = False,
+        wkwargs: dict | None = None,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        onesided: bool | None = None,
+        norm: str | None = None,
+        mel_scale: str = "htk",
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        super().__init__()
+        if backend not in (None, "triton", "torch"):
+            raise bad_value("backend", backend, "None, 'triton' or 'torch'")
+        self.backend = backend
+        self.sample_rate = check_int("sample_rate", sample_rate, min_value=1)
+        self.n_mels = check_int("n_mels", n_mels, min_value=1)
+        self.spectrogram = Spectrogram(
+            n_fft=n_fft,
+            win_length=win_length,
+            hop_length=hop_length,
+            pad=pad,
+            window_fn=window_fn,
+            power=check_float("power", power, min_value=0.0, min_inclusive=False),
+            normalized=normalized,
+            wkwargs=wkwargs,
+            center=center,
+            pad_mode=pad_mode,
+            onesided=True,
+        )
+        self.n_fft, self.win_length, self.hop_length = (
+            self.spectrogram.n_fft,
+            self.spectrogram.win_length,
+            self.spectrogram.hop_length,
+        )
+        self.power = power
+        self.pad = pad
+        self.f_min = f_min
+        self.f_max = f_max
+        self.mel_scale = MelScale(
+            self.n_mels, self.sample_rate, f_min, f_max, self.n_fft // 2 + 1, norm, mel_scale
+        )
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        check_tensor("waveform", waveform, dtypes=FLOATING_DTYPES, min_dim=1)
+        chosen = _f._MEL.backend(
+            self.backend, device=waveform.device, dtype=waveform.dtype, numel=waveform.numel()
+        )
+        if chosen == "torch":
+            return self.mel_scale(self.spectrogram(waveform))
+        spec = self.spectrogram
+        x = waveform.reshape(-1, waveform.shape[-1])
+        if spec.pad > 0:
+            x = torch.nn.functional.pad(x, (spec.pad, spec.pad))
+        _f.check_signal("waveform", x, n_fft=spec.n_fft, center=spec.center, pad_mode=spec.pad_mode)
+        window = self._triton_window()
+        out = _f._MEL(
+            x,
+            n_fft=spec.n_fft,
+            hop_length=spec.hop_length,
+            window=window,
+            filters=self.mel_scale.fb,
+            power=spec.power,
+            scale=spec._scale(),
+            center=spec.center,
+            pad_mode=spec.pad_mode,
+            backend="triton",
+        )
+        return out.reshape(*waveform.shape[:-1], *out.shape[-2:])
+
+    def _triton_window(self) -> torch.Tensor:
+        # One padded-window tensor per buffer version, so the kernel's packed-basis cache hits.
+        w = self.spectrogram.window
+        key = (w.data_ptr(), w._version, w.device)
+        if getattr(self, "_window_key", None) != key:
+            self._window_cache = self.spectrogram._padded_window()
+            self._window_key = key
+        return self._window_cache
+
+
+class InverseSpectrogram(nn.Module):
+    """Inverse STFT, as ``torchaudio.transforms.InverseSpectrogram`` (least-squares overlap-add with
+    the window-envelope division of torch.istft).
+
+    Args:
+        n_fft, win_length, hop_length, pad, window_fn, normalized, wkwargs, center, pad_mode (unused),
+        onesided (must be True): torchaudio's.
+
+    Shape:
+        ``(…, F, T)`` complex, or ``(…, F, T, 2)`` real (``view_as_real``) → ``(…, L)``;
+        ``L = length`` when given, else ``n_fft + hop·(T−1) − 2·(n_fft//2 if center)``.
+
+    Raises:
+        ParameterValueError: wrong number of bins, or a window whose overlap-add envelope vanishes
+        (torch.istft's NOLA error).
+    """
+
+    def __init__(
+        self,
+        n_fft: int = 400,
+        win_length: int | None = None,
+        hop_length: int | None = None,
+        pad: int = 0,
+        window_fn: Callable[..., torch.Tensor] = torch.hann_window,
+        normalized: bool | str = False,
+        wkwargs: dict | None = None,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        onesided: bool = True,
+    ) -> None:
+        super().__init__()
+        self.n_fft, self.win_length, self.hop_length = _f.resolve_frames(n_fft, win_length, hop_length)
+        self.pad = check_int("pad", pad, min_value=0)
+        self.normalized = _norm_flags(normalized)
+        self.center = check_choice("center", center, (True, False))
+        self.pad_mode = pad_mode
+        check_choice("onesided", onesided, (True,))
+        window = window_fn(self.win_length) if wkwargs is None else window_fn(self.win_length, **wkwargs)
+        self.register_buffer("window", window)
+
+    def forward(self, spectrogram: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        if not isinstance(spectrogram, torch.Tensor):
+            check_tensor("spectrogram", spectrogram)
+        if spectrogram.is_complex():
+            re, im = spectrogram.real, spectrogram.imag
+        elif spectrogram.dim() >= 3 and spectrogram.shape[-1] == 2:
+            re, im = spectrogram[..., 0], spectrogram[..., 1]
+        else:
+            raise bad_value("spectrogram", spectrogram, "a complex (…, F, T) or real (…, F, T, 2) tensor")
+        n_freq = self.n_fft // 2 + 1
+        if re.dim() < 2 or re.shape[-2] != n_freq:
+            raise bad_value("spectrogram", spectrogram, f"{n_freq} frequency bins (n_fft // 2 + 1)")
+        if length is not None:
+            length = check_int("length", length, min_value=1)
+        shape = re.shape
+        window = _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, re.device)
+        out = _ref.istft(
+            re.reshape(-1, shape[-2], shape[-1]),
+            im.reshape(-1, shape[-2], shape[-1]),
+            n_fft=self.n_fft,
+            hop_length=self.hop_length,
+            window=window,
+            scale=_f.spec_scale(self.normalized, window, self.n_fft),
+            center=self.center,
+            length=None if length is None else length + 2 * self.pad,
+        )
+        if length is not None and self.pad > 0:
+            out = out[:, self.pad : -self.pad]
+        return out.reshape(*shape[:-2], out.shape[-1])

@@ -1,0 +1,362 @@
+"""nbxsig.features vs torchaudio, librosa, the Whisper recipe and float64 oracles."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+import torchaudio
+
+import nbxsig.features as nf
+from nbxsig.errors import ParameterTypeError, ParameterValueError
+from nbxsig.reference import mel as ref
+from nbxsig.testing import assert_close, random_tensor
+
+F64 = torch.float64
+
+
+def stft_mel_oracle(x, *, sample_rate, n_fft, hop, n_mels, power=2.0, win_length=None, center=True,
+                    pad_mode="reflect", norm=None, mel_scale="htk", f_min=0.0, f_max=None, window=None,
+                    normalized=False):  # fmt: skip
+    """torch.stft (complex FFT) in float64 + float64 filters: an independent oracle."""
+    win_length = win_length or n_fft
+    window = torch.hann_window(win_length, dtype=F64) if window is None else window.to(F64)
+    spec = torch.stft(x.to(F64), n_fft, hop, win_length, window, center=center, pad_mode=pad_mode,
+                      normalized=normalized == "frame_length", return_complex=True)  # fmt: skip
+    if normalized in (True, "window"):
+        spec = spec / window.pow(2).sum().sqrt()
+    mag = spec.abs().pow(power)
+    f_max = float(sample_rate // 2) if f_max is None else f_max
+    fb = ref.mel_filterbank(n_fft // 2 + 1, f_min, f_max, n_mels, sample_rate, norm, mel_scale, dtype=F64)
+    return (mag.transpose(-1, -2) @ fb).transpose(-1, -2)
+
+
+def whisper_oracle(audio: torch.Tensor, n_mels: int) -> torch.Tensor:
+    """openai/whisper's log_mel_spectrogram, line by line, in float64 (one clip)."""
+    window = torch.hann_window(400, dtype=F64)
+    stft = torch.stft(audio.to(F64), 400, 160, window=window, return_complex=True)
+    magnitudes = stft[..., :-1].abs() ** 2
+    filters = ref.mel_filterbank(201, 0.0, 8000.0, n_mels, 16000, "slaney", "slaney", dtype=F64).T
+    mel_spec = filters @ magnitudes
+    log_spec = torch.clamp(mel_spec, min=1e-10).log10()
+    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
+    return (log_spec + 4.0) / 4.0
+
+
+# ---------------------------------------------------------------- mel scale and filter banks
+
+
+@pytest.mark.parametrize("mel_scale", ["htk", "slaney"])
+def test_hz_to_mel_matches_torchaudio_and_round_trips(mel_scale, generator):
+    freqs = random_tensor((64,), generator=generator, dtype=F64, low=0.0, high=24000.0)
+    for f in freqs[:8].tolist() + [0.0, 1000.0, 999.999]:
+        assert nf.hz_to_mel(f, mel_scale) == pytest.approx(
+            torchaudio.functional.functional._hz_to_mel(f, mel_scale), rel=1e-14, abs=1e-12
+        )
+    mels = nf.hz_to_mel(freqs, mel_scale)
+    expected = torch.tensor(
+        [torchaudio.functional.functional._hz_to_mel(f, mel_scale) for f in freqs.tolist()], dtype=F64
+    )
+    assert_close(mels, expected.to(F64))
+    assert_close(nf.mel_to_hz(mels, mel_scale), freqs)
+    assert_close(
+        nf.mel_to_hz(mels, mel_scale), torchaudio.functional.functional._mel_to_hz(mels.clone(), mel_scale)
+    )
+
+
+def test_mel_scale_matches_librosa(generator):
+    librosa = pytest.importorskip("librosa")
+    freqs = random_tensor((32,), generator=generator, dtype=F64, low=0.0, high=22050.0)
+    for htk, scale in ((True, "htk"), (False, "slaney")):
+        expected = torch.from_numpy(librosa.hz_to_mel(freqs.numpy(), htk=htk))
+        assert_close(nf.hz_to_mel(freqs, scale), expected)
+
+
+FBANK_GRID = [
+    pytest.param((201, 0.0, 8000.0, 128, 16000), id="n201-0-8k-m128-sr16k"),
+    pytest.param((201, 0.0, 8000.0, 80, 16000), id="n201-0-8k-m80-sr16k"),
+    pytest.param((257, 50.0, 7600.0, 40, 22050), id="n257-50-7600-m40-sr22050"),
+    pytest.param((513, 20.0, 11025.0, 64, 22050), id="n513-20-11025-m64-sr22050"),
+    pytest.param((33, 0.0, 8000.0, 40, 16000), id="n33-m40-empty-filters"),
+    pytest.param((201, 6000.0, 100.0, 10, 16000), id="fmin-above-fmax"),
+    pytest.param((201, 300.0, 300.0, 10, 16000), id="fmin-equals-fmax"),
+    pytest.param((201, 0.0, 12000.0, 30, 16000), id="fmax-above-nyquist"),
+    pytest.param((1, 0.0, 8000.0, 4, 16000), id="n1"),
+]
+
+
+@pytest.mark.parametrize("norm", [None, "slaney"])
+@pytest.mark.parametrize("mel_scale", ["htk", "slaney"])
+@pytest.mark.parametrize("args", FBANK_GRID)
+def test_mel_filterbank_equals_torchaudio(args, norm, mel_scale):
+    # torchaudio computed in float64 (its linspace follows the default dtype) must match to rounding;
+    # its float32 result carries its own cancellation error (~1e-5 of the peak), so fp32 is compared
+    # at that level.
+    with warnings.catch_warnings(record=True) as theirs:
+        warnings.simplefilter("always")
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(F64)
+        try:
+            expected64 = torchaudio.functional.melscale_fbanks(*args, norm=norm, mel_scale=mel_scale)
+        finally:
+            torch.set_default_dtype(previous)
+        expected32 = torchaudio.functional.melscale_fbanks(*args, norm=norm, mel_scale=mel_scale)
+    with warnings.catch_warnings(record=True) as ours:
+        warnings.simplefilter("always")
+        got64 = nf.mel_filterbank(*args, norm=norm, mel_scale=mel_scale, dtype=F64)
+        got32 = nf.mel_filterbank(*args, norm=norm, mel_scale=mel_scale)
+    assert got64.shape == (args[0], args[3]) and got32.dtype == torch.float32
+    assert_close(got64, expected64, atol=1e-12, rtol=1e-9)
+    assert_close(got32, expected32, atol=3e-5, rtol=1e-4)
+    warned = lambda ws: any("all zero values" in str(w.message) for w in ws)
+    assert warned(theirs) == (warned(ours[: len(ours) // 2]) or warned(ours))
+
+
+@pytest.mark.parametrize("n_fft,n_mels,sr", [(400, 80, 16000), (400, 128, 16000), (2048, 128, 22050)])
+def test_mel_filterbank_slaney_equals_librosa(n_fft, n_mels, sr):
+    librosa = pytest.importorskip("librosa")
+    expected = librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, dtype="float64")
+    got = nf.mel_filterbank(n_fft // 2 + 1, 0.0, sr / 2, n_mels, sr, "slaney", "slaney", dtype=F64)
+    if sr % 2 == 0:  # torchaudio's bins end at sr // 2, librosa's at sr / 2: equal for even rates
+        assert_close(got.T, torch.from_numpy(expected), atol=1e-12, rtol=1e-9)
+    else:
+        assert_close(got.T, torch.from_numpy(expected), atol=1e-4, rtol=1e-2)
+
+
+def test_mel_filterbank_errors():
+    with pytest.raises(ParameterValueError, match="n_mels must be >= 1, got 0"):
+        nf.mel_filterbank(201, 0.0, 8000.0, 0, 16000)
+    with pytest.raises(ParameterValueError, match="norm must be one of None, 'slaney'"):
+        nf.mel_filterbank(201, 0.0, 8000.0, 10, 16000, norm="area")
+    with pytest.raises(ParameterValueError, match="mel_scale"):
+        nf.hz_to_mel(100.0, "mel")
+    with pytest.raises(ParameterValueError, match="f_min"):
+        nf.mel_filterbank(201, -1.0, 8000.0, 10, 16000)
+    with pytest.raises(ParameterTypeError, match="n_freqs must be an integer"):
+        nf.mel_filterbank(201.0, 0.0, 8000.0, 10, 16000)
+
+
+# ---------------------------------------------------------------- torch backend
+
+
+MEL_VARIANTS = [
+    pytest.param(dict(n_fft=400, hop=160, n_mels=80), id="n400-h160-m80"),
+    pytest.param(dict(n_fft=512, hop=128, n_mels=64, win_length=400), id="n512-win400"),
+    pytest.param(dict(n_fft=255, hop=64, n_mels=40, power=1.0), id="odd-n255-power1"),
+    pytest.param(dict(n_fft=256, hop=100, n_mels=32, power=0.5, center=False), id="power0.5-nocenter"),
+    pytest.param(dict(n_fft=128, hop=32, n_mels=20, pad_mode="constant", norm="slaney"), id="constant-slaney"),
+    pytest.param(dict(n_fft=128, hop=50, n_mels=20, pad_mode="replicate", mel_scale="slaney"), id="replicate"),
+    pytest.param(dict(n_fft=128, hop=50, n_mels=20, pad_mode="circular", normalized=True), id="circ-normwin"),
+    pytest.param(dict(n_fft=128, hop=64, n_mels=20, normalized="frame_length", f_min=300.0, f_max=5000.0),
+                 id="normframe-band"),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("variant", MEL_VARIANTS)
+def test_mel_spectrogram_torch_float64_matches_fft_oracle(variant, generator):
+    v = dict(variant)
+    x = random_tensor((2, 3, 2001), generator=generator, dtype=F64)
+    kw = {k: v[k] for k in v if k not in ("hop",)}
+    got = nf.mel_spectrogram(x, sample_rate=16000, hop_length=v["hop"], backend="torch", **kw)
+    expected = stft_mel_oracle(x.reshape(6, -1), sample_rate=16000, **v).reshape(got.shape)
+    assert got.dtype == F64 and got.shape[:2] == (2, 3)
+    assert_close(got, expected, atol=1e-12, rtol=1e-8)
+
+
+def test_mel_spectrogram_float32_matches_torchaudio(generator):
+    x = random_tensor((3, 8000), generator=generator)
+    ta = torchaudio.transforms.MelSpectrogram(16000, n_fft=400, hop_length=160, n_mels=80)
+    got = nf.mel_spectrogram(x, n_fft=400, hop_length=160, n_mels=80, backend="torch")
+    # torchaudio's float32 filters carry ~1e-5 of cancellation error (see the filter-bank test).
+    assert_close(got, ta(x), atol=1e-4, rtol=1e-3, rel_error=1e-5)
+    exact = stft_mel_oracle(x, sample_rate=16000, n_fft=400, hop=160, n_mels=80)
+    assert_close(got, exact, rel_error=1e-6)
+
+
+def test_mel_spectrogram_matches_librosa(generator):
+    librosa = pytest.importorskip("librosa")
+    x = random_tensor((4000,), generator=generator, dtype=F64)
+    expected = librosa.feature.melspectrogram(
+        y=x.numpy(), sr=22050, n_fft=512, hop_length=128, n_mels=64, pad_mode="constant", dtype="float64"
+    )
+    got = nf.mel_spectrogram(
+        x, sample_rate=22050, n_fft=512, hop_length=128, n_mels=64, pad_mode="constant", norm="slaney",
+        mel_scale="slaney", f_max=11025.0, backend="torch",
+    )  # fmt: skip
+    # librosa spaces bins to sr/2 = 11025, torchaudio (and nbxsig) to sr // 2 = 11025: equal here.
+    assert_close(got, torch.from_numpy(expected), atol=1e-10, rtol=1e-7)
+
+
+def test_log_mel_is_clamped_log(generator):
+    x = random_tensor((2, 3000), generator=generator, dtype=F64)
+    mel = nf.mel_spectrogram(x, n_mels=40, hop_length=100, backend="torch")
+    for log, fn in (("log10", torch.log10), ("ln", torch.log), ("log2", torch.log2)):
+        got = nf.log_mel_spectrogram(x, n_mels=40, hop_length=100, floor=1e-3, log=log, backend="torch")
+        assert_close(got, fn(mel.clamp(min=1e-3)))
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_whisper_log_mel_matches_recipe_float64(n_mels, generator):
+    audio = 0.1 * random_tensor((3, 16000), generator=generator, dtype=F64)
+    audio[1, 4000:9000] = 0.0  # silence: exercises the 1e-10 clamp and the max − 8 floor
+    got = nf.whisper_log_mel(audio, n_mels=n_mels, backend="torch")
+    assert got.shape == (3, n_mels, 100)
+    for i in range(3):  # per-example maximum: each clip equals Whisper's result on that clip alone
+        assert_close(got[i], whisper_oracle(audio[i], n_mels))
+
+
+def test_whisper_padding_appends_zeros(generator):
+    audio = random_tensor((4000,), generator=generator, dtype=F64)
+    got = nf.whisper_log_mel(audio, padding=480, backend="torch")
+    assert_close(got, whisper_oracle(torch.nn.functional.pad(audio, (0, 480)), 80))
+    assert got.shape == (80, (4000 + 480) // 160)
+
+
+@pytest.mark.parametrize("shape", [(33, 17), (2, 33, 17), (2, 3, 33, 17)], ids=["2d", "3d", "4d"])
+@pytest.mark.parametrize("top_db", [None, 40.0])
+def test_amplitude_to_db_matches_torchaudio(shape, top_db, generator):
+    x = random_tensor(shape, generator=generator, low=1e-12, high=1e3)
+    expected = torchaudio.functional.amplitude_to_DB(x, 20.0, 1e-10, math.log10(2.0), top_db)
+    assert_close(nf.amplitude_to_db(x, 20.0, 1e-10, math.log10(2.0), top_db), expected, atol=0, rtol=0)
+
+
+def test_mel_spectrogram_errors(generator):
+    x = random_tensor((1000,), generator=generator)
+    cases = [
+        (dict(n_fft=0), ParameterValueError, "n_fft must be >= 1, got 0"),
+        (dict(win_length=500), ParameterValueError, r"win_length must be <= n_fft \(400\), got 500"),
+        (dict(power=0.0), ParameterValueError, "power must be a finite number > 0.0"),
+        (dict(pad_mode="wrap"), ParameterValueError, "pad_mode must be one of"),
+        (dict(normalized="energy"), ParameterValueError, "normalized must be False, True"),
+        (dict(window=torch.ones(10)), ParameterValueError, "window must be a 1-D tensor of win_length=400"),
+        (dict(hop_length=1.5), ParameterTypeError, "hop_length must be an integer"),
+        (dict(backend="cuda"), ParameterValueError, "backend must be None, 'triton' or 'torch'"),
+    ]
+    for kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            nf.mel_spectrogram(x, **kwargs)
+    with pytest.raises(ParameterValueError, match="longer than n_fft // 2 = 200"):
+        nf.mel_spectrogram(x[:200])
+    with pytest.raises(ParameterValueError, match="at least n_fft = 400 samples"):
+        nf.mel_spectrogram(x[:300], center=False)
+    with pytest.raises(ParameterTypeError, match="input must be a tensor of dtype"):
+        nf.mel_spectrogram(torch.ones(1000, dtype=torch.int32))
+    with pytest.raises(ParameterValueError, match="n_mels must be one of 80, 128"):
+        nf.whisper_log_mel(x, n_mels=64)
+
+
+def test_torch_backward_is_finite_where_spectrum_vanishes():
+    # A silent stretch makes |X| = 0 exactly in whole frames: sqrt and x^0.5 have infinite slope there.
+    x = torch.zeros(2, 1200, dtype=F64)
+    x[:, 900:] = torch.linspace(-1, 1, 300, dtype=F64)
+    for power in (1.0, 0.5, 2.0):
+        xg = x.clone().requires_grad_(True)
+        nf.mel_spectrogram(xg, n_fft=128, hop_length=32, n_mels=16, power=power, backend="torch").sum().backward()
+        assert torch.isfinite(xg.grad).all(), power
+        assert xg.grad[:, 200:700].abs().max() == 0
+
+
+def test_torch_backend_gradcheck(generator):
+    x = random_tensor((1, 72), generator=generator, dtype=F64).requires_grad_(True)
+    fn = lambda x: nf.log_mel_spectrogram(x, n_fft=32, hop_length=8, n_mels=6, power=1.0, backend="torch")
+    assert torch.autograd.gradcheck(fn, (x,))
+
+
+# ---------------------------------------------------------------- Triton kernel (interpreter on CPU)
+
+SMALL = dict(sample_rate=8000, n_fft=64, hop_length=16, n_mels=12)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(dict(), id="power2-reflect"),
+        pytest.param(dict(power=1.0, pad_mode="constant"), id="power1-constant"),
+        pytest.param(dict(power=0.7, pad_mode="replicate", norm="slaney"), id="power0.7-replicate"),
+        pytest.param(dict(center=False, normalized=True, win_length=48), id="nocenter-win48"),
+        pytest.param(dict(pad_mode="circular", mel_scale="slaney", n_fft=50, hop_length=13), id="circ-n50"),
+    ],
+)
+def test_triton_mel_matches_float64(variant, device, generator):
+    kw = {**SMALL, **variant}
+    x64 = random_tensor((2, 2, 331), generator=generator, dtype=F64)
+    expected = nf.mel_spectrogram(x64, backend="torch", **kw)
+    got = nf.mel_spectrogram(x64.float().to(device), backend="triton", **kw)
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    assert_close(got, expected, dtype="float32" if device.type == "cpu" else "tf32", rel_error=1e-5)
+
+
+def test_triton_mel_reads_strided_input(device, generator):
+    base = random_tensor((3, 700), generator=generator, dtype=F64)
+    view = base.float().to(device)[:, ::2]  # stride 2 along time, no copy
+    got = nf.mel_spectrogram(view, backend="triton", **SMALL)
+    assert_close(got, nf.mel_spectrogram(base[:, ::2], backend="torch", **SMALL), dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_triton_mel_half_inputs(dtype, device, generator):
+    x = random_tensor((2, 300), generator=generator, dtype=dtype)
+    got = nf.mel_spectrogram(x.to(device), backend="triton", **SMALL)
+    assert got.dtype == dtype
+    expected = nf.mel_spectrogram(x.double(), backend="torch", **SMALL)
+    assert_close(got, expected, dtype=dtype, rel_error=4e-3)
+
+
+@pytest.mark.parametrize("log", ["log10", "ln"])
+def test_triton_log_mel(log, device, generator):
+    x = random_tensor((2, 300), generator=generator)
+    x[0, 100:200] = 0.0
+    kw = dict(SMALL, floor=1e-6, log=log)
+    got = nf.log_mel_spectrogram(x.to(device), backend="triton", **kw)
+    assert_close(got, nf.log_mel_spectrogram(x.double(), backend="torch", **kw), atol=1e-5, rtol=1e-5)
+
+
+def test_triton_whisper_matches_recipe(device, generator):
+    audio = 0.1 * random_tensor((2, 1600), generator=generator)
+    audio[1] *= 1e-3  # a quiet clip: its floor differs from the loud one's (per-example maximum)
+    got = nf.whisper_log_mel(audio.to(device), backend="triton")
+    assert got.shape == (2, 80, 10)
+    for i in range(2):
+        assert_close(got[i], whisper_oracle(audio[i].double(), 80), atol=1e-5, rtol=1e-5)
+
+
+def test_triton_backward_matches_torch_and_is_finite(device, generator):
+    x = random_tensor((2, 300), generator=generator)
+    x[:, :150] = 0.0  # frames with |X| = 0
+    grads = {}
+    for backend, dev in (("triton", device), ("torch", torch.device("cpu"))):
+        xg = x.double().to(dev).float().requires_grad_(True) if backend == "triton" else x.double()
+        xg = xg.requires_grad_(True)
+        out = nf.mel_spectrogram(xg, power=1.0, backend=backend, **SMALL)
+        out.backward(torch.ones_like(out))
+        grads[backend] = xg.grad
+    assert torch.isfinite(grads["triton"]).all()
+    assert_close(grads["triton"], grads["torch"], dtype="float32", rel_error=1e-5)
+
+
+# ---------------------------------------------------------------- GPU at full size
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_gpu_mel_full_size(precision, cuda_device, generator):
+    x = random_tensor((4, 16000 * 3), generator=generator)
+    expected = stft_mel_oracle(x.double(), sample_rate=16000, n_fft=400, hop=160, n_mels=80)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        got = nf.mel_spectrogram(x.to(cuda_device), n_fft=400, hop_length=160, n_mels=80, backend="triton")
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert_close(got, expected, dtype="float32" if precision == "highest" else "tf32",
+                 rel_error=1e-5 if precision == "highest" else 2e-3)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_gpu_whisper_full_size(cuda_device, generator):
+    audio = 0.1 * random_tensor((3, 16000 * 5), generator=generator)
+    got = nf.whisper_log_mel(audio.to(cuda_device), backend="triton")
+    for i in range(3):
+        assert_close(got[i], whisper_oracle(audio[i].double(), 80), atol=1e-5, rtol=1e-5)
