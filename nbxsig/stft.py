@@ -26,12 +26,13 @@ Example:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ._dispatch import Backend, Op
+from ._dispatch import ENV_VAR, Backend, Op, choose_backend, interpreter_enabled, triton_installed
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
 from .errors import BackendUnavailableError, bad_type, bad_value
 
@@ -42,9 +43,6 @@ _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _STFT = Op("stft", torch_impl="nbxsig.reference.stft:stft", triton_impl="nbxsig.kernels.stft:stft")
 _ISTFT = Op("istft", torch_impl="nbxsig.reference.stft:istft", triton_impl="nbxsig.kernels.stft:istft")
-_POWER = Op(
-    "spectrogram", torch_impl="nbxsig.stft:_torch_power", triton_impl="nbxsig.kernels.stft:spectrogram_power"
-)
 
 
 @dataclass(frozen=True)
@@ -88,6 +86,9 @@ def _frame_params(
         raise bad_value("win_length", win_length, f"in 1..n_fft={n_fft}")
     if fn == "istft" and hop_length > win_length:
         raise bad_value("hop_length", hop_length, f"in 1..win_length={win_length} for istft")
+    if window is None and win_length < n_fft:
+        # torch.stft's default window is ones(win_length), zero-padded to n_fft like any other.
+        window = torch.ones(win_length, device=device)
     if window is not None:
         window = check_tensor("window", window, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128))
         if window.dim() != 1 or window.shape[0] != win_length:
@@ -112,8 +113,23 @@ def _window_blocks_triton(window: torch.Tensor | None) -> str:
     return ""
 
 
+@torch.compiler.assume_constant_result
+def _platform() -> tuple[bool, bool, str | None]:
+    # What Op.backend reads from the platform (package lookup, environment). Under torch.compile it
+    # is evaluated once at trace time and baked in as a constant, so dynamo never traces importlib.
+    return triton_installed(), interpreter_enabled(), os.environ.get(ENV_VAR) or None
+
+
 def _resolve(op: Op, backend: str | None, *, device, dtype, numel: int, blocker: str) -> Backend:
-    chosen = op.backend(backend, device=device, dtype=dtype, numel=numel)
+    if torch.compiler.is_compiling():
+        installed, interpreter, env_default = _platform()
+        chosen = choose_backend(
+            requested=backend, env_default=env_default, device_type=device.type, dtype=dtype, numel=numel,
+            triton_dtypes=op.triton_dtypes, has_triton_impl=op.triton_impl is not None,
+            triton_installed=installed, interpreter=interpreter,
+        )  # fmt: skip
+    else:
+        chosen = op.backend(backend, device=device, dtype=dtype, numel=numel)
     if chosen == "triton" and blocker:
         if backend == "triton":
             raise BackendUnavailableError(f"backend='triton' cannot run this call: {blocker}")
@@ -169,6 +185,17 @@ def stft(
     Example:
         >>> X = stft(torch.randn(2, 8000), 400, 160, window=torch.hann_window(400))  # (2, 201, 51)
     """
+    return _stft(
+        input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided,
+        return_complex, backend=backend, power=None,
+    )  # fmt: skip
+
+
+def _stft(
+    input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided, return_complex,
+    *, backend, power,
+) -> torch.Tensor:  # fmt: skip
+    """stft with an optional fused ``|X|^power`` output (power None: the spectrum)."""
     x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=1)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
     center = _check_bool("center", center)
@@ -212,10 +239,11 @@ def stft(
         pad_mode=pad_mode,
         normalized=normalized,
         onesided=onesided,
+        power=power,
         backend=chosen,
     )
     spec = spec.reshape(*lead, *spec.shape[1:])
-    return torch.view_as_complex(spec) if return_complex else spec
+    return torch.view_as_complex(spec) if return_complex and power is None else spec
 
 
 def _spectrum_input(x: object) -> torch.Tensor:
@@ -223,8 +251,8 @@ def _spectrum_input(x: object) -> torch.Tensor:
     if isinstance(x, torch.Tensor) and x.is_complex():
         x = check_tensor("input", x, min_dim=2)
         return torch.view_as_real(x)
-    x = check_tensor("input", x, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=3)
-    if x.shape[-1] != 2:
+    x = check_tensor("input", x, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128))
+    if x.dim() < 3 or x.shape[-1] != 2:
         raise bad_value("input", x, "complex (..., F, T) or real (..., F, T, 2)")
     return x
 
@@ -334,16 +362,6 @@ def istft(
     return y.reshape(*lead, y.shape[-1])
 
 
-def _torch_power(spec: torch.Tensor, *, power: float) -> torch.Tensor:
-    """|X|^power of a real-layout spectrum ``(..., 2)``, in plain torch."""
-    mag2 = spec[..., 0] ** 2 + spec[..., 1] ** 2
-    if power == 2.0:
-        return mag2
-    if power == 1.0:
-        return mag2.sqrt()
-    return mag2 ** (power / 2)
-
-
 def spectrogram(
     input: torch.Tensor,
     n_fft: int,
@@ -376,23 +394,10 @@ def spectrogram(
     """
     if power is not None:
         power = check_float("power", power, min_value=0.0, min_inclusive=False)
-    spec = stft(
-        input,
-        n_fft,
-        hop_length,
-        win_length,
-        window,
-        center,
-        pad_mode,
-        normalized,
-        onesided,
-        return_complex=False,
-        backend=backend,
-    )
-    if power is None:
-        return torch.view_as_complex(spec)
-    chosen = _resolve(_POWER, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker="")
-    return _POWER(spec, power=power, backend=chosen)
+    return _stft(
+        input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided,
+        power is None, backend=backend, power=power,
+    )  # fmt: skip
 
 
 class STFT(nn.Module):

@@ -62,8 +62,10 @@ def stft(
     pad_mode: str,
     normalized: bool,
     onesided: bool,
+    power: float | None = None,
 ) -> torch.Tensor:
-    """STFT of ``x`` ``(B, L)`` (real, or complex) → real layout ``(B, F, T, 2)``.
+    """STFT of ``x`` ``(B, L)`` (real, or complex) → real layout ``(B, F, T, 2)``, or ``|X|^power``
+    ``(B, F, T)`` when ``power`` is given.
 
     ``X[b, k, t] = Σ_n x_pad[b, t·hop + n] · w[n] · e^{-2πikn/N}`` (× N^-1/2 when ``normalized``).
     """
@@ -99,7 +101,19 @@ def stft(
     spec = torch.stack((re, im), dim=-1).transpose(1, 2)  # (B, F, T, 2)
     if normalized:
         spec = spec * (1.0 / math.sqrt(n_fft))
+    if power is not None:
+        return power_spectrum(spec, power)
     return spec.contiguous()
+
+
+def power_spectrum(spec: torch.Tensor, power: float) -> torch.Tensor:
+    """``|X|^power`` of a real-layout spectrum ``(..., 2)``."""
+    mag2 = spec[..., 0] ** 2 + spec[..., 1] ** 2
+    if power == 2.0:
+        return mag2
+    if power == 1.0:
+        return mag2.sqrt()
+    return mag2 ** (power / 2)
 
 
 def envelope(

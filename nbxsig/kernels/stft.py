@@ -1,0 +1,836 @@
+"""STFT / inverse STFT as fused Triton kernels (the twins of :mod:`nbxsig.reference.stft`).
+
+Two ways to compute the transform, chosen per call by :func:`use_dense` (a pure function of n_fft):
+
+* **dense** (small n_fft, the iSTFTNet/Kokoro heads): one kernel per direction does everything.
+  ``_frame_dft_kernel`` gathers frames straight from the signal (centre padding by index mapping,
+  no padded copy and no frame tensor), applies the window and multiplies by the DFT basis with
+  ``tl.dot``, writing complex64 interleaved. ``_ola_dft_kernel`` is the inverse: each program owns a
+  span of output samples, sums the inverse-DFT'd frames covering it (window applied), divides by the
+  window envelope computed on the fly and trims to ``length`` -- deterministic, no atomics.
+* **fft** (large n_fft, where a dense N×N basis product loses to cuFFT at float32 accuracy): the
+  transform is ``torch.fft`` and the fused framing (``_frame_kernel``) / overlap-add + envelope
+  (``_ola_dft_kernel`` on frames) kernels sit around it.
+
+Backward passes are the same kernels with other bases: the gradient of the STFT is an overlap-add of
+``Re(G·e^{+iθ})`` frames (forward basis transposed), the gradient of the iSTFT is a framing of
+``grad / envelope`` followed by a DFT with the inverse basis.
+
+Precision of the ``tl.dot`` follows ``torch.get_float32_matmul_precision()``: "highest" uses
+3×TF32 split products on tensor cores (float32 accuracy, ~1e-7 relative), "high"/"medium" a single
+TF32 product (~1e-4). Everything accumulates in float32; float16/bfloat16 signals are upcast on load.
+
+``torch.library`` custom ops (``nbxsig::stft``, ``nbxsig::stft_backward``, ``nbxsig::istft``,
+``nbxsig::istft_backward``) with fake implementations wrap the launchers, so ``torch.compile``
+traces through; eager calls go through an ``autograd.Function`` directly (lower dispatch latency,
+which matters for the batch-1 iSTFT).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+
+from ..dft import irdft_basis, rdft_basis
+from ._runtime import check_launchable, empty_output
+
+#: Envelope threshold below which istft does not divide (torch.istft's NOLA threshold).
+NOLA_EPS = 1e-11
+#: Largest n_fft computed with a dense DFT-basis product; above it torch.fft does the transform.
+#: At float32 accuracy a dense basis product costs ~N/log N more flops than an FFT; the issue's
+#: H200 numbers show cuBLAS fp32 losing to cuFFT from n_fft ≈ 100, and our kernels also pad the
+#: frame to a power of two, so the cut sits at 64 (20 and 50 dense, 400+ via cuFFT).
+DENSE_MAX_N = 64
+
+_PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
+_MODE_SCALED = 4  # istft backward: constant padding, each sample scaled by 1/envelope
+
+
+def use_dense(n_fft: int) -> bool:
+    """Whether ``n_fft`` is computed with the dense fused DFT kernels (else torch.fft + fused framing/OLA)."""
+    return n_fft <= DENSE_MAX_N
+
+
+def _precision() -> str:
+    # Read at call time (never at import): the user may change it between calls.
+    return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
+def _p2(n: int, minimum: int = 1) -> int:
+    return max(minimum, triton.next_power_of_2(n))
+
+
+@lru_cache(maxsize=64)
+def _basis(n_fft: int, kind: str, device: torch.device) -> torch.Tensor:
+    """Cached float32 ``(2, F, n_fft)`` basis: "fwd" one-sided, "fwd2" two-sided, "inv" inverse real DFT."""
+    if kind == "inv":
+        return irdft_basis(n_fft, device=device).contiguous()
+    return rdft_basis(n_fft, onesided=kind == "fwd", device=device).contiguous()
+
+
+@lru_cache(maxsize=64)
+def _hermitian_scale(n_fft: int, device: torch.device) -> torch.Tensor:
+    # w_k / N of an inverse real DFT: the gradient of irfft w.r.t. its input is rfft(g)·w_k/N.
+    w = torch.full((n_fft // 2 + 1,), 2.0 / n_fft, device=device)
+    w[0] = 1.0 / n_fft
+    if n_fft % 2 == 0:
+        w[-1] = 1.0 / n_fft
+    return w
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_signal(src_ptr, row, stride_l, p, pad, L, mask, inv_ptr, MODE: tl.constexpr):
+    """Sample ``p`` of the padded signal (``j = p - pad`` in the original), by index mapping.
+
+    MODE 0 constant (zeros), 1 reflect (no edge repeat; pad < L), 2 replicate, 3 circular
+    (pad <= L), 4 constant and multiplied by ``inv[p]`` (istft backward: grad / envelope).
+    """
+    j = p - pad
+    if MODE == 1:
+        idx = tl.where(j < 0, -j, j)
+        idx = tl.where(idx >= L, 2 * (L - 1) - idx, idx)
+        ok = mask
+    elif MODE == 2:
+        idx = tl.minimum(tl.maximum(j, 0), L - 1)
+        ok = mask
+    elif MODE == 3:
+        idx = tl.where(j < 0, j + L, j)
+        idx = tl.where(idx >= L, idx - L, idx)
+        ok = mask
+    else:
+        idx = j
+        ok = mask & (j >= 0) & (j < L)
+    v = tl.load(src_ptr + row + idx.to(tl.int64) * stride_l, mask=ok, other=0.0).to(tl.float32)
+    if MODE == 4:
+        v = v * tl.load(inv_ptr + p, mask=ok, other=0.0)
+    return v
+
+
+@triton.jit
+def _load_window(win_ptr, n, valid, HAS_WINDOW: tl.constexpr):
+    if HAS_WINDOW:
+        w = tl.load(win_ptr + n, mask=valid, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(valid, 1.0, 0.0)
+    return w
+
+
+@triton.jit
+def _frame_dft_kernel(
+    src_ptr,
+    stride_sb,
+    stride_sl,
+    L,
+    pad,
+    hop,
+    T,
+    N: tl.constexpr,
+    F,
+    win_ptr,
+    inv_ptr,
+    basis_ptr,
+    out_ptr,
+    stride_ob,
+    stride_of,
+    stride_ot,
+    scale,
+    power,
+    MODE: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    OUTPUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """``X[b, f, t] = scale · Σ_n s_pad[b, t·hop + n] · w[n] · (B[0, f, n] + i B[1, f, n])``.
+
+    OUTPUT 0: complex interleaved into a real ``(B, F, T, 2)`` view; 1: ``|X|²``; 2: ``|X|^power``.
+    """
+    pid_t = tl.program_id(0)
+    pid_f = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    f = pid_f * BLOCK_F + tl.arange(0, BLOCK_F)
+    row = b * stride_sb
+    acc_re = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
+    acc_im = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
+    for k0 in range(0, N, BLOCK_K):
+        n = k0 + tl.arange(0, BLOCK_K)
+        n_ok = n < N
+        p = t[:, None] * hop + n[None, :]
+        mask = (t[:, None] < T) & n_ok[None, :]
+        frame = _load_signal(src_ptr, row, stride_sl, p, pad, L, mask, inv_ptr, MODE)
+        frame = frame * _load_window(win_ptr, n, n_ok, HAS_WINDOW)[None, :]
+        b_mask = n_ok[:, None] & (f[None, :] < F)
+        b_off = f[None, :] * N + n[:, None]
+        b_re = tl.load(basis_ptr + b_off, mask=b_mask, other=0.0)
+        b_im = tl.load(basis_ptr + F * N + b_off, mask=b_mask, other=0.0)
+        acc_re = tl.dot(frame, b_re, acc_re, input_precision=PRECISION)
+        acc_im = tl.dot(frame, b_im, acc_im, input_precision=PRECISION)
+    acc_re = acc_re * scale
+    acc_im = acc_im * scale
+    o_mask = (t[:, None] < T) & (f[None, :] < F)
+    o_off = b * stride_ob + f[None, :] * stride_of + t[:, None] * stride_ot
+    if OUTPUT == 0:
+        # Interleave (re, im) so each (f, t) pair is one 8-byte store of the complex64 output.
+        both = tl.join(acc_re, acc_im)
+        c = tl.arange(0, 2)
+        tl.store(out_ptr + o_off[:, :, None] + c[None, None, :], both, mask=o_mask[:, :, None])
+    else:
+        mag2 = acc_re * acc_re + acc_im * acc_im
+        if OUTPUT == 2:
+            mag2 = tl.exp2(tl.log2(mag2) * (0.5 * power))  # log2(0) = -inf → 0 for power > 0
+        tl.store(out_ptr + o_off, mag2, mask=o_mask)
+
+
+@triton.jit
+def _frame_kernel(
+    src_ptr,
+    stride_sb,
+    stride_sl,
+    L,
+    pad,
+    hop,
+    T,
+    N,
+    win_ptr,
+    inv_ptr,
+    out_ptr,
+    scale,
+    MODE: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Windowed frames ``out[b, t, n] = scale · w[n] · s_pad[b, t·hop + n]`` (contiguous ``(B, T, N)``),
+    the input of torch.fft on the large-n_fft path."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    b = tl.program_id(2).to(tl.int64)
+    n_ok = n < N
+    mask = (t[:, None] < T) & n_ok[None, :]
+    p = t[:, None] * hop + n[None, :]
+    v = _load_signal(src_ptr, b * stride_sb, stride_sl, p, pad, L, mask, inv_ptr, MODE)
+    v = v * (_load_window(win_ptr, n, n_ok, HAS_WINDOW) * scale)[None, :]
+    off = (b * T + t[:, None]) * N + n[None, :]
+    tl.store(out_ptr + off, v, mask=mask)
+
+
+@triton.jit
+def _ola_dft_kernel(
+    src_ptr,
+    s0,
+    s1,
+    s2,
+    s3,
+    basis_ptr,
+    win_ptr,
+    out_ptr,
+    stride_ob,
+    N,
+    F,
+    hop,
+    T,
+    start,
+    n_out,
+    g_begin,
+    scale,
+    SOURCE: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    DIVIDE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    S: tl.constexpr,
+    N_TERMS: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """Overlap-add with the inverse transform fused in; each program owns output samples.
+
+    ``y[p] = scale · Σ_t w[n] · frame_t[n]`` with ``n = p - t·hop``, and with DIVIDE
+    ``y[p] /= Σ_t w[n]²`` where that exceeds NOLA_EPS. ``frame_t[n]`` is
+    SOURCE 0: ``Σ_f Re X[b,f,t] B[0,f,n] + Im X[b,f,t] B[1,f,n]`` (``src`` real layout, strides
+    ``s0..s3`` = b, f, t, re/im) or SOURCE 1: ``src[b, t, n]`` (strides ``s0..s2`` = b, t, n).
+
+    Tiling: a program row ``g`` covers ``S`` hops (``S·hop <= BLOCK_C`` samples), so the tl.dot's
+    N dimension (>= 16) is filled with S frames' worth of samples even for hop=5. Output sample
+    ``p = g·S·hop + c`` receives frame ``t = g·S + d`` at ``n = c - d·hop`` for ``d`` from ``S-1``
+    down to ``-(ceil(N/hop)-1)``; each ``d`` is one rank-F product of the frames' spectra with the
+    basis columns ``n(c)``. Output ``o = p - start`` is written for ``0 <= o < n_out`` (zeros past
+    the last frame, which is how a longer ``length`` pads).
+    """
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    g = g_begin + pid * BLOCK_G + tl.arange(0, BLOCK_G)
+    c = tl.arange(0, BLOCK_C)
+    c_ok = c < S * hop
+    acc = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    env = tl.zeros((BLOCK_G, BLOCK_C), dtype=tl.float32)
+    fk = tl.arange(0, BLOCK_F)
+    # Constexpr trip counts: the interpreter cannot loop to a runtime bound, and the GPU gets a
+    # specialised loop per (n_fft, hop) -- a handful of configurations per application.
+    for j in range(0, N_TERMS):
+        d = S - 1 - j
+        t = g * S + d
+        n = c - d * hop
+        n_ok = c_ok & (n >= 0) & (n < N)
+        t_ok = (t >= 0) & (t < T)
+        w = _load_window(win_ptr, n, n_ok, HAS_WINDOW)
+        if SOURCE == 0:
+            x_mask = t_ok[:, None] & (fk[None, :] < F)
+            x_off = b * s0 + fk[None, :] * s1 + t[:, None] * s2
+            x_re = tl.load(src_ptr + x_off, mask=x_mask, other=0.0).to(tl.float32)
+            x_im = tl.load(src_ptr + x_off + s3, mask=x_mask, other=0.0).to(tl.float32)
+            b_mask = (fk[:, None] < F) & n_ok[None, :]
+            b_off = fk[:, None] * N + n[None, :]
+            b_re = tl.load(basis_ptr + b_off, mask=b_mask, other=0.0) * w[None, :]
+            b_im = tl.load(basis_ptr + F * N + b_off, mask=b_mask, other=0.0) * w[None, :]
+            acc = tl.dot(x_re, b_re, acc, input_precision=PRECISION)
+            acc = tl.dot(x_im, b_im, acc, input_precision=PRECISION)
+        else:
+            m = t_ok[:, None] & n_ok[None, :]
+            v = tl.load(src_ptr + b * s0 + t[:, None] * s1 + n[None, :] * s2, mask=m, other=0.0)
+            acc += v.to(tl.float32) * w[None, :]
+        if DIVIDE:
+            env += tl.where(t_ok[:, None] & n_ok[None, :], (w * w)[None, :], 0.0)
+    acc = acc * scale
+    if DIVIDE:
+        ok = env > NOLA_EPS
+        acc = tl.where(ok, acc / tl.where(ok, env, 1.0), acc)
+    o = g[:, None] * (S * hop) + c[None, :] - start
+    o_mask = c_ok[None, :] & (o >= 0) & (o < n_out)
+    tl.store(out_ptr + b * stride_ob + o, acc, mask=o_mask)
+
+
+@triton.jit
+def _inv_envelope_kernel(
+    win_ptr, out_ptr, N, hop, T, total, N_TERMS: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK: tl.constexpr
+):
+    """``out[p] = 1 / Σ_t w²[p - t·hop]`` where the sum exceeds NOLA_EPS, else 1."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < total
+    q = p // hop
+    r = p - q * hop
+    env = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in range(0, N_TERMS):
+        t = q - i
+        n = i * hop + r
+        ok = m & (t >= 0) & (t < T) & (n < N)
+        w = _load_window(win_ptr, n, ok, HAS_WINDOW)
+        env += w * w
+    inv = tl.where(env > NOLA_EPS, 1.0 / tl.where(env > NOLA_EPS, env, 1.0), 1.0)
+    tl.store(out_ptr + p, inv, mask=m)
+
+
+@triton.jit
+def _power_kernel(src_ptr, out_ptr, numel, power, OUTPUT: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[i] = (re² + im²)^(power/2)`` over a contiguous interleaved complex buffer."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < numel
+    re = tl.load(src_ptr + 2 * i, mask=m, other=0.0)
+    im = tl.load(src_ptr + 2 * i + 1, mask=m, other=0.0)
+    mag2 = re * re + im * im
+    if OUTPUT == 2:
+        mag2 = tl.exp2(tl.log2(mag2) * (0.5 * power))
+    tl.store(out_ptr + i, mag2, mask=m)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers (no autograd): every tensor argument arrives validated by nbxsig.stft.
+# ----------------------------------------------------------------------------------------------
+
+
+def _output_kind(power: float) -> int:
+    return 0 if power < 0 else (1 if power == 2.0 else 2)
+
+
+def n_frames(length: int, n_fft: int, hop: int, center: bool) -> int:
+    pad = n_fft // 2 if center else 0
+    return 1 + (length + 2 * pad - n_fft) // hop
+
+
+def stft_forward(
+    x: torch.Tensor,
+    window: torch.Tensor | None,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    pad_mode: str,
+    normalized: bool,
+    onesided: bool,
+    power: float = -1.0,
+) -> torch.Tensor:
+    """``x (B, L)`` → real-layout spectrum ``(B, F, T, 2)`` float32, or ``|X|^power`` ``(B, F, T)``
+    when ``power > 0``. The fft path returns a transposed view of a ``(B, T, F)`` buffer, like torch.stft."""
+    device = check_launchable(x, *(() if window is None else (window,)))
+    n_batch, length = x.shape
+    pad = n_fft // 2 if center else 0
+    T = n_frames(length, n_fft, hop, center)
+    n_bins = n_fft // 2 + 1 if onesided else n_fft
+    scale = 1.0 / math.sqrt(n_fft) if normalized else 1.0
+    mode = _PAD_MODES[pad_mode]
+    win = window if window is not None else x
+    kind = _output_kind(power)
+    if use_dense(n_fft):
+        basis = _basis(n_fft, "fwd" if onesided else "fwd2", device)
+        shape = (n_batch, n_bins, T, 2) if kind == 0 else (n_batch, n_bins, T)
+        out = empty_output(shape, dtype=torch.float32, device=device)
+        block_k = min(_p2(n_fft, 16), 64)
+        block_f = min(_p2(n_bins, 16), 64)
+        block_t = 64
+        grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
+        _frame_dft_kernel[grid](
+            x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, n_bins,
+            win, win, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, float(power),
+            MODE=mode, HAS_WINDOW=window is not None, OUTPUT=kind, PRECISION=_precision(),
+            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f,
+        )  # fmt: skip
+        return out
+    frames = _frames(x, win, window is not None, length, pad, hop, T, n_fft, scale, mode, win)
+    spec = torch.fft.rfft(frames) if onesided else torch.fft.fft(frames)  # (B, T, F) complex64
+    if kind == 0:
+        return torch.view_as_real(spec).transpose(1, 2)
+    return _power(torch.view_as_real(spec), power).transpose(1, 2)
+
+
+def _frames(x, win, has_window, length, pad, hop, T, n_fft, scale, mode, inv) -> torch.Tensor:
+    n_batch = x.shape[0]
+    frames = empty_output((n_batch, T, n_fft), dtype=torch.float32, device=x.device)
+    block_n = min(_p2(n_fft), 256)
+    block_t = max(1, 2048 // block_n)
+    grid = (triton.cdiv(T, block_t), triton.cdiv(n_fft, block_n), n_batch)
+    _frame_kernel[grid](
+        x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, win, inv, frames, scale,
+        MODE=mode, HAS_WINDOW=has_window, BLOCK_T=block_t, BLOCK_N=block_n,
+    )  # fmt: skip
+    return frames
+
+
+def _power(spec_real: torch.Tensor, power: float) -> torch.Tensor:
+    """``(..., 2)`` contiguous interleaved → ``|X|^power`` ``(...)``."""
+    out = empty_output(spec_real.shape[:-1], dtype=torch.float32, device=spec_real.device)
+    numel = out.numel()
+    block = 1024
+    _power_kernel[(triton.cdiv(numel, block),)](
+        spec_real, out, numel, float(power), OUTPUT=_output_kind(power), BLOCK=block
+    )
+    return out
+
+
+def _ola(
+    src: torch.Tensor,
+    strides: tuple[int, ...],
+    *,
+    source: int,
+    basis: torch.Tensor | None,
+    window: torch.Tensor | None,
+    n_batch: int,
+    n_fft: int,
+    n_bins: int,
+    hop: int,
+    T: int,
+    start: int,
+    n_out: int,
+    scale: float,
+    divide: bool,
+) -> torch.Tensor:
+    """Launch ``_ola_dft_kernel``: output ``(B, n_out)`` float32, sample ``o`` = OLA sample ``start + o``."""
+    out = empty_output((n_batch, n_out), dtype=torch.float32, device=src.device)
+    if n_out == 0:
+        return out
+    if source == 0:
+        # Fill the dot's N dimension (>= 16 columns) with S whole hops of output samples.
+        block_c = _p2(hop, 16)
+        block_f = _p2(n_bins, 16)
+        block_g = 32
+    else:
+        block_c = _p2(hop)
+        block_f = 16
+        block_g = max(1, 2048 // block_c)
+    span = (block_c // hop) * hop
+    g_begin = start // span
+    g_end = (start + n_out - 1) // span + 1
+    grid = (triton.cdiv(g_end - g_begin, block_g), n_batch)
+    win = window if window is not None else src
+    s = (*strides, 0, 0, 0, 0)[:4]
+    _ola_dft_kernel[grid](
+        src, s[0], s[1], s[2], s[3], basis if basis is not None else src, win, out, out.stride(0),
+        n_fft, n_bins, hop, T, start, n_out, g_begin, scale,
+        SOURCE=source, HAS_WINDOW=window is not None, DIVIDE=divide, PRECISION=_precision(),
+        S=block_c // hop, N_TERMS=block_c // hop + triton.cdiv(n_fft, hop) - 1,
+        BLOCK_G=block_g, BLOCK_C=block_c, BLOCK_F=block_f,
+    )  # fmt: skip
+    return out
+
+
+def _fold_padding(gp: torch.Tensor, length: int, pad: int, pad_mode: str) -> torch.Tensor:
+    """Adjoint of the centre padding: gradient on the padded signal ``(B, L + 2·pad)`` → ``(B, L)``."""
+    gx = gp[:, pad : pad + length]
+    if pad == 0:
+        return gx
+    j_left = torch.arange(-pad, 0, device=gp.device)
+    j_right = torch.arange(length, length + pad, device=gp.device)
+    if pad_mode == "reflect":
+        i_left, i_right = -j_left, 2 * (length - 1) - j_right
+    elif pad_mode == "replicate":
+        i_left, i_right = torch.zeros_like(j_left), torch.full_like(j_right, length - 1)
+    else:  # circular
+        i_left, i_right = j_left + length, j_right - length
+    gx = gx.clone()  # the edge contributions add onto a fresh (B, L) buffer
+    gx.index_add_(1, i_left, gp[:, :pad])
+    gx.index_add_(1, i_right, gp[:, pad + length :])
+    return gx
+
+
+def stft_backward(
+    grad: torch.Tensor,
+    window: torch.Tensor | None,
+    length: int,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    pad_mode: str,
+    normalized: bool,
+    onesided: bool,
+) -> torch.Tensor:
+    """Gradient of :func:`stft_forward` w.r.t. ``x``: ``grad (B, F, T, 2)`` → ``(B, L)`` float32.
+
+    ``∂L/∂frame[t, n] = Σ_k Re G[k,t]·cos(2πkn/N) - Im G[k,t]·sin(2πkn/N)`` (the forward basis
+    transposed), then the adjoint of windowing, framing and padding: an overlap-add."""
+    device = check_launchable(grad, *(() if window is None else (window,)))
+    n_batch, n_bins, T = grad.shape[:3]
+    pad = n_fft // 2 if center else 0
+    scale = 1.0 / math.sqrt(n_fft) if normalized else 1.0
+    # Constant padding's adjoint is a crop: write only the unpadded samples. Other modes fold the
+    # padded edges back onto the samples they copied, after the kernel.
+    direct = pad == 0 or pad_mode == "constant"
+    start, n_out = (pad, length) if direct else (0, length + 2 * pad)
+    common = dict(
+        window=window, n_batch=n_batch, n_fft=n_fft, hop=hop, T=T, start=start, n_out=n_out, divide=False
+    )
+    if use_dense(n_fft):
+        basis = _basis(n_fft, "fwd" if onesided else "fwd2", device)
+        gp = _ola(grad, grad.stride(), source=0, basis=basis, n_bins=n_bins, scale=scale, **common)
+    else:
+        g = torch.view_as_complex(grad.transpose(1, 2).contiguous())  # (B, T, F)
+        if onesided:
+            # Σ_{k<=N/2} Re(G_k e^{iθ}) = N·irfft(G') with the bins irfft counts twice halved.
+            halve = torch.ones(n_bins, device=device)
+            halve[1 : (n_fft + 1) // 2] = 0.5
+            frames = torch.fft.irfft(g * halve, n=n_fft, norm="forward")
+        else:
+            frames = torch.fft.ifft(g, n=n_fft, norm="forward").real
+        gp = _ola(frames, frames.stride(), source=1, basis=None, n_bins=0, scale=scale, **common)
+    return gp if direct else _fold_padding(gp, length, pad, pad_mode)
+
+
+def istft_forward(
+    spec: torch.Tensor,
+    window: torch.Tensor | None,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    normalized: bool,
+    length: int,
+) -> torch.Tensor:
+    """Real-layout spectrum ``(B, F_in, T, 2)`` → ``(B, n_out)`` float32 (``length < 0``: the default)."""
+    from ..reference.stft import istft_range
+
+    device = check_launchable(spec, *(() if window is None else (window,)))
+    n_batch, _, T = spec.shape[:3]
+    n_bins = n_fft // 2 + 1  # a two-sided input uses its first half, like torch.istft
+    start, _, n_out = istft_range(n_fft, hop, T, center, None if length < 0 else length)
+    common = dict(window=window, n_batch=n_batch, n_fft=n_fft, hop=hop, T=T, start=start, n_out=n_out)
+    if use_dense(n_fft):
+        scale = math.sqrt(n_fft) if normalized else 1.0
+        basis = _basis(n_fft, "inv", device)
+        return _ola(
+            spec, spec.stride(), source=0, basis=basis, n_bins=n_bins, scale=scale, divide=True, **common
+        )
+    if spec.stride(-1) != 1 or any(s % 2 for s in spec.stride()[:-1]):
+        spec = spec.contiguous()  # view_as_complex needs interleaved pairs; rare (hand-made real layouts)
+    x = torch.view_as_complex(spec[:, :n_bins]).transpose(1, 2)  # (B, T, F)
+    frames = torch.fft.irfft(x, n=n_fft, norm="ortho" if normalized else "backward")  # (B, T, N)
+    return _ola(frames, frames.stride(), source=1, basis=None, n_bins=0, scale=1.0, divide=True, **common)
+
+
+def _inv_envelope(window: torch.Tensor | None, n_fft: int, hop: int, T: int, device) -> torch.Tensor:
+    total = n_fft + hop * (T - 1)
+    out = empty_output((total,), dtype=torch.float32, device=device)
+    block = 1024
+    win = window if window is not None else out
+    _inv_envelope_kernel[(triton.cdiv(total, block),)](
+        win,
+        out,
+        n_fft,
+        hop,
+        T,
+        total,
+        N_TERMS=triton.cdiv(n_fft, hop),
+        HAS_WINDOW=window is not None,
+        BLOCK=block,
+    )
+    return out
+
+
+def istft_backward(
+    grad: torch.Tensor,
+    window: torch.Tensor | None,
+    n_bins_in: int,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    normalized: bool,
+    T: int,
+) -> torch.Tensor:
+    """Gradient of :func:`istft_forward` w.r.t. the real-layout spectrum: ``(B, n_out)`` →
+    ``(B, F_in, T, 2)`` float32. Frames ``w[n]·g[t·hop + n - start]/env[t·hop + n]``, then a DFT
+    with the inverse basis (``∂y/∂Re X_k = w_k cos/N``, ``∂y/∂Im X_k = -w_k sin/N``)."""
+    device = check_launchable(grad, *(() if window is None else (window,)))
+    n_batch, n_out = grad.shape
+    start = n_fft // 2 if center else 0
+    n_bins = n_fft // 2 + 1
+    inv = _inv_envelope(window, n_fft, hop, T, device)
+    win = window if window is not None else inv
+    if use_dense(n_fft):
+        out = empty_output((n_batch, n_bins_in, T, 2), dtype=torch.float32, device=device)
+        if n_bins_in > n_bins:
+            out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
+        scale = math.sqrt(n_fft) if normalized else 1.0
+        basis = _basis(n_fft, "inv", device)
+        block_t, block_k, block_f = 64, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
+        grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
+        _frame_dft_kernel[grid](
+            grad, grad.stride(0), grad.stride(1), n_out, start, hop, T, n_fft, n_bins,
+            win, inv, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, -1.0,
+            MODE=_MODE_SCALED, HAS_WINDOW=window is not None, OUTPUT=0, PRECISION=_precision(),
+            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f,
+        )  # fmt: skip
+        return out
+    scale = math.sqrt(n_fft) if normalized else 1.0
+    frames = _frames(grad, win, window is not None, n_out, start, hop, T, n_fft, scale, _MODE_SCALED, inv)
+    gx = torch.fft.rfft(frames) * _hermitian_scale(n_fft, device)  # (B, T, F)
+    gx = torch.view_as_real(gx).transpose(1, 2)
+    if n_bins_in > n_bins:
+        gx = torch.nn.functional.pad(gx, (0, 0, 0, 0, 0, n_bins_in - n_bins))
+    return gx
+
+
+# ----------------------------------------------------------------------------------------------
+# Autograd and torch.library custom ops
+# ----------------------------------------------------------------------------------------------
+
+
+class _StftFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, window, n_fft, hop, center, pad_mode, normalized, onesided):
+        ctx.save_for_backward(window)
+        ctx.args = (x.shape[1], n_fft, hop, center, pad_mode, normalized, onesided)
+        ctx.x_dtype = x.dtype
+        return stft_forward(x, window, n_fft, hop, center, pad_mode, normalized, onesided)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (window,) = ctx.saved_tensors
+        gx = stft_backward(grad, window, *ctx.args)
+        return gx.to(ctx.x_dtype), None, None, None, None, None, None, None
+
+
+class _IstftFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, spec, window, n_fft, hop, center, normalized, length):
+        ctx.save_for_backward(window)
+        ctx.args = (spec.shape[1], n_fft, hop, center, normalized, spec.shape[2])
+        ctx.spec_dtype = spec.dtype
+        return istft_forward(spec, window, n_fft, hop, center, normalized, length)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (window,) = ctx.saved_tensors
+        g = istft_backward(grad, window, *ctx.args)
+        return g.to(ctx.spec_dtype), None, None, None, None, None, None
+
+
+@torch.library.custom_op("nbxsig::stft", mutates_args=())
+def _stft_op(
+    x: torch.Tensor,
+    window: torch.Tensor | None,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    pad_mode: str,
+    normalized: bool,
+    onesided: bool,
+) -> torch.Tensor:
+    # The fft path returns a transposed view (like torch.stft); the fake promises contiguous.
+    return stft_forward(x, window, n_fft, hop, center, pad_mode, normalized, onesided).contiguous()
+
+
+@_stft_op.register_fake
+def _(x, window, n_fft, hop, center, pad_mode, normalized, onesided):
+    n_bins = n_fft // 2 + 1 if onesided else n_fft
+    T = n_frames(x.shape[1], n_fft, hop, center)
+    return x.new_empty((x.shape[0], n_bins, T, 2), dtype=torch.float32)
+
+
+@torch.library.custom_op("nbxsig::stft_backward", mutates_args=())
+def _stft_backward_op(
+    grad: torch.Tensor,
+    window: torch.Tensor | None,
+    length: int,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    pad_mode: str,
+    normalized: bool,
+    onesided: bool,
+) -> torch.Tensor:
+    return stft_backward(grad, window, length, n_fft, hop, center, pad_mode, normalized, onesided)
+
+
+@_stft_backward_op.register_fake
+def _(grad, window, length, n_fft, hop, center, pad_mode, normalized, onesided):
+    return grad.new_empty((grad.shape[0], length), dtype=torch.float32)
+
+
+def _stft_setup(ctx, inputs, output):
+    x, window, *args = inputs
+    ctx.save_for_backward(window)
+    ctx.args = (x.shape[1], *args)
+    ctx.x_dtype = x.dtype
+
+
+def _stft_grad(ctx, grad):
+    (window,) = ctx.saved_tensors
+    gx = torch.ops.nbxsig.stft_backward(grad.contiguous(), window, *ctx.args)
+    return gx.to(ctx.x_dtype), None, None, None, None, None, None, None
+
+
+_stft_op.register_autograd(_stft_grad, setup_context=_stft_setup)
+
+
+@torch.library.custom_op("nbxsig::istft", mutates_args=())
+def _istft_op(
+    spec: torch.Tensor,
+    window: torch.Tensor | None,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    normalized: bool,
+    length: int,
+) -> torch.Tensor:
+    return istft_forward(spec, window, n_fft, hop, center, normalized, length)
+
+
+@_istft_op.register_fake
+def _(spec, window, n_fft, hop, center, normalized, length):
+    from ..reference.stft import istft_range
+
+    _, _, n_out = istft_range(n_fft, hop, spec.shape[2], center, None if length < 0 else length)
+    return spec.new_empty((spec.shape[0], n_out), dtype=torch.float32)
+
+
+@torch.library.custom_op("nbxsig::istft_backward", mutates_args=())
+def _istft_backward_op(
+    grad: torch.Tensor,
+    window: torch.Tensor | None,
+    n_bins_in: int,
+    n_fft: int,
+    hop: int,
+    center: bool,
+    normalized: bool,
+    T: int,
+) -> torch.Tensor:
+    return istft_backward(grad, window, n_bins_in, n_fft, hop, center, normalized, T).contiguous()
+
+
+@_istft_backward_op.register_fake
+def _(grad, window, n_bins_in, n_fft, hop, center, normalized, T):
+    return grad.new_empty((grad.shape[0], n_bins_in, T, 2), dtype=torch.float32)
+
+
+def _istft_setup(ctx, inputs, output):
+    spec, window, n_fft, hop, center, normalized, _length = inputs
+    ctx.save_for_backward(window)
+    ctx.args = (spec.shape[1], n_fft, hop, center, normalized, spec.shape[2])
+    ctx.spec_dtype = spec.dtype
+
+
+def _istft_grad(ctx, grad):
+    (window,) = ctx.saved_tensors
+    g = torch.ops.nbxsig.istft_backward(grad.contiguous(), window, *ctx.args)
+    return g.to(ctx.spec_dtype), None, None, None, None, None, None
+
+
+_istft_op.register_autograd(_istft_grad, setup_context=_istft_setup)
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry points called by nbxsig.stft through its Ops (same signatures as the torch twins)
+# ----------------------------------------------------------------------------------------------
+
+
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def stft(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    pad_mode: str,
+    normalized: bool,
+    onesided: bool,
+    power: float | None = None,
+) -> torch.Tensor:
+    """Triton twin of :func:`nbxsig.reference.stft.stft` (``power``: fused ``|X|^power`` output)."""
+    args = (n_fft, hop, center, pad_mode, normalized, onesided)
+    if torch.compiler.is_compiling():
+        spec = torch.ops.nbxsig.stft(x, window, *args)
+    elif _needs_grad(x):
+        spec = _StftFunction.apply(x, window, *args)
+    else:
+        spec = stft_forward(x, window, *args, power=-1.0 if power is None else power)
+        if power is not None:
+            return spec
+    if power is None:
+        return spec
+    from ..reference.stft import power_spectrum
+
+    return power_spectrum(spec, power)
+
+
+def istft(
+    spec: torch.Tensor,
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    normalized: bool,
+    onesided: bool,
+    length: int | None,
+    return_complex: bool,
+    strict_nola: bool,
+) -> torch.Tensor:
+    """Triton twin of :func:`nbxsig.reference.stft.istft` (real output, ``strict_nola=False``)."""
+    del onesided, return_complex, strict_nola  # resolved by nbxsig.stft (torch serves the other cases)
+    args = (n_fft, hop, center, normalized, -1 if length is None else length)
+    if torch.compiler.is_compiling():
+        return torch.ops.nbxsig.istft(spec, window, *args)
+    if _needs_grad(spec):
+        return _IstftFunction.apply(spec, window, *args)
+    return istft_forward(spec, window, *args)

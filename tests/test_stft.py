@@ -1,0 +1,514 @@
+"""nbxsig.stft forward/inverse against a float64 per-frame FFT definition and torch.stft/torch.istft.
+
+Broad parametrisations run on the torch backend (fast); the Triton backend runs a representative
+subset that reaches every kernel path (dense and fft, every pad mode, envelope division, length
+cut/pad, two-sided, power output) on short signals, under the interpreter on CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import nbxsig.stft as S
+from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
+from nbxsig.kernels import stft as K
+from nbxsig.testing import assert_close, random_tensor
+
+N_FFTS = [1, 2, 5, 7, 12, 15, 16, 20, 27, 50, 400, 512, 1000, 1024, 1025, 2048]
+NP_PAD = {"reflect": "reflect", "constant": "constant", "replicate": "edge", "circular": "wrap"}
+
+
+def definition(x, n_fft, hop, window, *, center=True, pad_mode="reflect", normalized=False, onesided=True):
+    """Per-frame ``fft(x_pad[t·hop : t·hop + n_fft] · w)`` in float64 numpy: the definition."""
+    x = np.asarray(x, dtype=np.complex128 if torch.is_tensor(x) and x.is_complex() else np.float64)
+    lead, length = x.shape[:-1], x.shape[-1]
+    x = x.reshape(-1, length)
+    w = np.ones(n_fft) if window is None else np.asarray(window, dtype=np.float64)
+    if len(w) < n_fft:
+        left = (n_fft - len(w)) // 2
+        w = np.pad(w, (left, n_fft - len(w) - left))
+    if center:
+        x = np.pad(x, ((0, 0), (n_fft // 2, n_fft // 2)), mode=NP_PAD[pad_mode])
+    n_frames = 1 + (x.shape[-1] - n_fft) // hop
+    frames = np.stack([x[:, t * hop : t * hop + n_fft] * w for t in range(n_frames)], axis=1)
+    spec = np.fft.fft(frames, axis=-1)
+    if onesided:
+        spec = spec[..., : n_fft // 2 + 1]
+    if normalized:
+        spec = spec / np.sqrt(n_fft)
+    return torch.from_numpy(np.swapaxes(spec, -1, -2).reshape(*lead, spec.shape[-1], n_frames).copy())
+
+
+def _hop_for(n_fft):
+    return max(1, n_fft // 4)
+
+
+def _len_for(n_fft, hop, frames=3):
+    return max(n_fft // 2 + 1, n_fft + (frames - 1) * hop - 2 * (n_fft // 2) + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Definition: every n_fft, both backends
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_fft", N_FFTS, ids=lambda n: f"N{n}")
+def test_torch_backend_matches_definition(n_fft, generator):
+    hop = _hop_for(n_fft)
+    x = random_tensor((2, _len_for(n_fft, hop, frames=5)), generator=generator, dtype=torch.float64)
+    w = torch.hann_window(n_fft, dtype=torch.float64)
+    out = S.stft(x, n_fft, hop, window=w, backend="torch")
+    assert out.dtype == torch.complex128
+    assert_close(out, definition(x, n_fft, hop, w), atol=1e-14 * n_fft)
+
+
+@pytest.mark.parametrize("n_fft", N_FFTS, ids=lambda n: f"N{n}")
+def test_triton_matches_definition(n_fft, generator, device):
+    hop = _hop_for(n_fft)
+    x = random_tensor((2, _len_for(n_fft, hop, frames=3)), generator=generator)
+    w = random_tensor((n_fft,), generator=generator, low=0.1, high=1.0)
+    out = S.stft(x.to(device), n_fft, hop, window=w.to(device), backend="triton")
+    assert out.dtype == torch.complex64
+    assert_close(out, definition(x, n_fft, hop, w), dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("pad_mode", ["reflect", "constant", "replicate", "circular"])
+@pytest.mark.parametrize("n_fft", [20, 130], ids=lambda n: f"N{n}")
+def test_pad_modes(n_fft, pad_mode, backend, generator, device):
+    hop = 7 if n_fft == 20 else 33
+    x = random_tensor((3, 2 * n_fft + 5), generator=generator)
+    w = torch.hann_window(n_fft, periodic=False)
+    out = S.stft(x.to(device), n_fft, hop, window=w.to(device), pad_mode=pad_mode, backend=backend)
+    assert_close(out, definition(x, n_fft, hop, w, pad_mode=pad_mode), dtype="float32", rel_error=2e-6)
+
+
+WINDOWS = {
+    "hann": lambda n: torch.hann_window(n),
+    "hann_symmetric": lambda n: torch.hann_window(n, periodic=False),
+    "hamming": lambda n: torch.hamming_window(n),
+    "none": lambda n: None,
+}
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+@pytest.mark.parametrize(
+    ("n_fft", "hop", "win_length", "center", "normalized", "onesided"),
+    [
+        (20, 5, None, True, False, True),
+        (20, 25, 16, False, False, True),  # hop > win
+        (27, 4, 21, True, True, False),
+        (16, 3, 11, False, True, True),
+        (256, 64, 200, True, False, True),
+        (300, 75, None, False, True, False),
+    ],
+    ids=lambda v: str(v),
+)
+def test_options_against_torch_stft(
+    window, n_fft, hop, win_length, center, normalized, onesided, generator, device
+):
+    x = random_tensor((2, 3 * n_fft + 11), generator=generator, dtype=torch.float64)
+    w = WINDOWS[window](win_length or n_fft)
+    w = w.double() if w is not None else None
+    kwargs = dict(
+        hop_length=hop,
+        win_length=win_length,
+        window=w,
+        center=center,
+        normalized=normalized,
+        onesided=onesided,
+    )
+    ref = torch.stft(x, n_fft, return_complex=True, **kwargs)
+    assert_close(S.stft(x, n_fft, backend="torch", **kwargs), ref, atol=1e-13)
+    if window == "hann" or n_fft == 20:  # the Triton subset: every option once
+        kw32 = dict(kwargs, window=w.float().to(device) if w is not None else None)
+        out = S.stft(x.float().to(device), n_fft, backend="triton", **kw32)
+        assert_close(out, ref, dtype="float32", rel_error=2e-6)
+
+
+def test_random_window_and_real_layout(generator, device):
+    x = random_tensor((4, 61), generator=generator)
+    w = random_tensor((9,), generator=generator)
+    for backend in ("torch", "triton"):
+        out = S.stft(x.to(device), 12, 3, 9, w.to(device), return_complex=False, backend=backend)
+        assert out.shape == (4, 7, 21, 2)
+        ref = torch.view_as_real(definition(x, 12, 3, w))
+        assert_close(out, ref, dtype="float32", rel_error=2e-6)
+
+
+def test_complex_input_is_two_sided(generator):
+    x = random_tensor((2, 50), generator=generator, dtype=torch.complex128)
+    w = torch.hann_window(16, dtype=torch.float64)
+    out = S.stft(x, 16, 4, window=w)
+    assert out.shape == (2, 16, 13)
+    assert_close(out, torch.stft(x, 16, 4, window=w, return_complex=True), atol=1e-13)
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3), (2, 1, 2)], ids=lambda s: f"lead{len(s)}")
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_leading_dims(lead, backend, generator, device):
+    x = random_tensor((*lead, 45), generator=generator)
+    w = torch.hann_window(20)
+    out = S.stft(x.to(device), 20, 5, window=w.to(device), backend=backend)
+    assert out.shape == (*lead, 11, 10)
+    flat = S.stft(x.reshape(-1, 45), 20, 5, window=w, backend="torch")
+    assert_close(out, flat.reshape(out.shape), dtype="float32")
+    y = S.istft(out, 20, 5, window=w.to(device), length=45, backend=backend)
+    assert y.shape == (*lead, 45)
+    assert_close(y, x, dtype="float32", atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_non_contiguous_input(backend, generator, device):
+    base = random_tensor((60, 3), generator=generator).to(device)
+    x = base.t()  # (3, 60), stride (1, 3)
+    w = torch.hann_window(20, device=device)
+    out = S.stft(x, 20, 5, window=w, backend=backend)
+    assert_close(out, S.stft(x.contiguous(), 20, 5, window=w, backend="torch"), dtype="float32")
+    spec = S.stft(x.contiguous(), 20, 5, window=w, backend="torch")
+    strided = spec.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, T-major storage
+    y = S.istft(strided, 20, 5, window=w, length=60, backend=backend)
+    assert_close(y, x, dtype="float32", atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inverse
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize(
+    ("n_fft", "hop", "win_length", "center", "window", "length"),
+    [
+        (20, 5, None, True, "hann", None),
+        (20, 5, None, True, "hann", 37),  # shorter
+        (20, 5, None, True, "hann", 70),  # longer: zero padded
+        (12, 3, None, False, "hamming", None),
+        (12, 4, 9, True, "hamming", None),
+        (27, 9, None, True, "none", 50),
+        (200, 50, 160, True, "hann", None),  # fft path
+        (200, 50, None, False, "hamming", 260),
+    ],
+    ids=lambda v: str(v),
+)
+def test_istft_against_torch_istft(
+    backend, n_fft, hop, win_length, center, window, length, generator, device
+):
+    x = random_tensor((2, 3 * n_fft), generator=generator, dtype=torch.float64)
+    w = WINDOWS[window](win_length or n_fft)
+    w = w.double() if w is not None else None
+    kwargs = dict(hop_length=hop, win_length=win_length, window=w, center=center)
+    spec = torch.stft(x, n_fft, return_complex=True, **kwargs)
+    ref = torch.istft(spec, n_fft, length=length, **kwargs)
+    if backend == "torch":
+        assert_close(S.istft(spec, n_fft, length=length, backend="torch", **kwargs), ref, atol=1e-13)
+    else:
+        kw32 = dict(kwargs, window=w.float().to(device) if w is not None else None)
+        out = S.istft(spec.to(torch.complex64).to(device), n_fft, length=length, backend="triton", **kw32)
+        assert_close(out, ref, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize(("n_fft", "hop"), [(20, 5), (16, 4), (7, 2), (128, 32)], ids=str)
+@pytest.mark.parametrize("normalized", [False, True])
+def test_round_trip(backend, n_fft, hop, normalized, generator, device):
+    x = random_tensor((3, 4 * n_fft + 3), generator=generator).to(device)
+    w = torch.hann_window(n_fft, device=device)
+    spec = S.stft(x, n_fft, hop, window=w, normalized=normalized, backend=backend)
+    y = S.istft(spec, n_fft, hop, window=w, normalized=normalized, length=x.shape[-1], backend=backend)
+    assert_close(y, x, dtype="float32", atol=2e-6)
+
+
+def test_istft_two_sided_input_and_complex_output(generator):
+    x = random_tensor((2, 80), generator=generator, dtype=torch.float64)
+    w = torch.hann_window(16, dtype=torch.float64)
+    spec = torch.stft(x, 16, 4, window=w, onesided=False, return_complex=True)
+    for backend in ("torch", "triton"):
+        dt = torch.complex128 if backend == "torch" else torch.complex64
+        ww = w if backend == "torch" else w.float()
+        out = S.istft(spec.to(dt), 16, 4, window=ww, onesided=False, backend=backend)
+        assert_close(out, torch.istft(spec, 16, 4, window=w, onesided=False), dtype="float32")
+    xc = random_tensor((2, 80), generator=generator, dtype=torch.complex128)
+    spec = S.stft(xc, 16, 4, window=w)
+    out = S.istft(spec, 16, 4, window=w, return_complex=True, length=80)
+    assert_close(out, xc, dtype="float64", atol=1e-13)
+
+
+def test_istft_accepts_real_layout(generator, device):
+    x = random_tensor((2, 100), generator=generator).to(device)
+    w = torch.hann_window(20, device=device)
+    spec = S.stft(x, 20, 5, window=w, return_complex=False)
+    for backend in ("torch", "triton"):
+        assert_close(
+            S.istft(spec, 20, 5, window=w, length=100, backend=backend), x, dtype="float32", atol=2e-6
+        )
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_nola_default_divides_where_envelope_is_nonzero(backend, generator, device):
+    # Hann with center=False: the envelope is exactly 0 at sample 0, where torch.istft raises.
+    x = random_tensor((2, 100), generator=generator, dtype=torch.float64)
+    w = torch.hann_window(20, dtype=torch.float64)
+    spec = torch.stft(x, 20, 5, window=w, center=False, return_complex=True)
+    with pytest.raises(RuntimeError):
+        torch.istft(spec, 20, 5, window=w, center=False)
+    ww = w if backend == "torch" else w.float()
+    sp = spec if backend == "torch" else spec.to(torch.complex64)
+    y = S.istft(sp.to(device), 20, 5, window=ww.to(device), center=False, backend=backend)
+    assert torch.isfinite(y).all()
+    assert y[:, 0].abs().max() < 1e-6  # undivided sum of zero-weighted samples
+    assert_close(y[:, 1:], x[:, 1 : y.shape[1]], dtype="float32", atol=1e-5)
+    with pytest.raises(ParameterValueError, match="NOLA"):
+        S.istft(spec, 20, 5, window=w, center=False, strict_nola=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_batch_consistency(backend, generator, device):
+    x = random_tensor((4, 90), generator=generator).to(device)
+    w = torch.hann_window(20, device=device)
+    batched = S.stft(x, 20, 5, window=w, backend=backend)
+    single = torch.stack([S.stft(x[i], 20, 5, window=w, backend=backend) for i in range(4)])
+    assert torch.equal(batched, single)
+    y = S.istft(batched, 20, 5, window=w, backend=backend)
+    y1 = torch.stack([S.istft(batched[i], 20, 5, window=w, backend=backend) for i in range(4)])
+    assert torch.equal(y, y1)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_nan_changes_only_frames_containing_it(backend, generator, device):
+    n_fft, hop, j = 20, 5, 47
+    x = random_tensor((1, 120), generator=generator)
+    x[0, j] = float("nan")
+    out = S.stft(x.to(device), n_fft, hop, window=torch.hann_window(n_fft, device=device), backend=backend)
+    bad_frames = torch.isnan(out[0]).any(dim=0).nonzero().flatten().tolist()
+    # padded index p = j + n_fft//2 lies in frames t with t·hop <= p < t·hop + n_fft
+    p = j + n_fft // 2
+    expected = [t for t in range(out.shape[-1]) if t * hop <= p < t * hop + n_fft]
+    assert bad_frames == expected
+
+
+def test_spectrogram_power_and_complex(generator, device):
+    x = random_tensor((2, 150), generator=generator)
+    w = torch.hann_window(40)
+    ref = definition(x, 40, 10, w)
+    for backend in ("torch", "triton"):
+        for power in (2.0, 1.0, 0.5):
+            out = S.spectrogram(x.to(device), 40, 10, window=w.to(device), power=power, backend=backend)
+            assert_close(out, ref.abs() ** power, dtype="float32", rel_error=2e-6)
+        cplx = S.spectrogram(x.to(device), 40, 10, window=w.to(device), power=None, backend=backend)
+        assert_close(cplx, ref, dtype="float32", rel_error=2e-6)
+    # fft path (n_fft above the dense cut), fused power kernel
+    w = torch.hann_window(160)
+    out = S.spectrogram(x.to(device), 160, 40, window=w.to(device), backend="triton")
+    assert_close(out, definition(x, 160, 40, w).abs() ** 2, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n_fft", [20, 400], ids=lambda n: f"N{n}")
+def test_half_precision_input(dtype, n_fft, generator, device):
+    x = random_tensor((2, n_fft + 40), generator=generator, dtype=dtype)
+    w = torch.hann_window(n_fft)
+    out = S.stft(x.to(device), n_fft, n_fft // 4, window=w.to(device), backend="triton")
+    assert out.dtype == torch.complex64
+    # the input is already rounded: compare with the definition on those rounded values
+    assert_close(out, definition(x.double(), n_fft, n_fft // 4, w), dtype="float32", rel_error=2e-6)
+    y = S.istft(out.to(device), n_fft, n_fft // 4, window=w.to(device), length=x.shape[-1], backend="triton")
+    assert_close(y, x.double(), dtype="float32", atol=1e-5)
+
+
+def test_tf32_precision_setting(generator, device):
+    x = random_tensor((2, 300), generator=generator)
+    w = torch.hann_window(20)
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        out = S.stft(x.to(device), 20, 5, window=w.to(device), backend="triton")
+        y = S.istft(out, 20, 5, window=w.to(device), length=300, backend="triton")
+    finally:
+        torch.set_float32_matmul_precision(old)
+    assert_close(out, definition(x, 20, 5, w), dtype="tf32", rel_error=1e-3)
+    assert_close(y, x, dtype="tf32", rel_error=1e-3)
+
+
+def test_modules_match_functional(generator, device):
+    x = random_tensor((2, 200), generator=generator).to(device)
+    w = torch.hann_window(20, device=device)
+    m = S.STFT(20, 5, window=w, backend="triton")
+    inv = S.ISTFT(20, 5, window=w, backend="triton")
+    assert "window" in dict(m.named_buffers())
+    spec = m(x)
+    assert torch.equal(spec, S.stft(x, 20, 5, window=w, backend="triton"))
+    assert torch.equal(inv(spec, length=200), S.istft(spec, 20, 5, window=w, length=200, backend="triton"))
+    assert_close(inv(spec, length=200), x, dtype="float32", atol=2e-6)
+
+
+def test_module_compiles_fullgraph(generator, device):
+    x = random_tensor((2, 120), generator=generator).to(device)
+    w = torch.hann_window(20, device=device)
+    m = torch.nn.Sequential()
+    stft_m, istft_m = S.STFT(20, 5, window=w, backend="triton"), S.ISTFT(20, 5, window=w, backend="triton")
+
+    def f(x):
+        return istft_m(stft_m(x) * 2, length=120)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    xg = x.clone().requires_grad_()
+    y = compiled(xg)
+    assert_close(y, 2 * x, dtype="float32", atol=2e-6)
+    y.sum().backward()
+    assert_close(xg.grad, torch.full_like(x, 2.0), dtype="float32", atol=2e-6)
+    del m
+
+
+def test_dense_cut_is_a_pure_function_of_n_fft():
+    assert K.use_dense(20) and K.use_dense(K.DENSE_MAX_N)
+    assert not K.use_dense(K.DENSE_MAX_N + 1) and not K.use_dense(400)
+
+
+def test_auto_backend_on_cpu_is_torch_and_window_grad_routes_to_torch(generator):
+    x = random_tensor((50,), generator=generator)
+    w = torch.hann_window(16).requires_grad_()
+    out = S.stft(x, 16, 4, window=w)  # auto: torch on CPU; window grad flows
+    out.abs().sum().backward()
+    assert w.grad is not None and torch.isfinite(w.grad).all()
+    with pytest.raises(BackendUnavailableError, match="window requires grad"):
+        S.stft(x, 16, 4, window=w, backend="triton")
+    with pytest.raises(BackendUnavailableError, match="complex"):
+        S.stft(x.to(torch.complex64), 16, 4, backend="triton")
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+X = torch.ones(100)
+SPEC = torch.ones(11, 21, dtype=torch.complex64)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: S.stft(X, 0), ParameterValueError, "n_fft must be >= 1, got 0"),
+        (lambda: S.stft(X, -4), ParameterValueError, "n_fft must be >= 1, got -4"),
+        (lambda: S.stft(X, 2.5), ParameterTypeError, "n_fft must be an integer, got 2.5"),
+        (
+            lambda: S.stft(X, 300, center=False),
+            ParameterValueError,
+            "n_fft must be <= the padded signal length 100",
+        ),
+        (lambda: S.stft(X, 300), ParameterValueError, "longer than n_fft // 2 = 150 samples"),
+        (lambda: S.stft(X, 300, pad_mode="circular"), ParameterValueError, "at least n_fft // 2 = 150"),
+        (
+            lambda: S.stft(X, 20, win_length=30),
+            ParameterValueError,
+            "win_length must be in 1..n_fft=20, got 30",
+        ),
+        (lambda: S.stft(X, 20, hop_length=0), ParameterValueError, "hop_length must be >= 1, got 0"),
+        (lambda: S.stft(X, 3), ParameterValueError, "the default n_fft // 4 is 0"),
+        (
+            lambda: S.stft(X, 20, window=torch.ones(19)),
+            ParameterValueError,
+            "window must be a 1-D tensor of length win_length=20",
+        ),
+        (
+            lambda: S.stft(X, 20, window=torch.ones(4, 5)),
+            ParameterValueError,
+            "window must be a 1-D tensor of length win_length=20",
+        ),
+        (
+            lambda: S.stft(X, 20, window=torch.ones(20, dtype=torch.int32)),
+            ParameterTypeError,
+            "window must be",
+        ),
+        (
+            lambda: S.stft(torch.ones(100, dtype=torch.int64), 20),
+            ParameterTypeError,
+            "input must be a tensor of dtype",
+        ),
+        (lambda: S.stft(torch.ones(0), 20), ParameterValueError, "input must be a non-empty tensor"),
+        (lambda: S.stft([1.0, 2.0], 20), ParameterTypeError, "input must be a torch.Tensor"),
+        (lambda: S.stft(X, 20, pad_mode="wrap"), ParameterValueError, "pad_mode must be one of 'reflect'"),
+        (lambda: S.stft(X, 20, center=1), ParameterTypeError, "center must be a bool"),
+        (
+            lambda: S.stft(X.to(torch.complex64), 20, onesided=True),
+            ParameterValueError,
+            "onesided must be False",
+        ),
+        (
+            lambda: S.stft(X, 20, backend="cuda"),
+            ParameterValueError,
+            "backend must be None, 'triton' or 'torch'",
+        ),
+        (lambda: S.istft(SPEC, 22), ParameterValueError, "with 12 frequency bins .* for n_fft=22"),
+        (lambda: S.istft(SPEC, 20, onesided=False), ParameterValueError, "with 20 frequency bins"),
+        (
+            lambda: S.istft(SPEC, 20, hop_length=21),
+            ParameterValueError,
+            "hop_length must be in 1..win_length=20",
+        ),
+        (lambda: S.istft(SPEC, 20, hop_length=0), ParameterValueError, "hop_length must be >= 1"),
+        (lambda: S.istft(SPEC, 20, length=0), ParameterValueError, "length must be >= 1, got 0"),
+        (lambda: S.istft(SPEC.real, 20), ParameterValueError, r"input must be complex \(..., F, T\) or real"),
+        (lambda: S.istft(torch.ones(11, 21, 2, dtype=torch.int32), 20), ParameterTypeError, "input must be"),
+        (lambda: S.istft(SPEC, 20, return_complex=True), ParameterValueError, "onesided must be False"),
+        (
+            lambda: S.istft(SPEC, 20, window=torch.ones(10)),
+            ParameterValueError,
+            "window must be a 1-D tensor",
+        ),
+        (lambda: S.spectrogram(X, 20, power=0.0), ParameterValueError, "power must be a finite number > 0.0"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_bad_input(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n_fft", "hop"), [(20, 5), (50, 12), (400, 160), (1024, 256), (2048, 512)], ids=str)
+def test_cuda_matches_float64_definition(n_fft, hop, generator, cuda_device):
+    x = random_tensor((3, 8 * n_fft + 17), generator=generator)
+    w = torch.hann_window(n_fft)
+    spec = S.stft(x.to(cuda_device), n_fft, hop, window=w.to(cuda_device))
+    ref = definition(x, n_fft, hop, w)
+    assert_close(spec, ref, dtype="float32", rel_error=2e-6)
+    y = S.istft(spec, n_fft, hop, window=w.to(cuda_device), length=x.shape[-1])
+    ref_y = torch.istft(ref, n_fft, hop, window=w.double(), length=x.shape[-1])
+    assert_close(y, ref_y, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.gpu
+def test_cuda_tf32_precision(generator, cuda_device):
+    x = random_tensor((3, 4000), generator=generator)
+    w = torch.hann_window(20)
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        spec = S.stft(x.to(cuda_device), 20, 5, window=w.to(cuda_device))
+    finally:
+        torch.set_float32_matmul_precision(old)
+    assert_close(spec, definition(x, 20, 5, w), dtype="tf32", rel_error=1e-3)
+
+
+@pytest.mark.gpu
+def test_cuda_compile_inductor(generator, cuda_device):
+    x = random_tensor((2, 4000), generator=generator).to(cuda_device)
+    w = torch.hann_window(20, device=cuda_device)
+    stft_m, istft_m = S.STFT(20, 5, window=w), S.ISTFT(20, 5, window=w)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: istft_m(stft_m(x), length=4000), fullgraph=True)
+    assert_close(f(x), x, dtype="float32", atol=2e-6)
