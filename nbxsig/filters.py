@@ -611,12 +611,8 @@ def resample(
     lead, n = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, n)
     chosen = _RESAMPLE.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
-    if chosen == "triton":
-        y = _RESAMPLE(
-            x2, orig=orig, new=new, compact=compact.to(x.device), offsets=offsets.to(x.device), backend=chosen
-        )
-    else:
-        y = _RESAMPLE(x2, orig=orig, new=new, kernel=kernel.to(x.device), width=width, backend=chosen)
+    extra = {"compact": compact.to(x.device), "offsets": offsets.to(x.device)} if chosen == "triton" else {}
+    y = _RESAMPLE(x2, orig=orig, new=new, kernel=kernel.to(x.device), width=width, backend=chosen, **extra)
     return y.reshape(*lead, y.shape[-1])
 
 
