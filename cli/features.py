@@ -44,9 +44,10 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
     --sample-rate asks) and reflect-padded by n_fft // 2 on its own, the batch is zero-padded to the
     longest and transformed with center=False, and each file's frames are cut back to its own count.
     Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only."""
-    import nbxsig.features
     import torch
     import torch.nn.functional as F
+
+    import nbxsig.features
 
     for it in items:
         if it.rate_assumed and p.sample_rate is None:
@@ -106,8 +107,8 @@ def mel_save(item: nio.Audio, mel: np.ndarray, output: Path) -> None:
 @click.option(
     "--sample-rate",
     type=click.IntRange(min=1),
-    help=f"Compute at this rate (Hz), resampling files at other rates. Default: each file's own "
-    f"rate; {DEFAULT_ARRAY_RATE} for .npy waveforms.",
+    help=f"Compute at this rate (Hz), resampling audio at other rates; .npy waveforms are taken to be "
+    f"at this rate. Default: each file's own rate, {DEFAULT_ARRAY_RATE} for .npy waveforms.",
 )
 @click.option("--n-fft", type=click.IntRange(min=2), default=400, show_default=True)
 @click.option("--hop-length", type=click.IntRange(min=1), default=160, show_default=True)

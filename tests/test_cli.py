@@ -468,3 +468,54 @@ def test_bench_without_cuda_says_so() -> None:
     result = CliRunner().invoke(main, ["bench", "core", "--quick"])
     assert result.exit_code != 0
     assert "needs a CUDA device" in str(result.exception) + result.output
+
+
+# --------------------------------------------------------------------------------------------
+# mel
+
+
+def test_mel_batched_equals_torchaudio_per_file(tmp_path: Path) -> None:
+    import torchaudio
+
+    src = make_folder(tmp_path)
+    result = invoke("mel", src, "-o", tmp_path / "out", "--batch-size", "8", "-j", "0", "--device", "cpu")
+    assert result.exit_code == 1  # the bad files
+    rows = manifest(tmp_path / "out/manifest.jsonl")
+    assert {n for n, r in rows.items() if r["status"] == "ok"} == GOOD
+    ref_mel = torchaudio.transforms.MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=80).double()
+    for name, rel in (("a.wav", "a.npy"), ("c.wav", "c.npy"), ("b.flac", "sub/b.npy"), ("d.npy", "d.npy")):
+        x = nio.read_signal(next(src.rglob(name)), default_rate=RATE)
+        got = np.load(tmp_path / "out" / rel)
+        ref = ref_mel(torch.from_numpy(x.data).double())
+        assert got.dtype == np.float32 and got.shape == tuple(ref.shape)
+        assert_close(torch.from_numpy(got).double(), ref, dtype="float32")
+
+
+def test_mel_log_with_resampling(tmp_path: Path) -> None:
+    import torchaudio
+
+    src = make_folder(tmp_path)
+    args = ["--log", "--sample-rate", "8000", "--n-fft", "256", "--hop-length", "64", "--n-mels", "40"]
+    result = invoke("mel", src / "a.wav", "-o", tmp_path / "a.npy", *args)
+    assert result.exit_code == 0, result.output
+    x = torch.from_numpy(nio.read_audio(src / "a.wav").data).double()
+    x8 = torchaudio.functional.resample(x, RATE, 8000)
+    ref_mel = torchaudio.transforms.MelSpectrogram(8000, n_fft=256, hop_length=64, n_mels=40).double()
+    ref = torch.log10(ref_mel(x8).clamp_min(1e-10))
+    got = torch.from_numpy(np.load(tmp_path / "a.npy")).double()
+    assert got.shape == ref.shape
+    assert (got - ref).abs().max() < 1e-3  # log10 of float32 power
+
+
+def test_mel_whisper_equals_per_file(tmp_path: Path) -> None:
+    import nbxsig.features as nfe
+
+    src = make_folder(tmp_path)
+    result = invoke("mel", src, "--glob", "*.wav", "-o", tmp_path / "out", "--whisper", "-j", "0")
+    assert result.exit_code == 1  # corrupt.wav, zero.wav
+    for name in ("a", "c"):
+        x = torch.from_numpy(nio.read_audio(src / f"{name}.wav").data).double()
+        ref = nfe.whisper_log_mel(x, backend="torch")
+        got = torch.from_numpy(np.load(tmp_path / f"out/{name}.npy")).double()
+        assert got.shape == ref.shape == (x.shape[0], 80, x.shape[-1] // 160)
+        assert_close(got, ref, dtype="float32")
