@@ -1,8 +1,9 @@
 """File input/output for the CLI and for scripts: audio, arrays, images, atomic writes.
 
 Audio goes through ``soundfile`` (libsndfile: WAV, FLAC, OGG/Vorbis, AIFF, ...), arrays are ``.npy``
-/ ``.npz``, images go through Pillow. The heavy imports happen inside the functions, so ``import
-nbxsig.io`` works on a machine without soundfile (the GPU machine) as long as no audio is read.
+/ ``.npz``, images go through Pillow. The imports happen inside the functions, so ``import nbxsig.io``
+works on a machine without soundfile (the GPU machine); there, integer-PCM WAV files are still read
+(through the standard library's ``wave``), and other audio raises InputFileError.
 
 Every writer is atomic: the data goes to a hidden temporary sibling of the destination
 (``.NAME.tmp-PID-RANDOM``), which is flushed, fsync'ed and renamed over the destination. A process
@@ -132,19 +133,52 @@ def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Au
         InputFileError: missing, empty, corrupt or unsupported file; zero frames; non-finite
         samples (possible in FLOAT/DOUBLE files).
     """
-    import soundfile
-
     path = Path(path)
     _check_readable(path)
-    try:
-        with soundfile.SoundFile(str(path)) as f:
-            data = f.read(dtype="float32", always_2d=True)
-            rate, subtype = int(f.samplerate), f.subtype
-    except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
-        raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
-    if data.shape[0] == 0 and not allow_empty:
+    soundfile = _soundfile()
+    if soundfile is None:
+        data, rate, subtype = _read_wav_stdlib(path)
+    else:
+        try:
+            with soundfile.SoundFile(str(path)) as f:
+                data = f.read(dtype="float32", always_2d=True).T
+                rate, subtype = int(f.samplerate), f.subtype
+        except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
+            raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
+    if data.shape[-1] == 0 and not allow_empty:
         raise InputFileError(f"{path}: the audio has zero frames")
-    return Audio(check_finite(path, np.ascontiguousarray(data.T)), rate, subtype)
+    return Audio(check_finite(path, np.ascontiguousarray(data)), rate, subtype)
+
+
+def _soundfile() -> Any:
+    """The soundfile module, or None where it is not installed (the GPU machine's image)."""
+    try:
+        import soundfile
+    except ImportError:
+        return None
+    return soundfile
+
+
+def _read_wav_stdlib(path: Path) -> tuple[np.ndarray, int, str]:
+    """Integer-PCM WAV through the standard library, for machines without soundfile."""
+    import wave
+
+    try:
+        with wave.open(str(path), "rb") as w:
+            width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
+            raw = w.readframes(w.getnframes())
+    except (wave.Error, EOFError, OSError) as exc:
+        hint = "" if path.suffix.lower() == ".wav" else "; install soundfile for this format"
+        raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)}{hint})") from None
+    if width == 1:
+        data = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 3:
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
+        data = ((b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8).astype(np.float32) / 2.0**23
+    else:
+        dtype = {2: np.int16, 4: np.int32}[width]
+        data = np.frombuffer(raw, dtype).astype(np.float32) / float(2 ** (8 * width - 1))
+    return data.reshape(-1, channels).T, int(rate), f"PCM_{8 * width if width > 1 else 'U8'}"
 
 
 def audio_info(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -154,21 +188,26 @@ def audio_info(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         InputFileError: missing, empty, corrupt or unsupported file.
     """
-    import soundfile
-
     path = Path(path)
     _check_readable(path)
-    try:
-        info = soundfile.info(str(path))
-    except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
-        raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
+    soundfile = _soundfile()
+    if soundfile is None:
+        data, rate, subtype = _read_wav_stdlib(path)
+        channels, frames, fmt = data.shape[0], data.shape[1], "WAV"
+    else:
+        try:
+            info = soundfile.info(str(path))
+        except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
+            raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
+        rate, channels, frames = int(info.samplerate), int(info.channels), int(info.frames)
+        fmt, subtype = info.format, info.subtype
     return {
-        "sample_rate": int(info.samplerate),
-        "channels": int(info.channels),
-        "frames": int(info.frames),
-        "duration": info.frames / info.samplerate if info.samplerate else 0.0,
-        "format": info.format,
-        "subtype": info.subtype,
+        "sample_rate": rate,
+        "channels": channels,
+        "frames": frames,
+        "duration": frames / rate if rate else 0.0,
+        "format": fmt,
+        "subtype": subtype,
     }
 
 

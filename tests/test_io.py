@@ -191,3 +191,35 @@ def test_import_without_soundfile() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "3.0"
+
+
+def test_wav_without_soundfile_matches_soundfile(tmp_path: Path) -> None:
+    """The GPU machine's fallback decoder (stdlib wave) gives soundfile's samples for PCM WAV."""
+    data = _noise(9, (2, 301))
+    for subtype in ("PCM_16", "PCM_24", "PCM_32", "PCM_U8"):
+        nio.write_audio(tmp_path / f"{subtype}.wav", data, 8000, subtype=subtype)
+    code = (
+        "import sys, json; sys.modules['soundfile'] = None\n"
+        "import numpy as np, nbxsig.io as nio\n"
+        f"d = {str(tmp_path)!r}\n"
+        "out = {}\n"
+        "for s in ('PCM_16', 'PCM_24', 'PCM_32', 'PCM_U8'):\n"
+        "    a = nio.read_audio(f'{d}/{s}.wav'); np.save(f'{d}/{s}.npy', a.data)\n"
+        "    out[s] = [a.sample_rate, a.subtype, nio.audio_info(f'{d}/{s}.wav')['frames']]\n"
+        "try:\n"
+        "    nio.read_audio(f'{d}/PCM_16.npy')\n"
+        "except nio.InputFileError as e:\n"
+        "    out['error'] = str(e)\n"
+        "print(json.dumps(out))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert res.returncode == 0, res.stderr
+    import json
+
+    facts = json.loads(res.stdout)
+    for subtype in ("PCM_16", "PCM_24", "PCM_32", "PCM_U8"):
+        assert facts[subtype] == [8000, subtype, 301]
+        np.testing.assert_array_equal(
+            np.load(tmp_path / f"{subtype}.npy"), nio.read_audio(tmp_path / f"{subtype}.wav").data
+        )
+    assert "cannot decode as audio" in facts["error"]
