@@ -31,50 +31,46 @@ class MelParams:
     whisper: bool
 
 
-def _to_rate(x: Any, rate: int, target: int | None) -> tuple[Any, int]:
-    if target is None or target == rate:
-        return x, rate
-    import nbxsig.filters
-
-    return nbxsig.filters.resample(x, rate, target), target
-
-
 def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: Notice) -> list[np.ndarray]:
     """Batched (log-)mel spectrograms equal to per-file ones: each file is resampled (when
     --sample-rate asks) and reflect-padded by n_fft // 2 on its own, the batch is zero-padded to the
     longest and transformed with center=False, and each file's frames are cut back to its own count.
-    Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only."""
+    Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only.
+    Without resampling the batch is assembled on the CPU and moved in one copy (int16 PCM as is)."""
     import torch
-    import torch.nn.functional as F
 
     import nbxsig.features
 
     for it in items:
         if it.rate_assumed and p.sample_rate is None:
             notice(f"arrays carry no sample rate; assuming {it.sample_rate} Hz (--sample-rate)")
-    signals, rates = [], set()
-    for it in items:
-        x, rate = _to_rate(
-            torch.from_numpy(it.data).to(device), it.sample_rate, 16000 if p.whisper else p.sample_rate
-        )
-        signals.append(x)
-        rates.add(rate)
-    (rate,) = rates  # the group key makes them equal
+    rate = items[0].sample_rate  # the group key makes the rates equal
+    target = 16000 if p.whisper else (p.sample_rate or rate)
+    half = 0 if p.whisper else p.n_fft // 2
+    if target == rate:
+        stack, _ = batch.stack_padded([it.data for it in items], pad=half, mode="reflect")
+        x = batch.to_device_float(stack, device)
+        lengths = [it.samples for it in items]
+    else:
+        import nbxsig.filters
+
+        signals = [
+            nbxsig.filters.resample(batch.to_device_float(it.data, device), rate, target) for it in items
+        ]
+        lengths = [s.shape[-1] for s in signals]
+        stack, _ = batch.stack_padded([s.cpu().numpy() for s in signals], pad=half, mode="reflect")
+        x = torch.from_numpy(stack).to(device)
     if p.whisper:
-        stacked = torch.cat(signals)
-        mel = nbxsig.features.whisper_log_mel(stacked, n_mels=p.n_mels)
+        mel = nbxsig.features.whisper_log_mel(x, n_mels=p.n_mels)
         frames = [mel.shape[-1]] * len(items)
     else:
-        half = p.n_fft // 2
-        frames = []
-        for i, x in enumerate(signals):
-            if x.shape[-1] <= half:
-                raise nio.InputFileError(f"{x.shape[-1]} samples are too few for n_fft={p.n_fft}")
-            signals[i] = F.pad(x[None], (half, half), mode="reflect")[0]
-            frames.append(1 + (signals[i].shape[-1] - p.n_fft) // p.hop_length)
-        stacked, _ = batch.pad_stack(signals)
-        kwargs = dict(
-            sample_rate=rate,
+        frames = [1 + (n + 2 * half - p.n_fft) // p.hop_length for n in lengths]
+        if min(frames) < 1:
+            raise nio.InputFileError(f"{min(lengths)} samples are too few for n_fft={p.n_fft}")
+        fn = nbxsig.features.log_mel_spectrogram if p.log else nbxsig.features.mel_spectrogram
+        mel = fn(
+            x,
+            sample_rate=target,
             n_fft=p.n_fft,
             hop_length=p.hop_length,
             f_min=p.f_min,
@@ -83,8 +79,6 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
             window=make_window("hann", p.n_fft, device=device),
             center=False,
         )
-        fn = nbxsig.features.log_mel_spectrogram if p.log else nbxsig.features.mel_spectrogram
-        mel = fn(stacked, **kwargs)
     mel = mel.to(torch.float32).cpu().numpy()
     out, r = [], 0
     for it, n in zip(items, frames, strict=True):
@@ -95,7 +89,7 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
 
 
 def mel_key(a: nio.Audio, p: MelParams) -> Any:
-    return (a.sample_rate, a.samples if p.whisper else None)
+    return (a.sample_rate, a.data.dtype.str, a.samples if p.whisper else None)
 
 
 def mel_save(item: nio.Audio, mel: np.ndarray, output: Path) -> None:
@@ -139,7 +133,8 @@ def mel(
     p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
     device = resolve_device(opts)
     job = batch.Job(
-        load=functools.partial(nio.read_signal, default_rate=sample_rate or DEFAULT_ARRAY_RATE),
+        # PCM_16 stays int16 until it is on the device: half the bytes from the decode workers.
+        load=functools.partial(nio.read_signal, default_rate=sample_rate or DEFAULT_ARRAY_RATE, pcm16=True),
         process=functools.partial(mel_process, p=p, device=device, notice=Notice()),
         save=mel_save,
         group_key=functools.partial(mel_key, p=p),

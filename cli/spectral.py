@@ -45,27 +45,18 @@ def stft_process(items: list[nio.Audio], *, p: StftParams, device: Any, notice: 
     file is centre-padded on its own (so its edges see its own samples, as torch.stft does), the
     batch is zero-padded to the longest and transformed with center=False, and each file's frames
     are cut back to its own count."""
-    import nbxsig.stft
     import torch
-    import torch.nn.functional as F
+
+    import nbxsig.stft
 
     for it in items:
         if it.rate_assumed:
             notice(f"arrays carry no sample rate; assuming {it.sample_rate} Hz (--sample-rate)")
         if frames_of(it.samples, p) < 1:
             raise nio.InputFileError(f"{it.samples} samples are too few for n_fft={p.n_fft}")
-    signals = []
-    for it in items:
-        x = torch.from_numpy(it.data).to(device)
-        if p.center:
-            half = p.n_fft // 2
-            if p.pad_mode == "reflect" and it.samples <= half:
-                raise nio.InputFileError(
-                    f"{it.samples} samples are too few for reflect padding by n_fft//2 = {half}"
-                )
-            x = F.pad(x[None], (half, half), mode=p.pad_mode)[0]
-        signals.append(x)
-    stacked, rows = batch.pad_stack(signals)
+    pad = p.n_fft // 2 if p.center else 0
+    stack, rows = batch.stack_padded([it.data for it in items], pad=pad, mode=p.pad_mode)
+    stacked = batch.to_device_float(stack, device)
     window = make_window(p.window, p.win_length, device=device)
     spec = nbxsig.stft.stft(
         stacked,
@@ -256,8 +247,9 @@ def istft_process(
 ) -> list[np.ndarray]:
     """One nbxsig.stft.istft call for spectra of equal shape and parameters (the group key), which
     is exactly the per-file result (no padding: overlap-add would see the padding frames)."""
-    import nbxsig.stft
     import torch
+
+    import nbxsig.stft
 
     params = [istft_params(it, flags, notice) for it in items]
     p = params[0]

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from . import io as nio
 from .errors import NbxsigError
 
@@ -507,7 +509,8 @@ class _Engine:
         self.retried: set[Path] = set()
 
     def run(self) -> None:
-        saver = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nbxsig-save")
+        # Writes (encode + fsync) overlap each other and the device work.
+        saver = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nbxsig-save")
         self.saves: list[tuple[Future, _Loaded, float]] = []
         pool = self._new_pool()
         try:
@@ -673,6 +676,44 @@ def pad_stack(arrays: Sequence[Any], *, value: float = 0.0) -> tuple[Any, list[i
         out[r : r + a.shape[0], : a.shape[-1]] = a
         r += a.shape[0]
     return out, rows
+
+
+_NUMPY_PAD = {"reflect": "reflect", "constant": "constant", "replicate": "edge", "circular": "wrap"}
+
+
+def stack_padded(
+    arrays: Sequence[np.ndarray], *, pad: int = 0, mode: str = "reflect"
+) -> tuple[np.ndarray, list[int]]:
+    """On the CPU, pad each ``(C_i, L_i)`` array by ``pad`` samples on both sides with ``mode`` (torch's
+    names: reflect, constant, replicate, circular), then stack them zero-padded on the right into
+    ``(sum C_i, max padded length)`` (one host-to-device copy for the batch); returns it and the
+    row counts. The dtype is kept (int16 PCM stays int16) where all arrays share it; mixed int16
+    and float arrays all become float32 (int16 ÷ 32768)."""
+    if len({a.dtype for a in arrays}) > 1:
+        arrays = [
+            a.astype(np.float32) * np.float32(1 / 32768) if a.dtype == np.int16 else a.astype(np.float32)
+            for a in arrays
+        ]
+    if pad:
+        for a in arrays:
+            if mode == "reflect" and a.shape[-1] <= pad:
+                raise nio.InputFileError(f"{a.shape[-1]} samples are too few for reflect padding by {pad}")
+        arrays = [np.pad(a, ((0, 0), (pad, pad)), mode=_NUMPY_PAD[mode]) for a in arrays]
+    rows = [a.shape[0] for a in arrays]
+    out = np.zeros((sum(rows), max(a.shape[-1] for a in arrays)), dtype=arrays[0].dtype)
+    r = 0
+    for a in arrays:
+        out[r : r + a.shape[0], : a.shape[-1]] = a
+        r += a.shape[0]
+    return out, rows
+
+
+def to_device_float(stack: np.ndarray, device: Any) -> Any:
+    """One copy to ``device``; int16 PCM becomes float32 there (÷32768, exact)."""
+    import torch
+
+    x = torch.from_numpy(stack).to(device)
+    return x.float() * (1.0 / 32768.0) if x.dtype == torch.int16 else x
 
 
 @functools.cache

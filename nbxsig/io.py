@@ -73,7 +73,8 @@ class Audio:
     """Decoded audio.
 
     Attributes:
-        data: float32 samples of shape (channels, frames), full scale ±1 for PCM sources.
+        data: float32 samples of shape (channels, frames), full scale ±1 for PCM sources; or int16
+            (full scale ±32768) when read with ``pcm16=True`` from a PCM_16 file (see :meth:`float32`).
         sample_rate: in Hz.
         subtype: the file's soundfile subtype ("PCM_16", "FLOAT", ...), or None for arrays.
     """
@@ -88,6 +89,12 @@ class Audio:
     def samples(self) -> int:
         """Frames per channel."""
         return int(self.data.shape[-1])
+
+    def float32(self) -> np.ndarray:
+        """The samples as float32 in ±1 (int16 data divided by 32768, exactly as soundfile does)."""
+        if self.data.dtype == np.int16:
+            return self.data.astype(np.float32) * np.float32(1.0 / 32768.0)
+        return self.data
 
 
 def kind_of(path: str | os.PathLike[str]) -> str:
@@ -119,12 +126,14 @@ def check_finite(path: str | os.PathLike[str], data: np.ndarray) -> np.ndarray:
     return data
 
 
-def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Audio:
+def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False, pcm16: bool = False) -> Audio:
     """Decode an audio file to float32 ``(channels, frames)``.
 
     Args:
         path: a file soundfile can read (see :data:`AUDIO_EXTENSIONS`).
         allow_empty: accept a file with zero frames (refused by default: nothing to process).
+        pcm16: keep PCM_16 samples as int16 (half the bytes to move between processes; convert
+            with :meth:`Audio.float32` or on the device). Other subtypes are float32 regardless.
 
     Returns:
         :class:`Audio`.
@@ -137,11 +146,12 @@ def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Au
     _check_readable(path)
     soundfile = _soundfile()
     if soundfile is None:
-        data, rate, subtype = _read_wav_stdlib(path)
+        data, rate, subtype = _read_wav_stdlib(path, pcm16=pcm16)
     else:
         try:
             with soundfile.SoundFile(str(path)) as f:
-                data = f.read(dtype="float32", always_2d=True).T
+                dtype = "int16" if pcm16 and f.subtype == "PCM_16" else "float32"
+                data = f.read(dtype=dtype, always_2d=True).T
                 rate, subtype = int(f.samplerate), f.subtype
         except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
             raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
@@ -159,7 +169,7 @@ def _soundfile() -> Any:
     return soundfile
 
 
-def _read_wav_stdlib(path: Path) -> tuple[np.ndarray, int, str]:
+def _read_wav_stdlib(path: Path, *, pcm16: bool = False) -> tuple[np.ndarray, int, str]:
     """Integer-PCM WAV through the standard library, for machines without soundfile."""
     import wave
 
@@ -175,6 +185,8 @@ def _read_wav_stdlib(path: Path) -> tuple[np.ndarray, int, str]:
     elif width == 3:
         b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
         data = ((b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8).astype(np.float32) / 2.0**23
+    elif width == 2 and pcm16:
+        data = np.frombuffer(raw, "<i2")
     else:
         dtype = {2: np.int16, 4: np.int32}[width]
         data = np.frombuffer(raw, dtype).astype(np.float32) / float(2 ** (8 * width - 1))
@@ -260,13 +272,14 @@ def read_image(path: str | os.PathLike[str]) -> np.ndarray:
     return check_finite(path, np.ascontiguousarray(out))
 
 
-def read_signal(path: str | os.PathLike[str], *, default_rate: int) -> Audio:
+def read_signal(path: str | os.PathLike[str], *, default_rate: int, pcm16: bool = False) -> Audio:
     """Read a waveform from an audio file or a real ``.npy`` array of shape ``(L,)``, ``(C, L)``
     or ``(..., L)`` (leading dimensions become channels).
 
     Args:
         path: the file.
         default_rate: the sample rate (Hz) assumed for arrays, which carry none.
+        pcm16: see :func:`read_audio`.
 
     Returns:
         :class:`Audio` with float32 data ``(channels, frames)``; ``rate_assumed`` is True for arrays.
@@ -277,7 +290,7 @@ def read_signal(path: str | os.PathLike[str], *, default_rate: int) -> Audio:
     """
     kind = kind_of(path)
     if kind == "audio":
-        return read_audio(path)
+        return read_audio(path, pcm16=pcm16)
     if Path(path).suffix.lower() != ".npy":
         raise InputFileError(f"{path}: unsupported input type (expected audio or a .npy waveform)")
     arr = read_array(path)

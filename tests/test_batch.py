@@ -324,3 +324,25 @@ def test_load_functions_are_picklable() -> None:
 
     pickle.dumps(functools.partial(nio.read_signal, default_rate=16000))
     pickle.dumps(_toy_load)
+
+
+def test_stack_padded_modes_and_mixed_dtypes() -> None:
+    a = np.array([[1, 2, 3, 4]], np.int16)
+    b = np.array([[0.5, -0.5]], np.float32)
+    for mode, left in (
+        ("reflect", [3, 2]),
+        ("constant", [0, 0]),
+        ("replicate", [1, 1]),
+        ("circular", [3, 4]),
+    ):
+        stack, rows = batch.stack_padded([a], pad=2, mode=mode)
+        assert stack.dtype == np.int16 and rows == [1]
+        assert stack[0, :2].tolist() == left and stack[0, 2:6].tolist() == [1, 2, 3, 4]
+        ref = torch.nn.functional.pad(torch.tensor([[[1.0, 2, 3, 4]]]), (2, 2), mode=mode)[0]
+        assert stack.astype(np.float32).tolist() == ref.tolist()
+    stack, rows = batch.stack_padded([a, b])
+    assert stack.dtype == np.float32 and rows == [1, 1]
+    np.testing.assert_array_equal(stack, [[1 / 32768, 2 / 32768, 3 / 32768, 4 / 32768], [0.5, -0.5, 0, 0]])
+    assert batch.to_device_float(np.array([[-32768, 16384]], np.int16), "cpu").tolist() == [[-1.0, 0.5]]
+    with pytest.raises(nio.InputFileError, match="too few"):
+        batch.stack_padded([b], pad=2, mode="reflect")
