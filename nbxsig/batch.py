@@ -344,6 +344,12 @@ class _Loaded:
     decode_seconds: float
 
 
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group: the main process handles it and shuts the pool down;
+    # workers ignore it instead of each printing a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _timed_load(load: Callable[[Path], Any], path: Path) -> tuple[Any, float]:
     start = time.perf_counter()
     value = load(path)
@@ -540,7 +546,9 @@ class _Engine:
         if self.jobs == 0:
             return None
         # spawn, not fork: the main process may hold a CUDA context, which a forked child cannot use.
-        return ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        return ProcessPoolExecutor(
+            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
+        )
 
     def _pump(self, pool: ProcessPoolExecutor, saver: ThreadPoolExecutor) -> ProcessPoolExecutor:
         in_flight: dict[Future, Task] = {}
