@@ -512,7 +512,6 @@ class _Engine:
         # Enough decodes in flight to fill the next batch while the current one runs.
         self.max_in_flight = max(2 * self.jobs, batch_size + self.jobs)
         self.max_buffered = 2 * batch_size + self.jobs
-        self.retried: set[Path] = set()
 
     def run(self) -> None:
         # Writes (encode + fsync) overlap each other and the device work.
@@ -552,10 +551,20 @@ class _Engine:
 
     def _pump(self, pool: ProcessPoolExecutor, saver: ThreadPoolExecutor) -> ProcessPoolExecutor:
         in_flight: dict[Future, Task] = {}
-        while self.todo or in_flight:
-            while self.todo and len(in_flight) < self.max_in_flight:
-                task = self.todo.popleft()
-                in_flight[pool.submit(_timed_load, self.job.load, task.input)] = task
+        # Files that were being decoded when a worker died. One of them killed it; decoding them
+        # one at a time finds which, without blaming the others.
+        suspects: deque[Task] = deque()
+        alone: Task | None = None
+        while self.todo or in_flight or suspects:
+            if suspects:
+                if not in_flight:
+                    alone = suspects.popleft()
+                    in_flight[pool.submit(_timed_load, self.job.load, alone.input)] = alone
+            else:
+                alone = None
+                while self.todo and len(in_flight) < self.max_in_flight:
+                    task = self.todo.popleft()
+                    in_flight[pool.submit(_timed_load, self.job.load, task.input)] = task
             t0 = time.perf_counter()
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             self.summary.wait_seconds += time.perf_counter() - t0
@@ -566,29 +575,25 @@ class _Engine:
                     value, seconds = fut.result()
                 except BrokenProcessPool:
                     broken = True
-                    self._retry_or_fail(task, "the decoder process crashed on this file")
+                    if task is alone:
+                        error = f"{task.input}: the decoder process crashed on this file"
+                        self.reporter.row(task, "failed", error=error)
+                    else:
+                        suspects.append(task)
                     continue
                 except Exception as exc:
                     self.reporter.row(task, "failed", error=_error_text(task.input, exc))
                     continue
                 self._add(_Loaded(task, value, seconds), saver)
             if broken:
-                # A worker died (e.g. a decoder crash): every queued decode is lost with the pool.
-                for task in in_flight.values():
-                    self._retry_or_fail(task, "the decoder process crashed on this file")
+                # The pool is unusable after a worker death: every queued decode is lost with it.
+                suspects.extend(in_flight.values())
                 in_flight.clear()
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = self._new_pool()
                 assert pool is not None
             self._drain_saves(block=False)
         return pool
-
-    def _retry_or_fail(self, task: Task, reason: str) -> None:
-        if task.input in self.retried:
-            self.reporter.row(task, "failed", error=f"{task.input}: {reason}")
-        else:
-            self.retried.add(task.input)
-            self.todo.appendleft(task)
 
     def _add(self, loaded: _Loaded, saver: ThreadPoolExecutor) -> None:
         length = max(1, int(self.job.length(loaded.value)))

@@ -346,3 +346,18 @@ def test_stack_padded_modes_and_mixed_dtypes() -> None:
     assert batch.to_device_float(np.array([[-32768, 16384]], np.int16), "cpu").tolist() == [[-1.0, 0.5]]
     with pytest.raises(nio.InputFileError, match="too few"):
         batch.stack_padded([b], pad=2, mode="reflect")
+
+
+def test_a_crashing_decoder_fails_only_its_file(tmp_path: Path) -> None:
+    from test_batch_crashloader import crashing_load
+
+    paths = _arrays(tmp_path / "in", [30, 31, 32, 33, 34, 35])
+    np.save(tmp_path / "in/crash.npy", np.ones((1, 30), np.float32))
+    toy = ToyJob()
+    job = toy.job()
+    job.load = crashing_load
+    stream = stdio.StringIO()
+    summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2, stream=stream)
+    assert (summary.ok, summary.failed) == (len(paths), 1), stream.getvalue()
+    assert "crash.npy: the decoder process crashed on this file" in stream.getvalue()
+    assert all((tmp_path / "out" / p.name).exists() for p in paths)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -104,15 +105,23 @@ def test_sigterm_leaves_no_temporaries(tmp_path: Path) -> None:
 
 def test_decode_workers_and_no_progress_off_a_terminal(tmp_path: Path) -> None:
     src = _folder(tmp_path, 12, samples=1000)
+    nio.write_audio(src / "x.flac", np.full((1, 1030), 0.25), 16000)
+    np.save(src / "y.npy", np.full((1, 1040), 0.5, np.float32))
     (src / "broken.wav").write_bytes(b"RIFF....WAVE")
+    (src / "empty.flac").write_bytes(b"")
+    np.save(src / "nan.npy", np.full((1, 1000), np.nan, np.float32))
+    before = _hashes(src)
     out = tmp_path / "out"
-    cmd = [*NBXSIG, "stft", str(src), "-o", str(out), "--n-fft", "32", "-j", "2", "--batch-size", "4", "-v"]
+    cmd = [*NBXSIG, "stft", str(src), "-o", str(out), "--n-fft", "32", "-j", "2", "--batch-size", "7", "-v"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=_env())
     assert result.returncode == 1
-    assert "12 ok, 1 failed, 0 skipped in " in result.stderr
-    assert "files/s" in result.stderr and "in 3 batches" in result.stderr  # -v; 12 files of one length bucket
+    assert "14 ok, 3 failed, 0 skipped in " in result.stderr
+    batches = re.search(r"in (\d+) batches", result.stderr)  # -v
+    assert "files/s" in result.stderr and batches is not None
+    assert 2 <= int(batches.group(1)) <= 4  # 14 similar lengths, batches of ≤ 7, ≤ 2 length buckets
     assert "\r" not in result.stderr and "file/s" not in result.stderr  # no progress bar in a pipe
-    assert len(_check_outputs(out, bins=17)) == 12
+    assert len(_check_outputs(out, bins=17)) == 14
+    assert _hashes(src) == before
 
 
 @pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
