@@ -24,6 +24,7 @@ Not a ``Case`` suite (it times whole programs, not kernels), so ``nbxsig bench a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -121,10 +122,8 @@ class _GpuSampler:
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
-            try:
+            with contextlib.suppress(ValueError):
                 self.samples.append(float(line.strip()))
-            except ValueError:
-                pass
 
     def stop(self) -> float | None:
         if self.proc is None:
