@@ -78,7 +78,9 @@ def discover(
             A file named directly is always taken, whatever its extension, so that an unsupported
             file is reported rather than silently ignored.
         extensions: lower-case extensions with the dot, for folder searches.
-        glob: a pattern replacing the extension filter in folder searches.
+        glob: a pattern replacing the extension filter in folder searches: without "/" it matches
+            file names at any depth (``"*.flac"``), with "/" paths relative to the folder
+            (``"**/train/*.wav"``, ``"spk1/*"``).
 
     Returns:
         :class:`Found` items sorted by path. Files named directly (or listed) mirror relative to
@@ -136,7 +138,10 @@ def _expand_lists(inputs: Sequence[str | os.PathLike[str]], depth: int = 0) -> I
 
 
 def _walk(folder: Path, extensions: tuple[str, ...], glob: str | None) -> Iterator[Path]:
-    candidates = folder.glob(glob) if glob else folder.rglob("*")
+    # A pattern without "/" matches file names at any depth (like find -name); with "/" it is a
+    # path pattern relative to the folder ("**/train/*.wav").
+    pattern = glob or "*"
+    candidates = folder.glob(pattern) if "/" in pattern else folder.rglob(pattern)
     for p in candidates:
         rel_parts = p.relative_to(folder).parts
         if any(part.startswith(".") for part in rel_parts) or not p.is_file():

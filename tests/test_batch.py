@@ -45,6 +45,8 @@ def test_discover_glob(tmp_path: Path) -> None:
     _touch(tmp_path, "in/x/a.wav", "in/y/b.wav", "in/y/c.flac")
     found = batch.discover([tmp_path / "in"], extensions=[".wav"], glob="y/*")
     assert [f.rel.as_posix() for f in found] == ["y/b.wav", "y/c.flac"]
+    found = batch.discover([tmp_path / "in"], extensions=[".wav"], glob="*.flac")  # names at any depth
+    assert [f.rel.as_posix() for f in found] == ["y/c.flac"]
 
 
 def test_discover_named_files_mirror_their_common_folder(tmp_path: Path) -> None:
