@@ -512,3 +512,27 @@ def test_cuda_compile_inductor(generator, cuda_device):
     torch._dynamo.reset()
     f = torch.compile(lambda x: istft_m(stft_m(x), length=4000), fullgraph=True)
     assert_close(f(x), x, dtype="float32", atol=2e-6)
+
+
+@pytest.mark.parametrize("fma", [True, False], ids=["fma", "dot"])
+def test_dense_kernel_variants(fma, monkeypatch, generator, device):
+    # Both inner-product forms of the dense kernels (FMA outer products and tl.dot) are exercised
+    # whatever the defaults, forward, inverse and both backward passes.
+    monkeypatch.setattr(K, "FWD_FMA_MAX_N", 64 if fma else 0)
+    monkeypatch.setattr(K, "OLA_FMA_MAX_N", 64 if fma else 0)
+    x = random_tensor((2, 83), generator=generator)
+    w = torch.hann_window(20)
+    spec = S.stft(x.to(device), 20, 5, window=w.to(device), backend="triton")
+    assert_close(spec, definition(x, 20, 5, w), dtype="float32", rel_error=2e-6)
+    y = S.istft(spec, 20, 5, window=w.to(device), length=83, backend="triton")
+    assert_close(y, x, dtype="float32", atol=2e-6)
+    xg = x.clone().to(device).requires_grad_()
+    sg = spec.detach().clone().requires_grad_()
+    S.stft(xg, 20, 5, window=w.to(device), backend="triton").abs().sum().backward()
+    S.istft(sg, 20, 5, window=w.to(device), backend="triton").square().sum().backward()
+    xd = x.detach().double().requires_grad_()
+    S.stft(xd, 20, 5, window=w.double(), backend="torch").abs().sum().backward()
+    sd = spec.detach().cpu().to(torch.complex128).requires_grad_()
+    S.istft(sd, 20, 5, window=w.double(), backend="torch").square().sum().backward()
+    assert_close(xg.grad, xd.grad, dtype="float32", rel_error=2e-6)
+    assert_close(sg.grad, sd.grad, dtype="float32", rel_error=2e-6)

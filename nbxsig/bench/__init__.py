@@ -7,4 +7,5 @@ reports the ratio, GB/s and the fraction of a device-to-device copy measured in 
 
 SUITES = {
     "core": "nbxsig.bench.core",
+    "spectral": "nbxsig.bench.spectral",
 }

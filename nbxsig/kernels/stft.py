@@ -40,11 +40,26 @@ from ._runtime import check_launchable, empty_output
 
 #: Envelope threshold below which istft does not divide (torch.istft's NOLA threshold).
 NOLA_EPS = 1e-11
+# The same threshold as a compile-time constant: jitted kernels may only read constexpr globals.
+_EPS = tl.constexpr(NOLA_EPS)
 #: Largest n_fft computed with a dense DFT-basis product; above it torch.fft does the transform.
 #: At float32 accuracy a dense basis product costs ~N/log N more flops than an FFT; the issue's
 #: H200 numbers show cuBLAS fp32 losing to cuFFT from n_fft ≈ 100, and our kernels also pad the
 #: frame to a power of two, so the cut sits at 64 (20 and 50 dense, 400+ via cuFFT).
 DENSE_MAX_N = 64
+
+# Launch tiles of the dense kernels (frames per program, warps); module-level so the benchmark's
+# probes can sweep them. First values: a 64-frame tile keeps the n_fft=20 tl.dot at M=64 with
+# 16-32 columns, small enough that a 64×240000 batch still fills every SM many times over.
+FWD_BLOCK_T = 64
+FWD_WARPS = 4
+OLA_BLOCK_G = 32
+OLA_WARPS = 4
+# Up to this n_fft the dense kernels use FMA outer products instead of tl.dot: at n_fft=20 a
+# tensor-core dot pads K=20→32 and F=11→16 and 3×TF32 triples it, while FMA wastes only the F
+# padding and is exact float32 (no precision split needed).
+FWD_FMA_MAX_N = 32
+OLA_FMA_MAX_N = 0
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _MODE_SCALED = 4  # istft backward: constant padding, each sample scaled by 1/envelope
@@ -148,6 +163,7 @@ def _frame_dft_kernel(
     HAS_WINDOW: tl.constexpr,
     OUTPUT: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_FMA: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_F: tl.constexpr,
@@ -164,19 +180,32 @@ def _frame_dft_kernel(
     row = b * stride_sb
     acc_re = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
     acc_im = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
-    for k0 in range(0, N, BLOCK_K):
-        n = k0 + tl.arange(0, BLOCK_K)
-        n_ok = n < N
-        p = t[:, None] * hop + n[None, :]
-        mask = (t[:, None] < T) & n_ok[None, :]
-        frame = _load_signal(src_ptr, row, stride_sl, p, pad, L, mask, inv_ptr, MODE)
-        frame = frame * _load_window(win_ptr, n, n_ok, HAS_WINDOW)[None, :]
-        b_mask = n_ok[:, None] & (f[None, :] < F)
-        b_off = f[None, :] * N + n[:, None]
-        b_re = tl.load(basis_ptr + b_off, mask=b_mask, other=0.0)
-        b_im = tl.load(basis_ptr + F * N + b_off, mask=b_mask, other=0.0)
-        acc_re = tl.dot(frame, b_re, acc_re, input_precision=PRECISION)
-        acc_im = tl.dot(frame, b_im, acc_im, input_precision=PRECISION)
+    if USE_FMA:
+        # One outer product per frame sample n: the (BLOCK_T,) column of frames times basis row n.
+        t_ok = t < T
+        f_ok = f < F
+        for n in tl.static_range(N):
+            v = _load_signal(src_ptr, row, stride_sl, t * hop + n, pad, L, t_ok, inv_ptr, MODE)
+            if HAS_WINDOW:
+                v = v * tl.load(win_ptr + n).to(tl.float32)
+            b_re = tl.load(basis_ptr + f * N + n, mask=f_ok, other=0.0)
+            b_im = tl.load(basis_ptr + F * N + f * N + n, mask=f_ok, other=0.0)
+            acc_re += v[:, None] * b_re[None, :]
+            acc_im += v[:, None] * b_im[None, :]
+    if not USE_FMA:
+        for k0 in range(0, N, BLOCK_K):
+            n = k0 + tl.arange(0, BLOCK_K)
+            n_ok = n < N
+            p = t[:, None] * hop + n[None, :]
+            mask = (t[:, None] < T) & n_ok[None, :]
+            frame = _load_signal(src_ptr, row, stride_sl, p, pad, L, mask, inv_ptr, MODE)
+            frame = frame * _load_window(win_ptr, n, n_ok, HAS_WINDOW)[None, :]
+            b_mask = n_ok[:, None] & (f[None, :] < F)
+            b_off = f[None, :] * N + n[:, None]
+            b_re = tl.load(basis_ptr + b_off, mask=b_mask, other=0.0)
+            b_im = tl.load(basis_ptr + F * N + b_off, mask=b_mask, other=0.0)
+            acc_re = tl.dot(frame, b_re, acc_re, input_precision=PRECISION)
+            acc_im = tl.dot(frame, b_im, acc_im, input_precision=PRECISION)
     acc_re = acc_re * scale
     acc_im = acc_im * scale
     o_mask = (t[:, None] < T) & (f[None, :] < F)
@@ -238,7 +267,7 @@ def _ola_dft_kernel(
     out_ptr,
     stride_ob,
     N,
-    F,
+    F: tl.constexpr,
     hop,
     T,
     start,
@@ -249,6 +278,7 @@ def _ola_dft_kernel(
     HAS_WINDOW: tl.constexpr,
     DIVIDE: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_FMA: tl.constexpr,
     S: tl.constexpr,
     N_TERMS: tl.constexpr,
     BLOCK_G: tl.constexpr,
@@ -286,7 +316,15 @@ def _ola_dft_kernel(
         n_ok = c_ok & (n >= 0) & (n < N)
         t_ok = (t >= 0) & (t < T)
         w = _load_window(win_ptr, n, n_ok, HAS_WINDOW)
-        if SOURCE == 0:
+        if SOURCE == 0 and USE_FMA:
+            for k in tl.static_range(F):
+                x_off = b * s0 + k * s1 + t * s2
+                x_re = tl.load(src_ptr + x_off, mask=t_ok, other=0.0).to(tl.float32)
+                x_im = tl.load(src_ptr + x_off + s3, mask=t_ok, other=0.0).to(tl.float32)
+                b_re = tl.load(basis_ptr + k * N + n, mask=n_ok, other=0.0) * w
+                b_im = tl.load(basis_ptr + F * N + k * N + n, mask=n_ok, other=0.0) * w
+                acc += x_re[:, None] * b_re[None, :] + x_im[:, None] * b_im[None, :]
+        elif SOURCE == 0:
             x_mask = t_ok[:, None] & (fk[None, :] < F)
             x_off = b * s0 + fk[None, :] * s1 + t[:, None] * s2
             x_re = tl.load(src_ptr + x_off, mask=x_mask, other=0.0).to(tl.float32)
@@ -305,7 +343,7 @@ def _ola_dft_kernel(
             env += tl.where(t_ok[:, None] & n_ok[None, :], (w * w)[None, :], 0.0)
     acc = acc * scale
     if DIVIDE:
-        ok = env > NOLA_EPS
+        ok = env > _EPS
         acc = tl.where(ok, acc / tl.where(ok, env, 1.0), acc)
     o = g[:, None] * (S * hop) + c[None, :] - start
     o_mask = c_ok[None, :] & (o >= 0) & (o < n_out)
@@ -328,7 +366,7 @@ def _inv_envelope_kernel(
         ok = m & (t >= 0) & (t < T) & (n < N)
         w = _load_window(win_ptr, n, ok, HAS_WINDOW)
         env += w * w
-    inv = tl.where(env > NOLA_EPS, 1.0 / tl.where(env > NOLA_EPS, env, 1.0), 1.0)
+    inv = tl.where(env > _EPS, 1.0 / tl.where(env > _EPS, env, 1.0), 1.0)
     tl.store(out_ptr + p, inv, mask=m)
 
 
@@ -387,13 +425,14 @@ def stft_forward(
         out = empty_output(shape, dtype=torch.float32, device=device)
         block_k = min(_p2(n_fft, 16), 64)
         block_f = min(_p2(n_bins, 16), 64)
-        block_t = 64
+        block_t = FWD_BLOCK_T
         grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, n_bins,
             win, win, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, float(power),
             MODE=mode, HAS_WINDOW=window is not None, OUTPUT=kind, PRECISION=_precision(),
-            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f,
+            USE_FMA=n_fft <= FWD_FMA_MAX_N,
+            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f, num_warps=FWD_WARPS,
         )  # fmt: skip
         return out
     frames = _frames(x, win, window is not None, length, pad, hop, T, n_fft, scale, mode, win)
@@ -452,7 +491,7 @@ def _ola(
         # Fill the dot's N dimension (>= 16 columns) with S whole hops of output samples.
         block_c = _p2(hop, 16)
         block_f = _p2(n_bins, 16)
-        block_g = 32
+        block_g = OLA_BLOCK_G
     else:
         block_c = _p2(hop)
         block_f = 16
@@ -467,8 +506,9 @@ def _ola(
         src, s[0], s[1], s[2], s[3], basis if basis is not None else src, win, out, out.stride(0),
         n_fft, n_bins, hop, T, start, n_out, g_begin, scale,
         SOURCE=source, HAS_WINDOW=window is not None, DIVIDE=divide, PRECISION=_precision(),
+        USE_FMA=source == 0 and n_fft <= OLA_FMA_MAX_N,
         S=block_c // hop, N_TERMS=block_c // hop + triton.cdiv(n_fft, hop) - 1,
-        BLOCK_G=block_g, BLOCK_C=block_c, BLOCK_F=block_f,
+        BLOCK_G=block_g, BLOCK_C=block_c, BLOCK_F=block_f, num_warps=OLA_WARPS if source == 0 else 4,
     )  # fmt: skip
     return out
 
@@ -608,13 +648,14 @@ def istft_backward(
             out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
         scale = math.sqrt(n_fft) if normalized else 1.0
         basis = _basis(n_fft, "inv", device)
-        block_t, block_k, block_f = 64, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
+        block_t, block_k, block_f = FWD_BLOCK_T, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
         grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             grad, grad.stride(0), grad.stride(1), n_out, start, hop, T, n_fft, n_bins,
             win, inv, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, -1.0,
             MODE=_MODE_SCALED, HAS_WINDOW=window is not None, OUTPUT=0, PRECISION=_precision(),
-            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f,
+            USE_FMA=n_fft <= FWD_FMA_MAX_N,
+            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f, num_warps=FWD_WARPS,
         )  # fmt: skip
         return out
     scale = math.sqrt(n_fft) if normalized else 1.0
