@@ -158,9 +158,8 @@ def spec_scale(normalized: bool | str, window: torch.Tensor, n_fft: int) -> floa
 
 
 def check_normalized(normalized) -> bool | str:
-    if normalized not in (False, True, "window", "frame_length") or isinstance(normalized, int) and not (
-        isinstance(normalized, bool)
-    ):
+    """torchaudio's ``normalized``: False, True, "window" or "frame_length" (not 0/1)."""
+    if not isinstance(normalized, (bool, str)) or normalized not in (False, True, "window", "frame_length"):
         raise bad_value("normalized", normalized, "False, True, 'window' or 'frame_length'")
     return normalized
 

@@ -1,2 +1,487 @@
+"""Exact streaming STFT, inverse STFT and mel spectrogram: ``push(chunk)`` / ``flush()``.
+
+Each object carries ``B`` independent streams (fixed by the first push) and a small state that
+:meth:`state_dict` / :meth:`load_state_dict` save and restore. The concatenation of every push's
+output and the flush's equals the offline transform on the whole signal -- ``torch.stft`` /
+``torch.istft`` / :func:`nbxsig.features.mel_spectrogram` with the same arguments -- for any
+chunking (``center=False``; ``center=True`` once flushed, since the right-hand padding needs the end).
+
+State, per stream:
+
+* STFT and mel: the samples not yet covered by a complete frame (< ``n_fft``), the last
+  ``n_fft // 2 + 1`` raw samples (for the reflect padding at the end) and counters;
+* iSTFT: the last ``⌈n_fft / hop⌉ − 1`` frames and a frame counter -- on the Triton path one kernel
+  launch per push computes every stream's output samples by gathering the frames that cover them
+  (:mod:`nbxsig.kernels.streaming`) and rotates this history in the same launch.
+
+Example:
+    >>> import torch
+    >>> from nbxsig.streaming import StreamingSTFT
+    >>> s = StreamingSTFT(64, hop_length=16, window=torch.hann_window(64))
+    >>> x = torch.randn(2, 1000)
+    >>> y = torch.cat([s.push(x[:, :333]), s.push(x[:, 333:]), s.flush()], dim=-1)
+    >>> y.shape == torch.stft(x, 64, 16, window=torch.hann_window(64), return_complex=True).shape
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ._dispatch import Backend, Op
+from ._validate import FLOATING_DTYPES, check_choice, check_int, check_tensor
+from .errors import ParameterValueError, bad_value
+from .reference import mel as _ref
+
+__all__ = ["StreamingISTFT", "StreamingMelSpectrogram", "StreamingSTFT"]
+
+_ISTFT_PUSH = Op(
+    "streaming_istft",
+    torch_impl="nbxsig.streaming:_istft_push_torch",
+    triton_impl="nbxsig.kernels.streaming:istft_push",
+    triton_dtypes=(torch.float32,),
+)
+_STREAM_PAD_MODES = ("reflect", "constant", "replicate")
+
+
+def _frames_args(n_fft, hop_length, win_length) -> tuple[int, int, int]:
+    n_fft = check_int("n_fft", n_fft, min_value=1)
+    win_length = n_fft if win_length is None else check_int("win_length", win_length, min_value=1)
+    if win_length > n_fft:
+        raise bad_value("win_length", win_length, f"<= n_fft ({n_fft})")
+    hop_length = max(1, win_length // 4) if hop_length is None else hop_length
+    return n_fft, check_int("hop_length", hop_length, min_value=1), win_length
+
+
+def _window(window, win_length: int, n_fft: int) -> torch.Tensor:
+    if window is not None:
+        check_tensor("window", window, dtypes=FLOATING_DTYPES, min_dim=1, max_dim=1)
+        if window.shape[0] != win_length:
+            raise bad_value("window", window, f"a 1-D tensor of win_length={win_length} samples")
+    return _ref.padded_window(window, win_length, n_fft, torch.float64, "cpu" if window is None else None)
+
+
+class _Framer:
+    """Buffers the samples of B streams and returns, per push, a span whose frames at ``i·hop``
+    (``i < n``) are exactly the frames completed by that push (the centre padding applied in-stream)."""
+
+    def __init__(self, n_fft: int, hop: int, center: bool, pad_mode: str) -> None:
+        self.n_fft, self.hop, self.center, self.pad_mode = n_fft, hop, center, pad_mode
+        self.pad = n_fft // 2 if center else 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.buffer: torch.Tensor | None = None  # padded-signal samples from the next frame's start
+        self.history: torch.Tensor | None = None  # last pad + 1 raw samples (right reflect padding)
+        self.n_raw = 0
+        self.started = not self.center or self.pad == 0  # left padding already applied
+        self.skip = 0  # samples to drop before the next frame (hop > n_fft)
+        self.squeeze = False  # 1-D chunks: one stream, outputs without the stream dimension
+
+    def _check(self, chunk: torch.Tensor) -> torch.Tensor:
+        check_tensor("chunk", chunk, dtypes=FLOATING_DTYPES, min_dim=1, max_dim=2, allow_empty=True)
+        x = chunk.reshape(1, -1) if chunk.dim() == 1 else chunk
+        if self.buffer is not None and (x.shape[0] != self.buffer.shape[0] or x.device != self.buffer.device):
+            raise bad_value(
+                "chunk",
+                chunk,
+                f"{self.buffer.shape[0]} streams on {self.buffer.device} (as in the first push; "
+                "reset() to start over)",
+            )
+        return x
+
+    def push(self, chunk: torch.Tensor) -> tuple[torch.Tensor, int]:
+        x = self._check(chunk)
+        if self.buffer is None:
+            self.squeeze = chunk.dim() == 1
+            self.buffer = x[:, :0]
+            self.history = x[:, :0]
+        self.n_raw += x.shape[1]
+        self.history = torch.cat((self.history, x), dim=1)[:, -(self.pad + 1) :]
+        buf = torch.cat((self.buffer, x), dim=1)
+        if not self.started:
+            if self.n_raw <= self.pad and self.pad_mode == "reflect":
+                self.buffer = buf  # raw samples, left padding still to come
+                return buf[:, :0], 0
+            buf = torch.cat((self._left_pad(buf), buf), dim=1)
+            self.started = True
+        return self._take(buf)
+
+    def flush(self) -> tuple[torch.Tensor, int]:
+        if self.buffer is None:
+            raise ParameterValueError("flush() needs at least one push() first")
+        buf = self.buffer
+        if self.center:
+            if self.pad_mode == "reflect" and self.n_raw <= self.pad:
+                raise ParameterValueError(
+                    f"a stream must be longer than n_fft // 2 = {self.pad} samples for center=True with "
+                    f"pad_mode='reflect', got {self.n_raw}"
+                )
+            if not self.started:
+                buf = torch.cat((self._left_pad(buf), buf), dim=1)
+            buf = torch.cat((buf, self._right_pad()), dim=1)
+        return self._take(buf)
+
+    def _left_pad(self, raw: torch.Tensor) -> torch.Tensor:
+        if self.pad_mode == "reflect":
+            return raw[:, 1 : self.pad + 1].flip(1)
+        if self.pad_mode == "replicate":
+            return raw[:, :1].expand(-1, self.pad)
+        return raw.new_zeros(raw.shape[0], self.pad)
+
+    def _right_pad(self) -> torch.Tensor:
+        h = self.history
+        if self.pad_mode == "reflect":
+            return h[:, :-1].flip(1)[:, : self.pad]
+        if self.pad_mode == "replicate":
+            return h[:, -1:].expand(-1, self.pad)
+        return h.new_zeros(h.shape[0], self.pad)
+
+    def _take(self, buf: torch.Tensor) -> tuple[torch.Tensor, int]:
+        if self.skip:
+            dropped = min(self.skip, buf.shape[1])
+            buf, self.skip = buf[:, dropped:], self.skip - dropped
+        n = (buf.shape[1] - self.n_fft) // self.hop + 1 if buf.shape[1] >= self.n_fft else 0
+        consumed = n * self.hop
+        self.skip = max(0, consumed - buf.shape[1])
+        # clone(): keep the state small and independent of the caller's chunk storage.
+        self.buffer = buf[:, consumed:].clone()
+        return buf, n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "buffer": self.buffer,
+            "history": self.history,
+            "n_raw": self.n_raw,
+            "started": self.started,
+            "skip": self.skip,
+            "squeeze": self.squeeze,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer, self.history = state["buffer"], state["history"]
+        self.n_raw, self.started, self.skip = int(state["n_raw"]), bool(state["started"]), int(state["skip"])
+        self.squeeze = bool(state.get("squeeze", False))
+
+
+class StreamingSTFT:
+    """Streaming ``torch.stft(..., return_complex=True)`` for B streams.
+
+    Args:
+        n_fft: DFT size. hop_length: default ``win_length // 4`` (torch.stft's).
+        win_length: default ``n_fft``. window: ``(win_length,)`` tensor, default rectangular (torch.stft's).
+        center: pad ``n_fft // 2`` on both sides (default True; the right side at :meth:`flush`).
+        pad_mode: "reflect" (default), "constant" or "replicate".
+        normalized: multiply by ``1/√n_fft`` (torch.stft's ``normalized``).
+
+    ``push(chunk)``: ``chunk`` ``(B, n)`` or ``(n,)``, any ``n >= 0``; returns the complex frames it
+    completes, ``(B, F, k)``. ``flush()`` returns the last frames and resets the object.
+
+    Raises:
+        ParameterValueError / ParameterTypeError: bad arguments, a chunk with another number of streams.
+    """
+
+    def __init__(
+        self,
+        n_fft: int,
+        hop_length: int | None = None,
+        win_length: int | None = None,
+        window: torch.Tensor | None = None,
+        *,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        normalized: bool = False,
+    ) -> None:
+        self.n_fft, self.hop_length, self.win_length = _frames_args(n_fft, hop_length, win_length)
+        check_choice("center", center, (True, False))
+        check_choice("pad_mode", pad_mode, _STREAM_PAD_MODES)
+        self.window = _window(window, self.win_length, self.n_fft)
+        self.scale = 1.0 / math.sqrt(self.n_fft) if normalized else 1.0
+        self._framer = _Framer(self.n_fft, self.hop_length, center, pad_mode)
+        self._basis: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self._framer.reset()
+
+    def _frames(self, buf: torch.Tensor, n: int) -> torch.Tensor:
+        n_freq = self.n_fft // 2 + 1
+        if n == 0:
+            return torch.zeros(buf.shape[0], n_freq, 0, dtype=_complex(buf.dtype), device=buf.device)
+        if self._basis is None or self._basis.device != buf.device or self._basis.dtype != buf.dtype:
+            self._basis = _ref.analysis_basis(
+                self.window, self.n_fft, self.scale, dtype=buf.dtype, device=buf.device
+            )
+        frames = buf[:, : (n - 1) * self.hop_length + self.n_fft].unfold(-1, self.n_fft, self.hop_length)
+        spec = frames @ self._basis
+        return torch.complex(spec[..., :n_freq], spec[..., n_freq:]).transpose(-1, -2)
+
+    def push(self, chunk: torch.Tensor) -> torch.Tensor:
+        out = self._frames(*self._framer.push(chunk))
+        return out[0] if self._framer.squeeze else out
+
+    def flush(self) -> torch.Tensor:
+        out = self._frames(*self._framer.flush())
+        squeeze = self._framer.squeeze
+        self._framer.reset()
+        return out[0] if squeeze else out
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._framer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._framer.load_state_dict(state)
+
+
+def _complex(dtype: torch.dtype) -> torch.dtype:
+    return torch.complex128 if dtype == torch.float64 else torch.complex64
+
+
 class StreamingMelSpectrogram:
-    pass
+    """Streaming :func:`nbxsig.features.mel_spectrogram` for B streams (same arguments, plus ``backend``).
+
+    ``push(chunk)`` → ``(B, n_mels, k)`` mel frames completed by ``chunk``; ``flush()`` → the rest.
+    On the Triton backend each push is the fused mel kernel on the buffered span (two launches:
+    the concatenation and the kernel).
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_fft: int = 400,
+        win_length: int | None = None,
+        hop_length: int | None = None,
+        f_min: float = 0.0,
+        f_max: float | None = None,
+        n_mels: int = 128,
+        window: torch.Tensor | None = None,
+        power: float = 2.0,
+        normalized: bool | str = False,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        norm: str | None = None,
+        mel_scale: str = "htk",
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        from . import features as nf
+
+        n_fft, win_length, hop_length = nf.resolve_frames(n_fft, win_length, hop_length)
+        check_choice("pad_mode", pad_mode, _STREAM_PAD_MODES)
+        check_choice("center", center, (True, False))
+        self._kw = dict(
+            sample_rate=sample_rate,
+            n_fft=n_fft,
+            win_length=win_length,
+            hop_length=hop_length,
+            f_min=f_min,
+            f_max=f_max,
+            n_mels=n_mels,
+            window=window,
+            power=power,
+            normalized=normalized,
+            norm=norm,
+            mel_scale=mel_scale,
+            center=False,
+            backend=backend,
+        )
+        # Validate every argument now, on a span of one frame.
+        if backend != "triton":
+            nf.mel_spectrogram(torch.zeros(n_fft), **self._kw)
+        self.n_mels = n_mels
+        self._framer = _Framer(n_fft, hop_length, center, pad_mode)
+
+    def _mels(self, buf: torch.Tensor, n: int) -> torch.Tensor:
+        from . import features as nf
+
+        if n == 0:
+            return buf.new_zeros(buf.shape[0], self.n_mels, 0)
+        span = buf[:, : (n - 1) * self._kw["hop_length"] + self._kw["n_fft"]]
+        return nf.mel_spectrogram(span, **self._kw)
+
+    def reset(self) -> None:
+        self._framer.reset()
+
+    def push(self, chunk: torch.Tensor) -> torch.Tensor:
+        out = self._mels(*self._framer.push(chunk))
+        return out[0] if self._framer.squeeze else out
+
+    def flush(self) -> torch.Tensor:
+        out = self._mels(*self._framer.flush())
+        squeeze = self._framer.squeeze
+        self._framer.reset()
+        return out[0] if squeeze else out
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._framer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._framer.load_state_dict(state)
+
+
+def _istft_push_torch(new, history, history_out, basis, w2, *, frames_before, n_out, hop, n_fft):
+    """Torch twin of :func:`nbxsig.kernels.streaming.istft_push` (same arguments and result)."""
+    H = history.shape[2]
+    frames = torch.cat((history, new.to(history.dtype)), dim=2)  # (B, F, H + n, 2)
+    n_tot = frames.shape[2]
+    time = frames[..., 0].transpose(1, 2) @ basis[0] + frames[..., 1].transpose(1, 2) @ basis[1]
+    first = frames_before - H  # global index of frames[:, :, 0]
+    exists = (torch.arange(n_tot, device=new.device) + first >= 0).to(time.dtype)
+    full = (n_tot - 1) * hop + n_fft
+    fold = dict(output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop))
+    y = torch.nn.functional.fold((time * exists[:, None]).transpose(1, 2), **fold).reshape(
+        time.shape[0], full
+    )
+    env_frames = (w2[:n_fft, None] * exists[None, :]).unsqueeze(0)
+    env = torch.nn.functional.fold(env_frames, **fold).reshape(full)
+    y = y[:, H * hop : H * hop + n_out]
+    env = env[H * hop : H * hop + n_out]
+    out = torch.where(
+        env > 1e-11, y / torch.where(env > 1e-11, env, torch.ones_like(env)), torch.zeros_like(y)
+    )
+    if out.shape[1] < n_out:  # hop > n_fft: gaps no frame covers
+        out = torch.nn.functional.pad(out, (0, n_out - out.shape[1]))
+    history_out.copy_(frames[:, :, n_tot - H :])
+    return out
+
+
+class StreamingISTFT:
+    """Streaming ``torch.istft`` (onesided, real output) for B streams.
+
+    Args:
+        n_fft, hop_length, win_length, window, center, normalized: as :class:`StreamingSTFT`
+            (``center=True`` needs ``hop <= n_fft − n_fft // 2``: no emitted sample is trimmed later).
+        backend: None (Triton for CUDA float32 spectra), "triton" or "torch".
+
+    ``push(spec)``: ``spec`` complex ``(B, F, k)`` / ``(F, k)`` or real ``(B, F, k, 2)``; returns the
+    ``(B, k·hop)`` samples these frames complete (fewer at the start with ``center=True``).
+    ``flush()`` returns the tail (``n_fft − hop`` samples, less the centre trim) and resets.
+    Where the window envelope is below 1e-11 (``center=False`` with a window that vanishes at its
+    ends) the output is 0; torch.istft raises there instead.
+
+    Raises:
+        ParameterValueError / ParameterTypeError: bad arguments; a spectrum with another number of
+        bins or streams.
+    """
+
+    def __init__(
+        self,
+        n_fft: int,
+        hop_length: int | None = None,
+        win_length: int | None = None,
+        window: torch.Tensor | None = None,
+        *,
+        center: bool = True,
+        normalized: bool = False,
+        backend: Backend | None = None,
+    ) -> None:
+        self.n_fft, self.hop_length, self.win_length = _frames_args(n_fft, hop_length, win_length)
+        self.center = check_choice("center", center, (True, False))
+        if backend not in (None, "triton", "torch"):
+            raise bad_value("backend", backend, "None, 'triton' or 'torch'")
+        self.pad = self.n_fft // 2 if center else 0
+        if center and self.hop_length > self.n_fft - self.pad:
+            raise bad_value(
+                "hop_length",
+                self.hop_length,
+                f"<= n_fft - n_fft // 2 = {self.n_fft - self.pad}",
+                context="for center=True",
+            )
+        self.backend = backend
+        self.window = _window(window, self.win_length, self.n_fft)
+        self.scale = 1.0 / math.sqrt(self.n_fft) if normalized else 1.0
+        self.n_history = -(-self.n_fft // self.hop_length) - 1
+        self._consts: tuple | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self._history: list[torch.Tensor] | None = None  # two buffers, the current one first
+        self.frames = 0
+        self._squeeze = False
+
+    def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._consts is None or self._consts[0].device != device:
+            inv = _ref.irdft_basis(self.n_fft, dtype=torch.float64, device=device)
+            w = self.window.to(device)
+            basis = (inv * (w / self.scale)).float().contiguous()
+            self._consts = (basis, (w * w).float().contiguous())
+        return self._consts
+
+    def _as_real(self, spec: torch.Tensor) -> torch.Tensor:
+        if not isinstance(spec, torch.Tensor):
+            check_tensor("spec", spec)
+        x = torch.view_as_real(spec) if spec.is_complex() else spec
+        if x.dim() == 3:
+            x = x.unsqueeze(0)
+        n_freq = self.n_fft // 2 + 1
+        if x.dim() != 4 or x.shape[-1] != 2 or x.shape[1] != n_freq:
+            raise bad_value(
+                "spec", spec, f"a complex (B, {n_freq}, frames) or real (B, {n_freq}, frames, 2) tensor"
+            )
+        if self._history is not None and (x.shape[0] != self._history[0].shape[0]):
+            raise bad_value("spec", spec, f"{self._history[0].shape[0]} streams (as in the first push)")
+        return x if x.dtype == torch.float32 else x.float()
+
+    def _advance(self, x: torch.Tensor, n_out_global: int) -> torch.Tensor:
+        device = x.device
+        if self._history is None:
+            shape = (x.shape[0], x.shape[1], self.n_history, 2)
+            self._history = [torch.zeros(shape, device=device), torch.zeros(shape, device=device)]
+        basis, w2 = self._constants(device)
+        chosen = _ISTFT_PUSH.backend(self.backend, device=device, dtype=x.dtype, numel=max(1, x.numel()))
+        cur, nxt = self._history
+        out = _ISTFT_PUSH(
+            x,
+            cur,
+            nxt,
+            basis,
+            w2,
+            frames_before=self.frames,
+            n_out=n_out_global,
+            hop=self.hop_length,
+            n_fft=self.n_fft,
+            backend=chosen,
+        )
+        self._history = [nxt, cur]
+        return out
+
+    def push(self, spec: torch.Tensor) -> torch.Tensor:
+        squeeze = isinstance(spec, torch.Tensor) and (
+            spec.dim() == 2 or (not spec.is_complex() and spec.dim() == 3)
+        )
+        if self._history is None:
+            self._squeeze = squeeze
+        x = self._as_real(spec)
+        start = self.frames * self.hop_length
+        out = self._advance(x, x.shape[2] * self.hop_length)
+        self.frames += x.shape[2]
+        out = out[:, max(0, self.pad - start) :]
+        return out[0] if squeeze else out
+
+    def flush(self) -> torch.Tensor:
+        if self._history is None or self.frames == 0:
+            raise ParameterValueError("flush() needs at least one frame pushed first")
+        cur = self._history[0]
+        empty = cur.new_zeros(cur.shape[0], cur.shape[1], 0, 2)
+        start = self.frames * self.hop_length
+        end = (self.frames - 1) * self.hop_length + self.n_fft - self.pad
+        out = self._advance(empty, self.n_fft - self.hop_length)[:, : max(0, end - start)]
+        out = out[:, max(0, self.pad - start) :]
+        squeeze = self._squeeze
+        self.reset()
+        return out[0] if squeeze else out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "history": None if self._history is None else self._history[0],
+            "frames": self.frames,
+            "squeeze": self._squeeze,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        hist = state["history"]
+        self._history = None if hist is None else [hist.clone(), torch.empty_like(hist)]
+        self.frames = int(state["frames"])
+        self._squeeze = bool(state.get("squeeze", False))

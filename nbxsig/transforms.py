@@ -76,7 +76,9 @@ class Spectrogram(nn.Module):
         super().__init__()
         self.n_fft, self.win_length, self.hop_length = _f.resolve_frames(n_fft, win_length, hop_length)
         self.pad = check_int("pad", pad, min_value=0)
-        self.power = None if power is None else check_float("power", power, min_value=0.0, min_inclusive=False)
+        self.power = (
+            None if power is None else check_float("power", power, min_value=0.0, min_inclusive=False)
+        )
         self.normalized = _norm_flags(normalized)
         self.center = check_choice("center", center, (True, False))
         self.pad_mode = check_choice("pad_mode", pad_mode, _f.PAD_MODES)
@@ -103,13 +105,16 @@ class Spectrogram(nn.Module):
         )
 
     def _parts(self, waveform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_tensor("waveform", waveform, dtypes=FLOATING_DTYPES, min_dim=1)
+        if not _ref._exporting():
+            check_tensor("waveform", waveform, dtypes=FLOATING_DTYPES, min_dim=1)
         x = waveform.reshape(-1, waveform.shape[-1])
         if self.pad > 0:
             x = torch.nn.functional.pad(x, (self.pad, self.pad))
         if not _ref._exporting():
             _f.check_signal("waveform", x, n_fft=self.n_fft, center=self.center, pad_mode=self.pad_mode)
-        basis = self.basis if self.basis.dtype == x.dtype else self._basis(x.dtype)
+        # The float32 buffer serves float32 input; other dtypes (float64 above all) get a basis
+        # rounded once from float64 rather than a converted float32 one.
+        basis = self.basis if self.basis.dtype == x.dtype == torch.float32 else self._basis(x.dtype)
         return _ref.stft_parts(
             x,
             n_fft=self.n_fft,
@@ -129,7 +134,8 @@ class MelScale(nn.Module):
     """Project a ``(…, n_stft, T)`` spectrogram on mel filters, as ``torchaudio.transforms.MelScale``.
 
     Args:
-        n_mels: default 128. sample_rate: default 16000. f_min: default 0. f_max: default ``sample_rate // 2``.
+        n_mels: default 128. sample_rate: default 16000. f_min: default 0.
+        f_max: default ``sample_rate // 2``.
         n_stft: number of STFT bins (default 201). norm: None or "slaney". mel_scale: "htk" or "slaney".
 
     Shape:
@@ -159,7 +165,7 @@ class MelScale(nn.Module):
         self.register_buffer("fb", fb)
 
     def forward(self, specgram: torch.Tensor) -> torch.Tensor:
-        if specgram.dim() < 2 or specgram.shape[-2] != self.fb.shape[0]:
+        if not _ref._exporting() and (specgram.dim() < 2 or specgram.shape[-2] != self.fb.shape[0]):
             raise bad_value("specgram", specgram, f"a (…, {self.fb.shape[0]}, time) tensor")
         return torch.matmul(specgram.transpose(-1, -2), self.fb.to(specgram.dtype)).transpose(-1, -2)
 
@@ -237,6 +243,8 @@ class MelSpectrogram(nn.Module):
         )
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        if _ref._exporting():
+            return self.mel_scale(self.spectrogram(waveform))
         check_tensor("waveform", waveform, dtypes=FLOATING_DTYPES, min_dim=1)
         chosen = _f._MEL.backend(
             self.backend, device=waveform.device, dtype=waveform.dtype, numel=waveform.numel()

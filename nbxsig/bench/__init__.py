@@ -8,4 +8,5 @@ reports the ratio, GB/s and the fraction of a device-to-device copy measured in 
 SUITES = {
     "core": "nbxsig.bench.core",
     "spectral": "nbxsig.bench.spectral",
+    "features": "nbxsig.bench.features",
 }

@@ -2,8 +2,9 @@
 
 One program computes ``BLOCK_T`` frames of one signal and all of their mels::
 
-    frame[t, k]  = x[pad_map(t·hop + k − pad)]                  (centre padding by index mapping)
-    re/im[t, f]  = Σ_k frame[t, k] · (w[k]·scale·cos|−sin)(2πfk/n)   (tl.dot with the windowed basis)
+    frame[t, k]  = x[pad_map(t·hop + k − pad)] · w[k]           (centre padding by index mapping)
+    re/im[t, f]  = Σ_k frame[t, k] · scale·(cos|−sin)(2πfk/n)        (tl.dot with the DFT basis, folded
+                                                                       in half by the real-input symmetry)
     P[t, f]      = (re² + im²)^(power/2)
     mel[t, m]    = Σ_f P[t, f] · fb[f, m]                          (tl.dot, accumulated in registers)
     out[m, t]    = log(max(mel, floor))                            (optional)
@@ -50,6 +51,7 @@ def _mel_kernel(
     stride_xb,
     stride_xl,
     length,
+    win_ptr,
     cos_ptr,
     sin_ptr,
     fb_ptr,
@@ -92,24 +94,39 @@ def _mel_kernel(
         re = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
         im = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
         for k0 in range(0, K_PAD, BLOCK_K):
+            # Real-input symmetry halves the DFT: with a = x[k]·w[k] and b = x[n−k]·w[n−k],
+            # Re X[f] = Σ_{k<=n/2} (a + b) cos(2πfk/n) and Im X[f] = −Σ_{k<=n/2} (a − b) sin(2πfk/n),
+            # where b is left out at k = 0 and k = n/2 (those samples appear once).
             k = k0 + tl.arange(0, BLOCK_K)
-            pos = start[:, None] + k[None, :]
-            ok = t_ok[:, None] & (k < n_fft)[None, :]
+            ka = k <= n_fft // 2
+            kb = (k >= 1) & (2 * k < n_fft)
+            wa = tl.load(win_ptr + k, mask=ka, other=0.0)
+            wb = tl.load(win_ptr + (n_fft - k), mask=kb, other=0.0)
+            pos_a = start[:, None] + k[None, :]
+            pos_b = start[:, None] + (n_fft - k)[None, :]
+            ok_a = t_ok[:, None] & ka[None, :]
+            ok_b = t_ok[:, None] & kb[None, :]
             # Centre padding by index mapping: the padded signal is never materialised.
             if PAD_MODE == 0:
-                ok = ok & (pos >= 0) & (pos < length)
+                ok_a = ok_a & (pos_a >= 0) & (pos_a < length)
+                ok_b = ok_b & (pos_b >= 0) & (pos_b < length)
             elif PAD_MODE == 1:
-                pos = tl.where(pos < 0, -pos, pos)
-                pos = tl.where(pos >= length, 2 * (length - 1) - pos, pos)
+                pos_a = tl.where(pos_a < 0, -pos_a, pos_a)
+                pos_a = tl.where(pos_a >= length, 2 * (length - 1) - pos_a, pos_a)
+                pos_b = tl.where(pos_b < 0, -pos_b, pos_b)
+                pos_b = tl.where(pos_b >= length, 2 * (length - 1) - pos_b, pos_b)
             elif PAD_MODE == 2:
-                pos = tl.minimum(tl.maximum(pos, 0), length - 1)
+                pos_a = tl.minimum(tl.maximum(pos_a, 0), length - 1)
+                pos_b = tl.minimum(tl.maximum(pos_b, 0), length - 1)
             else:
-                pos = ((pos % length) + length) % length
-            frame = tl.load(x_row + pos * stride_xl, mask=ok, other=0.0).to(tl.float32)
+                pos_a = ((pos_a % length) + length) % length
+                pos_b = ((pos_b % length) + length) % length
+            xa = tl.load(x_row + pos_a * stride_xl, mask=ok_a, other=0.0).to(tl.float32) * wa[None, :]
+            xb = tl.load(x_row + pos_b * stride_xl, mask=ok_b, other=0.0).to(tl.float32) * wb[None, :]
             # The basis is zero-padded to (K_PAD, F_PAD): no mask needed on it.
             boffs = k[:, None] * F_PAD + f[None, :]
-            re = tl.dot(frame, tl.load(cos_ptr + boffs), re, input_precision=PRECISION)
-            im = tl.dot(frame, tl.load(sin_ptr + boffs), im, input_precision=PRECISION)
+            re = tl.dot(xa + xb, tl.load(cos_ptr + boffs), re, input_precision=PRECISION)
+            im = tl.dot(xa - xb, tl.load(sin_ptr + boffs), im, input_precision=PRECISION)
         p = re * re + im * im
         if POWER_MODE == 1:
             p = tl.sqrt(p)
@@ -155,6 +172,7 @@ _CONFIGS = [
     triton.Config({"BLOCK_T": 64, "BLOCK_F": 32, "BLOCK_K": 16}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_T": 128, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=8, num_stages=2),
     triton.Config({"BLOCK_T": 32, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_T": 64, "BLOCK_F": 64, "BLOCK_K": 32}, num_warps=8, num_stages=2),
 ]
 _tuned = None
 
@@ -179,35 +197,31 @@ _PACK_CACHE: OrderedDict = OrderedDict()
 
 
 def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: float, k_pad, f_pad, m_pad):
-    """Zero-padded windowed basis (K_PAD, F_PAD) ×2 and filters (F_PAD, M_PAD), cached per operands.
+    """The window (fp32, ``n_fft``), the half DFT basis ``(K_PAD, F_PAD)`` ×2 for ``k = 0..n_fft//2``
+    (scale folded in, zero-padded) and the filters ``(F_PAD, M_PAD)``, cached per operands.
 
     The key holds the operand tensors themselves (not only their addresses), so an entry can never
     be served for a different tensor that reused the memory; ``_version`` catches in-place edits.
     """
-    key = (
-        id(window),
-        window._version,
-        id(filters),
-        filters._version,
-        n_fft,
-        scale,
-        k_pad,
-        f_pad,
-        m_pad,
-        window.device,
-    )
+    key = (id(window), window._version, id(filters), filters._version, n_fft, scale, k_pad, f_pad, m_pad)
     hit = _PACK_CACHE.get(key)
     if hit is not None and hit[0] is window and hit[1] is filters:
         _PACK_CACHE.move_to_end(key)
         return hit[2]
     device = window.device
     n_freq = n_fft // 2 + 1
-    basis = rdft_basis(n_fft, dtype=torch.float64, device=device) * (window.double() * scale)
+    half = n_fft // 2 + 1
+    basis = rdft_basis(n_fft, dtype=torch.float64, device=device)[:, :, :half] * scale  # (2, F, half)
     planes = torch.zeros(2, k_pad, f_pad, dtype=torch.float64, device=device)
-    planes[:, :n_fft, :n_freq] = basis.transpose(1, 2)
+    planes[:, :half, :n_freq] = basis.transpose(1, 2)
     fb = torch.zeros(f_pad, m_pad, dtype=torch.float32, device=device)
     fb[:n_freq, : filters.shape[1]] = filters.float()
-    packed = (planes[0].float().contiguous(), planes[1].float().contiguous(), fb)
+    packed = (
+        window.float().contiguous(),
+        planes[0].float().contiguous(),
+        planes[1].float().contiguous(),
+        fb,
+    )
     _PACK_CACHE[key] = (window, filters, packed)
     if len(_PACK_CACHE) > 8:
         _PACK_CACHE.popitem(last=False)
@@ -236,10 +250,10 @@ def _launch(
     pad = n_fft // 2 if center else 0
     n_frames = 1 + (length + 2 * pad - n_fft) // hop_length - (1 if drop_last else 0)
     n_mels = filters.shape[1]
-    k_pad = triton.cdiv(n_fft, 32) * 32
+    k_pad = triton.cdiv(n_fft // 2 + 1, 32) * 32
     f_pad = triton.cdiv(n_fft // 2 + 1, 32) * 32
     m_pad = max(16, triton.next_power_of_2(n_mels))
-    cos, sin, fb = _packed(window, filters, n_fft, scale, k_pad, f_pad, m_pad)
+    win, cos, sin, fb = _packed(window, filters, n_fft, scale, k_pad, f_pad, m_pad)
     out = empty_output((batch, n_mels, n_frames), dtype=x.dtype, device=device)
     peak = torch.zeros(batch if whisper else 1, dtype=torch.int32, device=device)
     if n_frames <= 0:
@@ -255,7 +269,7 @@ def _launch(
         M_PAD=m_pad,
         PRECISION=_precision or dot_precision(device),
     )
-    common = (x, x.stride(0), x.stride(1), length, cos, sin, fb, out, *out.stride(), peak)
+    common = (x, x.stride(0), x.stride(1), length, win, cos, sin, fb, out, *out.stride(), peak)
     scalars = (n_frames, hop_length, pad, n_fft, n_mels, float(power), float(floor or 0.0))
     if interpreter_enabled() and device.type == "cpu":
         # One fixed small config: autotuning under the interpreter would run every config.

@@ -114,7 +114,7 @@ def pad_signal(x: torch.Tensor, pad: int, mode: str) -> torch.Tensor:
         return x
     if mode == "constant":
         return F.pad(x, (pad, pad))
-    return F.pad(x.unsqueeze(1), (pad, pad), mode=mode).squeeze(1)
+    return F.pad(x.unsqueeze(1), (pad, pad), mode=mode)[:, 0]
 
 
 def stft_parts(
@@ -129,9 +129,14 @@ def stft_parts(
     """Real and imaginary parts ``(B, F, T)`` of the STFT of ``x`` ``(B, L)`` with a windowed basis."""
     if center:
         x = pad_signal(x, n_fft // 2, pad_mode)
+    n_freq = basis.shape[-1] // 2
+    if _exporting():
+        # ONNX has no dynamic-length unfold: the same dot products as a strided Conv (its weights
+        # are the basis). Not used eagerly because cuDNN may run convolutions in TF32.
+        spec = F.conv1d(x.unsqueeze(1), basis.T.unsqueeze(1), stride=hop_length)  # (B, 2F, T)
+        return spec[:, :n_freq], spec[:, n_freq:]
     frames = x.unfold(-1, n_fft, hop_length)  # (B, T, n): a view, no copy
     spec = torch.matmul(frames, basis)  # (B, T, 2F)
-    n_freq = basis.shape[-1] // 2
     return spec[..., :n_freq].transpose(-1, -2), spec[..., n_freq:].transpose(-1, -2)
 
 
@@ -244,16 +249,23 @@ def istft(
     frames = torch.matmul(re.transpose(-1, -2), basis[0]) + torch.matmul(im.transpose(-1, -2), basis[1])
     n_frames = frames.shape[-2]
     full = n_fft + hop_length * (n_frames - 1)
-    ola = F.fold(
-        frames.transpose(-1, -2), output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop_length)
-    ).reshape(frames.shape[0], full)
     w2 = (w * w).to(dtype).reshape(1, n_fft, 1).expand(1, n_fft, n_frames)
-    env = F.fold(w2, output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop_length)).reshape(full)
+    if _exporting():
+        # Overlap-add as a strided ConvTranspose with identity taps: ONNX-exportable for any length.
+        eye = torch.eye(n_fft, dtype=dtype, device=device).unsqueeze(1)
+        ola = F.conv_transpose1d(frames.transpose(-1, -2), eye, stride=hop_length)[:, 0]
+        env = F.conv_transpose1d(w2, eye, stride=hop_length)[0, 0]
+    else:
+        fold = dict(output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop_length))
+        ola = F.fold(frames.transpose(-1, -2), **fold).reshape(frames.shape[0], full)
+        env = F.fold(w2, **fold).reshape(full)
     start = n_fft // 2 if center else 0
     if length is not None:
         end = start + length
+    elif center:
+        end = full - n_fft // 2
     else:
-        end = full - n_fft // 2 if center else full
+        end = full
     env = env[start:end]
     ola = ola[:, start:end]
     if not _exporting() and bool((env.abs() < 1e-11).any()):

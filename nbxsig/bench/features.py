@@ -1,0 +1,180 @@
+"""Mel front ends and the streaming iSTFT vs torchaudio / torch.istft (the issue's performance table).
+
+Rows: MelSpectrogram 16 kHz n_fft=400 hop=160 80 mels on 64 × 30 s fp32 at matmul precision
+"highest" (3xTF32 dots) and "high" (TF32), an "ieee" row (CUDA-core fp32 dots) for comparison, the
+Whisper log10 front end, and one push of a 256-stream streaming iSTFT (n_fft 20, hop 5, 10 ms at
+24 kHz = 48 frames) against ``torch.istft`` on the same chunk (which carries no state).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ._harness import Case
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _with_precision(precision: str, fn):
+    def run():
+        previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(precision)
+        try:
+            return fn()
+        finally:
+            torch.set_float32_matmul_precision(previous)
+
+    return run
+
+
+class _TorchaudioMel(torch.nn.Module):
+    """torchaudio.transforms.MelSpectrogram's computation, line for line (torch.stft with cuFFT,
+    ``abs().pow(2)``, matmul with the filters), for a machine without torchaudio installed."""
+
+    def __init__(self, fb: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(400))
+        self.register_buffer("fb", fb)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spec = torch.stft(x, 400, 160, 400, self.window, center=True, pad_mode="reflect", return_complex=True)
+        return torch.matmul(spec.abs().pow(2.0).transpose(-1, -2), self.fb).transpose(-1, -2)
+
+
+def cases(*, quick: bool = False) -> list[Case]:
+    from .. import features as nf
+    from .. import transforms as T
+    from ..kernels import mel as kmel
+    from ..streaming import StreamingISTFT
+
+    # NBXSIG_BENCH_DEVICE=cpu (with TRITON_INTERPRET=1) smoke-tests the cases without a GPU.
+    device = torch.device(os.environ.get("NBXSIG_BENCH_DEVICE", "cuda"))
+    batch, seconds = ((1, 1) if device.type == "cpu" else (8, 10)) if quick else (64, 30)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = (0.1 * torch.randn(batch, 16000 * seconds, generator=gen)).to(device)
+    kw = dict(sample_rate=16000, n_fft=400, hop_length=160, n_mels=80)
+    ours = T.MelSpectrogram(**kw, backend="triton").to(device)
+    try:
+        import torchaudio
+
+        theirs = torchaudio.transforms.MelSpectrogram(**kw).to(device)
+        base_name = f"torchaudio {torchaudio.__version__}"
+    except Exception:  # the GPU machine may lack torchaudio (or its libraries): its recipe in torch
+        theirs = _TorchaudioMel(ours.mel_scale.fb.clone()).to(device)
+        base_name = "torchaudio's recipe in torch (torchaudio not installed)"
+    n_frames = 1 + x.shape[1] // 160
+    mel_bytes = x.numel() * 4 + batch * 80 * n_frames * 4
+    name = f"MelSpectrogram 16k n_fft=400 hop=160 80 mels, {batch}×{seconds} s fp32"
+
+    # The float64 oracle (torch.stft, complex FFT) on the first 8 signals keeps the check's memory small.
+    sub = x[:8].double()  # (fewer on a small batch)
+    window64 = torch.hann_window(400, dtype=torch.float64, device=device)
+    spec64 = torch.stft(sub, 400, 160, window=window64, return_complex=True).abs() ** 2
+    fb64 = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=torch.float64, device=device)
+    mel64 = (spec64.transpose(-1, -2) @ fb64).transpose(-1, -2)
+    log64 = torch.clamp(mel64[..., :-1], min=1e-10).log10()
+    fbw = nf.mel_filterbank(
+        201, 0.0, 8000.0, 80, 16000, "slaney", "slaney", dtype=torch.float64, device=device
+    )
+    wlog = torch.clamp((spec64[..., :-1].transpose(-1, -2) @ fbw).transpose(-1, -2), min=1e-10).log10()
+    whisper64 = (torch.maximum(wlog, wlog.amax(dim=(-2, -1), keepdim=True) - 8.0) + 4.0) / 4.0
+    del spec64, log64
+
+    out = []
+    for precision, target in (("highest", "≥ 3× (torchaudio 1408 µs on H200)"), ("high", "≥ 8×")):
+        out.append(
+            Case(
+                name=f"{name}, {precision}",
+                run=_with_precision(precision, lambda: ours(x)),
+                baseline=_with_precision(precision, lambda: theirs(x)),
+                bytes_moved=mel_bytes,
+                target=target,
+                check=_with_precision(precision, lambda: _rel(ours(x[:8]), mel64)),
+                notes=f"baseline: {base_name}",
+            )
+        )
+    window = ours._triton_window()
+    fb = ours.mel_scale.fb
+    common = dict(n_fft=400, hop_length=160, window=window, filters=fb, power=2.0, scale=1.0)
+    common.update(center=True, pad_mode="reflect")
+
+    def ieee(inp):
+        return kmel.mel_spectrogram(inp, **common, _precision="ieee")
+
+    out.append(
+        Case(
+            name=f"{name}, ieee fp32 dots (no tensor cores)",
+            run=lambda: ieee(x),
+            baseline=_with_precision("highest", lambda: theirs(x)),
+            bytes_moved=mel_bytes,
+            target="comparison",
+            check=lambda: _rel(ieee(x[:8]), mel64),
+        )
+    )
+    for precision in ("highest", "high"):
+        out.append(
+            Case(
+                name=f"Whisper log-mel (80 mels, per-example max−8), {batch}×{seconds} s, {precision}",
+                run=_with_precision(precision, lambda: nf.whisper_log_mel(x)),
+                baseline=_with_precision(
+                    precision, lambda: torch.clamp(theirs(x)[..., :-1], min=1e-10).log10()
+                ),
+                bytes_moved=mel_bytes,
+                target="≥ 3× / ≥ 8× (torchaudio + log10(clamp) 1469 µs on H200)",
+                check=_with_precision(precision, lambda: _rel(nf.whisper_log_mel(x[:8]), whisper64)),
+            )
+        )
+
+    # Streaming iSTFT: 256 streams, 10 ms at 24 kHz = 240 samples = 48 frames of hop 5 per push.
+    streams, frames = 256, 48
+    hann = torch.hann_window(20, device=device)
+    signal = torch.randn(streams, 24000, generator=gen).to(device)
+    spec = torch.stft(signal, 20, 5, window=hann, return_complex=True)
+    chunk = spec[..., 100 : 100 + frames].contiguous()
+    stream = StreamingISTFT(20, 5, window=hann, backend="triton")
+    stream.push(spec[..., :100])
+
+    def push_check() -> float:
+        s = StreamingISTFT(20, 5, window=hann, backend="triton")
+        pieces = [s.push(spec[..., i : i + frames]) for i in range(0, spec.shape[-1], frames)]
+        got = torch.cat([*pieces, s.flush()], dim=-1)
+        return _rel(got, torch.istft(spec, 20, 5, window=hann))
+
+    out.append(
+        Case(
+            name="streaming iSTFT push n_fft=20 hop=5, 256 streams × 48 frames (10 ms @ 24 kHz)",
+            run=lambda: stream.push(chunk),
+            baseline=lambda: torch.istft(chunk, 20, 5, window=hann),
+            bytes_moved=chunk.numel() * 8 + streams * frames * 5 * 4,
+            target="≤ 40 µs per push (torch.istft per chunk 128 µs on H200, no state)",
+            check=push_check,
+        )
+    )
+    # The same push replayed from a CUDA graph: the kernel's own time, without Python's launch cost.
+    try:
+        graphed = StreamingISTFT(20, 5, window=hann, backend="triton")
+        graphed.push(spec[..., :100])
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            graphed.push(chunk)  # compiles and warms up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            graphed.push(chunk)
+        out.append(
+            Case(
+                name="streaming iSTFT push, CUDA-graph replay (same shapes)",
+                run=graph.replay,
+                baseline=lambda: torch.istft(chunk, 20, 5, window=hann),
+                bytes_moved=chunk.numel() * 8 + streams * frames * 5 * 4,
+                target="≤ 40 µs",
+            )
+        )
+    except Exception as err:  # a capture failure must not cost the other rows
+        print(f"CUDA-graph row skipped: {err!r}")
+    return out

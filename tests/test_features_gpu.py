@@ -1,0 +1,118 @@
+"""GPU checks of the fused mel kernel at full size (no torchaudio/librosa: the GPU machine has neither),
+and the float64 oracles the CPU tests share."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nbxsig.features as nf
+from nbxsig.reference import mel as ref
+from nbxsig.testing import assert_close, random_tensor
+
+F64 = torch.float64
+
+
+def stft_mel_oracle(
+    x,
+    *,
+    sample_rate,
+    n_fft,
+    hop,
+    n_mels,
+    power=2.0,
+    win_length=None,
+    center=True,
+    pad_mode="reflect",
+    norm=None,
+    mel_scale="htk",
+    f_min=0.0,
+    f_max=None,
+    window=None,
+    normalized=False,
+):
+    """torch.stft (complex FFT) in float64 + float64 filters: an independent oracle."""
+    win_length = win_length or n_fft
+    window = torch.hann_window(win_length, dtype=F64) if window is None else window.to(F64)
+    spec = torch.stft(
+        x.to(F64),
+        n_fft,
+        hop,
+        win_length,
+        window,
+        center=center,
+        pad_mode=pad_mode,
+        normalized=normalized == "frame_length",
+        return_complex=True,
+    )
+    if normalized in (True, "window"):
+        spec = spec / window.pow(2).sum().sqrt()
+    mag = spec.abs().pow(power)
+    f_max = float(sample_rate // 2) if f_max is None else f_max
+    fb = ref.mel_filterbank(n_fft // 2 + 1, f_min, f_max, n_mels, sample_rate, norm, mel_scale, dtype=F64)
+    return (mag.transpose(-1, -2) @ fb).transpose(-1, -2)
+
+
+def whisper_oracle(audio: torch.Tensor, n_mels: int) -> torch.Tensor:
+    """openai/whisper's log_mel_spectrogram, line by line, in float64 (one clip)."""
+    window = torch.hann_window(400, dtype=F64)
+    stft = torch.stft(audio.to(F64), 400, 160, window=window, return_complex=True)
+    magnitudes = stft[..., :-1].abs() ** 2
+    filters = ref.mel_filterbank(201, 0.0, 8000.0, n_mels, 16000, "slaney", "slaney", dtype=F64).T
+    mel_spec = filters @ magnitudes
+    log_spec = torch.clamp(mel_spec, min=1e-10).log10()
+    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
+    return (log_spec + 4.0) / 4.0
+
+
+# ---------------------------------------------------------------- GPU at full size
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_gpu_mel_full_size(precision, cuda_device, generator):
+    x = random_tensor((4, 16000 * 3), generator=generator)
+    expected = stft_mel_oracle(x.double(), sample_rate=16000, n_fft=400, hop=160, n_mels=80)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        got = nf.mel_spectrogram(x.to(cuda_device), n_fft=400, hop_length=160, n_mels=80, backend="triton")
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert_close(
+        got,
+        expected,
+        dtype="float32" if precision == "highest" else "tf32",
+        rel_error=1e-5 if precision == "highest" else 2e-3,
+    )
+
+
+@pytest.mark.gpu
+def test_gpu_whisper_full_size(cuda_device, generator):
+    audio = 0.1 * random_tensor((3, 16000 * 5), generator=generator)
+    got = nf.whisper_log_mel(audio.to(cuda_device), backend="triton")
+    for i in range(3):
+        assert_close(got[i], whisper_oracle(audio[i].double(), 80), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_backward_finite_and_matches_torch(cuda_device, generator):
+    x = random_tensor((2, 4000), generator=generator)
+    x[:, :2000] = 0.0
+    grads = []
+    for backend, dev in (("triton", cuda_device), ("torch", torch.device("cpu"))):
+        xg = x.to(dev, F64 if backend == "torch" else torch.float32).requires_grad_(True)
+        nf.mel_spectrogram(xg, n_mels=80, hop_length=160, power=1.0, backend=backend).sum().backward()
+        grads.append(xg.grad.cpu())
+    assert torch.isfinite(grads[0]).all()
+    assert_close(grads[0], grads[1], dtype="float32", rel_error=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_gpu_mel_half_inputs(dtype, cuda_device, generator):
+    x = random_tensor((3, 16000), generator=generator, dtype=dtype)
+    got = nf.mel_spectrogram(x.to(cuda_device), n_mels=80, hop_length=160, backend="triton")
+    expected = nf.mel_spectrogram(x.double(), n_mels=80, hop_length=160, backend="torch")
+    assert got.dtype == dtype
+    assert_close(got, expected, dtype=dtype, rel_error=4e-3)

@@ -1,0 +1,91 @@
+"""ONNX export of the torch-backend modules, run in onnxruntime, against torch/torchaudio."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+import torch
+
+import nbxsig.transforms as T
+from nbxsig.testing import assert_close, random_tensor
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+ONNX_TOL = dict(atol=1e-5, rtol=1e-4, rel_error=1e-5)
+
+
+def export(module: torch.nn.Module, example: torch.Tensor, dynamic: dict) -> ort.InferenceSession:
+    """Export with the TorchScript exporter (the dynamo one needs onnxscript, not a dependency)."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings
+        torch.onnx.export(
+            module.eval(),
+            (example,),
+            buf,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            opset_version=17,
+            dynamic_axes={"x": dynamic},
+        )
+    graph = buf.getvalue()
+    import onnx
+
+    ops = {node.op_type for node in onnx.load_from_string(graph).graph.node}
+    assert not ops & {"DFT", "STFT"}, ops  # real-valued ops only
+    return ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param(dict(sample_rate=16000, n_fft=400, hop_length=160, n_mels=80), id="asr-80"),
+        pytest.param(
+            dict(
+                n_fft=512,
+                win_length=400,
+                hop_length=128,
+                n_mels=64,
+                power=1.0,
+                pad_mode="constant",
+                norm="slaney",
+                mel_scale="slaney",
+            ),
+            id="slaney-power1",
+        ),
+    ],
+)
+def test_mel_spectrogram_onnx_matches_torchaudio(kwargs, generator):
+    module = T.MelSpectrogram(**kwargs, backend="torch")
+    session = export(module, random_tensor((2, 8000), generator=generator), {0: "batch", 1: "time"})
+    reference = __import__("torchaudio").transforms.MelSpectrogram(**kwargs)
+    module.load_state_dict(reference.state_dict())
+    for length in (8000, 5555):  # a length the export never saw
+        x = random_tensor((3, length), generator=generator)
+        got = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+        assert_close(got, reference(x), **ONNX_TOL)
+
+
+@pytest.mark.parametrize("center", [True, False], ids=["center", "nocenter"])
+def test_spectrogram_and_inverse_onnx_match_torch(center, generator):
+    window_fn = torch.hann_window if center else torch.hamming_window
+    spec_module = T.Spectrogram(n_fft=64, hop_length=16, power=2.0, center=center, window_fn=window_fn)
+    x = random_tensor((2, 1000), generator=generator)
+    session = export(spec_module, x, {0: "batch", 1: "time"})
+    x2 = random_tensor((2, 777), generator=generator)
+    expected = torch.stft(x2, 64, 16, window=window_fn(64), center=center, return_complex=True).abs() ** 2
+    assert_close(torch.from_numpy(session.run(None, {"x": x2.numpy()})[0]), expected, **ONNX_TOL)
+
+    inverse = T.InverseSpectrogram(n_fft=64, hop_length=16, center=center, window_fn=window_fn)
+    spec = torch.view_as_real(torch.stft(x, 64, 16, window=window_fn(64), center=center, return_complex=True))
+    session = export(inverse, spec, {0: "batch", 2: "frames"})
+    for length in (1000, 613):
+        sig = random_tensor((2, length), generator=generator)
+        complex_spec = torch.stft(sig, 64, 16, window=window_fn(64), center=center, return_complex=True)
+        got = torch.from_numpy(session.run(None, {"x": torch.view_as_real(complex_spec).numpy()})[0])
+        expected = torch.istft(complex_spec, 64, 16, window=window_fn(64), center=center)
+        assert_close(got, expected, **ONNX_TOL)

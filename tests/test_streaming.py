@@ -1,0 +1,158 @@
+"""Streaming STFT/iSTFT/mel == the offline transforms, for random chunkings, with saved state."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import nbxsig.features as nf
+from nbxsig.errors import ParameterValueError
+from nbxsig.streaming import StreamingISTFT, StreamingMelSpectrogram, StreamingSTFT
+from nbxsig.testing import assert_close, random_tensor
+
+STREAM_TOL = dict(atol=1e-6, rtol=1e-5, rel_error=1e-6)
+
+
+def cuts(total: int, generator: torch.Generator, pieces: int = 7) -> list[tuple[int, int]]:
+    """Random chunk boundaries, including empty and one-sample chunks."""
+    inner = sorted(torch.randint(0, total + 1, (pieces,), generator=generator).tolist())
+    edges = [0, 1, *inner, total] if total > 1 else [0, total]
+    edges = sorted(edges)
+    return list(itertools.pairwise(edges))
+
+
+def run(stream, x: torch.Tensor, spans, *, restore_at: int | None = None) -> torch.Tensor:
+    outs = []
+    for i, (a, b) in enumerate(spans):
+        if restore_at == i:  # save, build a fresh object, restore: must continue exactly
+            state = {
+                k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in stream.state_dict().items()
+            }
+            stream.reset()
+            stream.load_state_dict(state)
+        outs.append(stream.push(x[..., a:b]))
+    outs.append(stream.flush())
+    return torch.cat(outs, dim=-1)
+
+
+GEOMETRIES = [
+    pytest.param(64, 16, id="n64-h16"),
+    pytest.param(20, 5, id="n20-h5"),
+    pytest.param(51, 13, id="n51-h13"),
+    pytest.param(32, 32, id="n32-h32"),
+    pytest.param(16, 24, id="hop-above-nfft"),
+]
+
+
+@pytest.mark.parametrize(
+    "center,pad_mode", [(True, "reflect"), (True, "constant"), (True, "replicate"), (False, "reflect")]
+)
+@pytest.mark.parametrize("n_fft,hop", GEOMETRIES)
+def test_streaming_stft_equals_torch_stft(n_fft, hop, center, pad_mode, generator):
+    x = random_tensor((3, 997), generator=generator)
+    window = torch.hann_window(n_fft)
+    stream = StreamingSTFT(n_fft, hop, window=window, center=center, pad_mode=pad_mode)
+    got = run(stream, x, cuts(997, generator), restore_at=3)
+    expected = torch.stft(x, n_fft, hop, window=window, center=center, pad_mode=pad_mode, return_complex=True)
+    assert_close(got, expected, **STREAM_TOL)
+
+
+def test_streaming_stft_single_stream_and_normalized(generator):
+    x = random_tensor((500,), generator=generator)
+    stream = StreamingSTFT(40, 10, win_length=30, window=torch.hamming_window(30), normalized=True)
+    got = run(stream, x, cuts(500, generator))
+    expected = torch.stft(x, 40, 10, 30, torch.hamming_window(30), normalized=True, return_complex=True)
+    assert_close(got, expected, **STREAM_TOL)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize(
+    "n_fft,hop,center",
+    [
+        pytest.param(20, 5, True, id="n20-h5-center"),
+        pytest.param(64, 16, True, id="n64-h16-center"),
+        pytest.param(51, 13, False, id="n51-h13-nocenter"),
+        pytest.param(32, 8, False, id="n32-h8-nocenter"),
+    ],
+)
+def test_streaming_istft_equals_torch_istft(n_fft, hop, center, backend, device, generator):
+    if backend == "torch":
+        device = torch.device("cpu")
+    x = random_tensor((3, 600), generator=generator)
+    # center=False needs a window without zeros at its ends for torch.istft (NOLA).
+    window = torch.hann_window(n_fft) if center else torch.hamming_window(n_fft)
+    spec = torch.stft(x, n_fft, hop, window=window, center=center, return_complex=True)
+    stream = StreamingISTFT(n_fft, hop, window=window, center=center, backend=backend)
+    got = run(stream, spec.to(device), cuts(spec.shape[-1], generator), restore_at=2)
+    expected = torch.istft(spec, n_fft, hop, window=window, center=center)
+    assert_close(got, expected, **STREAM_TOL)
+    if center:
+        assert_close(got, x[:, : got.shape[-1]], atol=1e-5, rtol=1e-5)  # perfect reconstruction
+
+
+def test_streaming_istft_zero_envelope_gives_zeros(generator):
+    spec = torch.stft(
+        random_tensor((300,), generator=generator),
+        16,
+        4,
+        window=torch.hann_window(16),
+        center=False,
+        return_complex=True,
+    )
+    out = StreamingISTFT(16, 4, window=torch.hann_window(16), center=False, backend="torch").push(spec)
+    assert out[0] == 0 and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_streaming_mel_equals_offline(backend, device, generator):
+    if backend == "torch":
+        device = torch.device("cpu")
+    kw = dict(sample_rate=8000, n_fft=64, hop_length=16, n_mels=12)
+    x = random_tensor((2, 700), generator=generator)
+    stream = StreamingMelSpectrogram(**kw, backend=backend)
+    got = run(stream, x.to(device), cuts(700, generator, pieces=4), restore_at=2)
+    expected = nf.mel_spectrogram(x.double(), **kw, backend="torch")
+    assert_close(got, expected, dtype="float32", rel_error=1e-6)
+
+
+def test_streaming_state_is_small(generator):
+    stream = StreamingSTFT(400, 160, window=torch.hann_window(400))
+    stream.push(random_tensor((4, 16000), generator=generator))
+    state = stream.state_dict()
+    assert state["buffer"].shape[1] < 400 and state["history"].shape[1] == 201
+    istft = StreamingISTFT(20, 5, window=torch.hann_window(20), backend="torch")
+    istft.push(torch.randn(256, 11, 48, dtype=torch.complex64))
+    assert istft.state_dict()["history"].shape == (256, 11, 3, 2)
+
+
+def test_streaming_errors(generator):
+    stream = StreamingSTFT(64, 16)
+    stream.push(random_tensor((2, 100), generator=generator))
+    with pytest.raises(ParameterValueError, match="chunk must be 2 streams"):
+        stream.push(random_tensor((3, 100), generator=generator))
+    with pytest.raises(ParameterValueError, match="flush"):
+        StreamingSTFT(64, 16).flush()
+    short = StreamingSTFT(64, 16)
+    short.push(random_tensor((1, 20), generator=generator))
+    with pytest.raises(ParameterValueError, match="longer than n_fft // 2 = 32"):
+        short.flush()
+    with pytest.raises(ParameterValueError, match="hop_length must be <= n_fft - n_fft // 2"):
+        StreamingISTFT(64, 40)
+    with pytest.raises(ParameterValueError, match="spec must be a complex"):
+        StreamingISTFT(64, 16).push(torch.zeros(2, 30, 4, dtype=torch.complex64))
+    with pytest.raises(ParameterValueError, match="pad_mode must be one of"):
+        StreamingSTFT(64, 16, pad_mode="circular")
+
+
+@pytest.mark.gpu
+def test_gpu_streaming_istft_many_streams(cuda_device, generator):
+    x = random_tensor((256, 2400), generator=generator)
+    window = torch.hann_window(20)
+    spec = torch.stft(x, 20, 5, window=window, return_complex=True)
+    stream = StreamingISTFT(20, 5, window=window, backend="triton")
+    spec_d = spec.to(cuda_device)
+    outs = [stream.push(spec_d[..., i : i + 48]) for i in range(0, spec.shape[-1], 48)]
+    got = torch.cat([*outs, stream.flush()], dim=-1)
+    assert_close(got, torch.istft(spec, 20, 5, window=window), **STREAM_TOL)

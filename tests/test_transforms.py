@@ -1,0 +1,156 @@
+"""nbxsig.transforms vs torchaudio.transforms: same constructor arguments, state_dict and outputs."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torchaudio
+
+import nbxsig.features as nf
+import nbxsig.transforms as T
+from nbxsig.errors import ParameterValueError
+from nbxsig.testing import assert_close, random_tensor
+
+
+def _real(x: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_real(x) if x.is_complex() else x
+
+
+SPEC_VARIANTS = [
+    pytest.param(dict(), id="defaults"),
+    pytest.param(dict(power=1.0), id="power1"),
+    pytest.param(dict(power=None), id="complex"),
+    pytest.param(dict(power=None, normalized=True), id="complex-norm-true"),
+    pytest.param(dict(normalized="window", power=1.0), id="norm-window"),
+    pytest.param(dict(normalized="frame_length"), id="norm-frame-length"),
+    pytest.param(dict(n_fft=512, win_length=300, hop_length=128), id="win300-n512"),
+    pytest.param(dict(n_fft=255, hop_length=64, center=False, power=0.5), id="odd-nocenter"),
+    pytest.param(dict(pad=17, pad_mode="constant"), id="pad17-constant"),
+    pytest.param(dict(window_fn=torch.hamming_window, wkwargs={"periodic": False}), id="hamming-sym"),
+    pytest.param(dict(n_fft=64, onesided=False, power=None), id="twosided"),
+]
+
+
+@pytest.mark.parametrize("kwargs", SPEC_VARIANTS)
+def test_spectrogram_matches_torchaudio(kwargs, generator):
+    x = random_tensor((2, 3, 3001), generator=generator)
+    expected = torchaudio.transforms.Spectrogram(**kwargs)(x)
+    got = T.Spectrogram(**kwargs)(x)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert_close(_real(got), _real(expected), rel_error=1e-6)
+
+
+def test_spectrogram_float64_matches_torchaudio_float64(generator):
+    x = random_tensor((2, 2001), generator=generator, dtype=torch.float64)
+    kw = dict(n_fft=256, hop_length=64, window_fn=torch.hann_window, wkwargs={"dtype": torch.float64})
+    assert_close(T.Spectrogram(**kw).double()(x), torchaudio.transforms.Spectrogram(**kw)(x), rtol=1e-9)
+
+
+MEL_VARIANTS = [
+    pytest.param(dict(), id="defaults"),
+    pytest.param(dict(sample_rate=16000, n_fft=400, hop_length=160, n_mels=80), id="asr-80"),
+    pytest.param(
+        dict(
+            sample_rate=22050,
+            n_fft=1024,
+            hop_length=256,
+            n_mels=80,
+            f_min=0.0,
+            f_max=8000.0,
+            norm="slaney",
+            mel_scale="slaney",
+            power=1.0,
+        ),
+        id="tts-slaney-power1",
+    ),
+    pytest.param(dict(n_fft=512, win_length=400, pad=10, center=False, normalized=True), id="pad-nocenter"),
+]
+
+
+@pytest.mark.parametrize("kwargs", MEL_VARIANTS)
+def test_mel_spectrogram_matches_torchaudio(kwargs, generator):
+    x = random_tensor((2, 8000), generator=generator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the defaults (128 mels over 201 bins) leave empty filters
+        theirs = torchaudio.transforms.MelSpectrogram(**kwargs)
+        ours = T.MelSpectrogram(**kwargs, backend="torch")
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    # Same filters (torchaudio's float32 ones carry ~1e-5 of rounding error): outputs agree to fp32.
+    ours.load_state_dict(theirs.state_dict())
+    assert_close(ours(x), theirs(x), rel_error=1e-6)
+
+
+def test_mel_spectrogram_module_equals_functional(generator):
+    x = random_tensor((3, 4000), generator=generator, dtype=torch.float64)
+    module = T.MelSpectrogram(16000, n_fft=400, hop_length=160, n_mels=40, backend="torch").double()
+    expected = nf.mel_spectrogram(x, n_fft=400, hop_length=160, n_mels=40, backend="torch")
+    # The module keeps torchaudio's float32 window and filters as buffers: equal to their rounding.
+    assert_close(module(x), expected, atol=1e-6, rtol=1e-5, rel_error=1e-6)
+
+
+def test_mel_spectrogram_module_triton(device, generator):
+    x = random_tensor((2, 400), generator=generator)
+    kw = dict(sample_rate=8000, n_fft=64, hop_length=16, n_mels=12)
+    module = T.MelSpectrogram(**kw, backend="triton").to(device)
+    expected = T.MelSpectrogram(**kw, backend="torch").double()(x.double())
+    assert_close(module(x.to(device)), expected, dtype="float32", rel_error=1e-5)
+    assert_close(module(x.to(device)), expected, dtype="float32", rel_error=1e-5)  # cached basis
+
+
+def test_mel_scale_matches_torchaudio(generator):
+    spec = random_tensor((2, 257, 30), generator=generator, low=0.0, high=10.0)
+    kw = dict(n_mels=40, sample_rate=22050, f_min=30.0, n_stft=257, norm="slaney", mel_scale="slaney")
+    theirs = torchaudio.transforms.MelScale(**kw)
+    ours = T.MelScale(**kw)
+    assert_close(ours(spec), theirs(spec), atol=3e-5, rtol=1e-4, rel_error=1e-5)
+    with pytest.raises(ParameterValueError, match="specgram must be a"):
+        ours(spec[:, :200])
+    with pytest.raises(ParameterValueError, match="f_min must be <= f_max"):
+        T.MelScale(f_min=9000.0, sample_rate=16000)
+
+
+@pytest.mark.parametrize(
+    "kwargs,length",
+    [
+        pytest.param(dict(n_fft=400, hop_length=100), None, id="defaults-hop100"),
+        pytest.param(dict(n_fft=400), 2999, id="length"),
+        pytest.param(dict(n_fft=256, win_length=200, hop_length=50, normalized=True), None, id="win200-norm"),
+        pytest.param(dict(n_fft=128, hop_length=32, normalized="frame_length", pad=5), 3000, id="pad5"),
+        pytest.param(
+            dict(n_fft=128, hop_length=32, center=False, window_fn=torch.hamming_window),
+            None,
+            id="nocenter-hamming",
+        ),
+    ],
+)
+def test_inverse_spectrogram_matches_torchaudio(kwargs, length, generator):
+    x = random_tensor((2, 3000), generator=generator)
+    fwd = {k: v for k, v in kwargs.items()}
+    spec = torchaudio.transforms.Spectrogram(**fwd, power=None)(x)
+    expected = torchaudio.transforms.InverseSpectrogram(**kwargs)(spec, length)
+    ours = T.InverseSpectrogram(**kwargs)
+    assert_close(ours(spec, length), expected, rel_error=1e-6)
+    assert_close(ours(torch.view_as_real(spec), length), expected, rel_error=1e-6)
+
+
+def test_inverse_spectrogram_errors(generator):
+    spec = torch.stft(random_tensor((1000,), generator=generator), 64, 16, return_complex=True)
+    with pytest.raises(ParameterValueError, match="65 frequency bins"):
+        T.InverseSpectrogram(n_fft=128, hop_length=16)(spec)
+    with pytest.raises(ParameterValueError, match="NOLA"):
+        T.InverseSpectrogram(n_fft=64, hop_length=16, center=False)(spec)
+    with pytest.raises(ParameterValueError, match="spectrogram must be a complex"):
+        T.InverseSpectrogram(n_fft=64)(spec.real)
+
+
+def test_transform_constructor_errors():
+    with pytest.raises(ParameterValueError, match="normalized must be"):
+        T.Spectrogram(normalized="energy")
+    with pytest.raises(ParameterValueError, match="win_length must be <= n_fft"):
+        T.MelSpectrogram(n_fft=256, win_length=400)
+    with pytest.raises(ParameterValueError, match="backend must be"):
+        T.MelSpectrogram(backend="cuda")
+    with pytest.raises(ParameterValueError, match="pad_mode must be one of"):
+        T.Spectrogram(pad_mode="wrap")
