@@ -9,4 +9,5 @@ SUITES = {
     "core": "nbxsig.bench.core",
     "spectral": "nbxsig.bench.spectral",
     "features": "nbxsig.bench.features",
+    "filters": "nbxsig.bench.filters",
 }

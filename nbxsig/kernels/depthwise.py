@@ -40,6 +40,12 @@ _BOUNDARY_CODE = {
 # Up to this many taps per row are unrolled (tl.static_range); above it a runtime loop keeps compile time
 # and instruction-cache footprint bounded.
 _UNROLL_MAX = 32
+# 1-D filters with at least this many taps run as matrix products on tensor cores (see
+# _fir_toeplitz_kernel / _bank_kernel); banks of at least _BANK_MIN_FILTERS filters per channel use the
+# shared-input form. Chosen from the cost model (the direct stencil issues one L1 load per tap and output,
+# the Toeplitz product ~3·(128 + K) tensor-core MACs); the bench suite measures both paths at 33/65/129 taps.
+_DOT_MIN_TAPS = 48
+_BANK_MIN_FILTERS = 16
 
 
 @triton.jit
@@ -285,6 +291,100 @@ def _wgrad_kernel(
     tl.store(part_ptr + (co * (KH * KW) + t) * n_parts + tl.program_id(2), tl.sum(acc, axis=1), mask=tmask)
 
 
+@triton.jit
+def _fir_toeplitz_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    L,
+    LO,
+    DIV,
+    sxn,
+    sxc,
+    sxw,
+    syn,
+    syc,
+    syw,
+    left,
+    K: tl.constexpr,
+    BOUNDARY: tl.constexpr,
+    R: tl.constexpr,
+    T: tl.constexpr,
+    BU: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Long per-channel FIR (stride 1) on tensor cores. A tile of ``R·T`` consecutive outputs is a matrix
+    ``Y[r, t] = y[base + r·T + t]`` and, with ``X[r, u] = x̃[base + r·T + u - left]`` and the Toeplitz
+    matrix ``Wt[u, t] = w[u - t]`` (zero outside ``0..K-1``), ``Y = X @ Wt``: ``T + K - 1`` multiply-adds per
+    output instead of ``K``, but at tensor-core rate, and every input sample is read from L1 twice instead
+    of ``K`` times (the direct stencil is bound by L1 loads beyond a few dozen taps). float32 operands
+    go through ``tf32x3`` (three TF32 products, ~float32 accuracy)."""
+    o = tl.program_id(1)
+    n = tl.program_id(2).to(tl.int64)
+    base = tl.program_id(0) * (R * T)
+    x_base = x_ptr + n * sxn + (o // DIV).to(tl.int64) * sxc
+    r = tl.arange(0, R)
+    t = tl.arange(0, T)
+    u = tl.arange(0, BU)
+    acc = tl.zeros((R, T), dtype=tl.float32)
+    for u0 in tl.static_range(0, T + K - 1, BU):
+        pos = base + r[:, None] * T + (u0 + u)[None, :] - left
+        idx, ok = _map_index(pos, L, BOUNDARY)
+        xv = tl.load(x_base + idx * sxw, mask=ok, other=0.0).to(tl.float32)
+        widx = (u0 + u)[:, None] - t[None, :]
+        wv = tl.load(w_ptr + o * K + widx, mask=(widx >= 0) & (widx < K), other=0.0)
+        acc = tl.dot(xv, wv, acc, input_precision=PRECISION)
+    out = base + r[:, None] * T + t[None, :]
+    y_off = n * syn + o.to(tl.int64) * syc + out.to(tl.int64) * syw
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=out < LO)
+
+
+@triton.jit
+def _bank_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    L,
+    LO,
+    M,
+    n_fblocks,
+    sxn,
+    sxc,
+    sxw,
+    syn,
+    syc,
+    syw,
+    stride,
+    left,
+    K: tl.constexpr,
+    BOUNDARY: tl.constexpr,
+    BL: tl.constexpr,
+    BF: tl.constexpr,
+    BK: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """A bank of ``M`` filters on one channel (channel multiplier, e.g. ``filter_bank``) as a matrix product:
+    ``Y[l, f] = Σ_k X[l, k] W[c·M + f, k]`` with ``X[l, k] = x̃[c, l·stride + k - left]`` (an im2col tile
+    gathered from L1, never written out). ``K`` multiply-adds per output on tensor cores."""
+    c = tl.program_id(1) // n_fblocks
+    f = (tl.program_id(1) % n_fblocks) * BF + tl.arange(0, BF)
+    fm = f < M
+    n = tl.program_id(2).to(tl.int64)
+    l = tl.program_id(0) * BL + tl.arange(0, BL)
+    x_base = x_ptr + n * sxn + c.to(tl.int64) * sxc
+    rows = c * M + f
+    acc = tl.zeros((BL, BF), dtype=tl.float32)
+    for k0 in tl.static_range(0, K, BK):
+        k = k0 + tl.arange(0, BK)
+        km = k < K
+        idx, ok = _map_index(l[:, None] * stride + k[None, :] - left, L, BOUNDARY)
+        xv = tl.load(x_base + idx * sxw, mask=ok & km[None, :], other=0.0).to(tl.float32)
+        wv = tl.load(w_ptr + rows[None, :] * K + k[:, None], mask=km[:, None] & fm[None, :], other=0.0)
+        acc = tl.dot(xv, wv, acc, input_precision=PRECISION)
+    y_off = n * syn + (rows.to(tl.int64) * syc)[None, :] + (l.to(tl.int64) * syw)[:, None]
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(l < LO)[:, None] & fm[None, :])
+
+
 # ---------------------------------------------------------------------------------------------
 # launchers
 
@@ -334,6 +434,13 @@ def _forward(
     check_launchable(x, w)
     kh, kw = w.shape[1], w.shape[2]
     y = _like_format(x, (x.shape[0], co, ho, wo), out_dtype)
+    if x.shape[2] == 1 and kh == 1 and j == 1 and kw >= _DOT_MIN_TAPS:
+        if div >= _BANK_MIN_FILTERS:
+            _launch_bank(x, w, y, m=div, stride=stride[1], left=left, boundary=boundary)
+            return y
+        if stride[1] == 1:
+            _launch_toeplitz(x, w, y, div=div, left=left, boundary=boundary)
+            return y
     bc, bh, bw = _tiles(x, co, ho, wo)
     grid = (triton.cdiv(ho, bh) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
     _dw_kernel[grid](
@@ -343,6 +450,30 @@ def _forward(
         BLOCK_C=bc, BLOCK_H=bh, BLOCK_W=bw, num_warps=4,
     )  # fmt: skip
     return y
+
+
+def _launch_toeplitz(x, w, y, *, div, left, boundary):
+    r, t, bu = 64, 128, 32
+    lo = y.shape[3]
+    grid = (triton.cdiv(lo, r * t), y.shape[1], x.shape[0])
+    _fir_toeplitz_kernel[grid](
+        x, w, y, x.shape[3], lo, div, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
+        y.stride(3), left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], R=r, T=t, BU=bu,
+        PRECISION="tf32x3", num_warps=8,
+    )  # fmt: skip
+
+
+def _launch_bank(x, w, y, *, m, stride, left, boundary):
+    bl, bk = 128, 32
+    bf = min(64, max(16, _next_pow2(m)))
+    lo = y.shape[3]
+    n_fb = triton.cdiv(m, bf)
+    grid = (triton.cdiv(lo, bl), x.shape[1] * n_fb, x.shape[0])
+    _bank_kernel[grid](
+        x, w, y, x.shape[3], lo, m, n_fb, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
+        y.stride(3), stride, left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], BL=bl, BF=bf, BK=bk,
+        PRECISION="tf32x3", num_warps=8,
+    )  # fmt: skip
 
 
 def _fold(gp: torch.Tensor, dim: int, before: int, n: int, boundary: str) -> torch.Tensor:

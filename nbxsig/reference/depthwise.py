@@ -134,7 +134,9 @@ def sinc_resample_kernel(
     if method == "sinc_interp_hann":
         window = torch.cos(t * math.pi / lowpass_filter_width / 2) ** 2
     else:
-        b = torch.tensor(14.769656459379492 if beta is None else float(beta), dtype=torch.float64)
+        # torchaudio holds beta in a float32 scalar tensor, so beta is rounded to float32 and the
+        # normaliser i0(beta) is computed in float32; doing the same keeps the taps torchaudio's.
+        b = torch.tensor(14.769656459379492 if beta is None else float(beta), dtype=torch.float32)
         window = torch.i0(b * torch.sqrt(1 - (t / lowpass_filter_width) ** 2)) / torch.i0(b)
     t = t * math.pi
     kernel = torch.where(t == 0, torch.ones_like(t), torch.sin(t) / t)

@@ -1,0 +1,191 @@
+"""Filter design against scipy.signal / kornia in float64, and in physical terms (dB in stop/passbands)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.signal as ss
+import torch
+
+import nbxsig.filter_design as fd
+import nbxsig.filters as nf
+from nbxsig.errors import ParameterTypeError, ParameterValueError
+from nbxsig.testing import assert_close
+
+FIRWIN_CASES = [
+    (31, 0.3, {}),
+    (30, 0.3, {}),
+    (1, 0.5, {}),
+    (65, [0.2, 0.5], {"pass_zero": False}),
+    (65, [0.2, 0.5], {}),
+    (101, [500.0, 2000.0, 4000.0, 5000.0], {"fs": 16000.0}),
+    (101, [500.0, 2000.0], {"fs": 16000.0, "pass_zero": "bandpass", "window": "blackman"}),
+    (51, 0.25, {"pass_zero": "highpass", "window": "hann"}),
+    (51, [0.25, 0.6], {"pass_zero": "bandstop", "window": ("kaiser", 8.6)}),
+    (129, 1000.0, {"fs": 16000.0, "width": 300.0}),
+    (40, 0.4, {"width": 0.05}),
+    (63, 0.1, {"scale": False, "window": "boxcar"}),
+    (33, 0.3, {"window": "triang"}),
+    (32, 0.3, {"window": "triang"}),
+    (33, 0.3, {"window": "bartlett"}),
+    (33, 0.3, {"window": "blackmanharris"}),
+    (33, 0.3, {"window": "nuttall"}),
+    (33, 0.3, {"window": ("gaussian", 5.0)}),
+]
+
+
+@pytest.mark.parametrize(("numtaps", "cutoff", "kwargs"), FIRWIN_CASES, ids=lambda v: str(v).replace(" ", ""))
+def test_firwin_is_scipy(numtaps, cutoff, kwargs):
+    ours = nf.firwin(numtaps, cutoff, **kwargs)
+    ref = ss.firwin(numtaps, cutoff, **kwargs)
+    assert ours.dtype == torch.float64 and ours.shape == (numtaps,)
+    assert_close(ours, torch.from_numpy(ref), atol=1e-14, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "window",
+    ["hamming", "hann", "blackman", "boxcar", "bartlett", "triang", ("kaiser", 5.0), ("gaussian", 2.0)],
+)
+@pytest.mark.parametrize("m", [1, 2, 7, 16])
+def test_windows_are_scipy_symmetric(window, m):
+    ours = nf.get_window(window, m)
+    ref = ss.get_window(window, m, fftbins=False)
+    np.testing.assert_allclose(ours, ref, rtol=1e-13, atol=1e-15)
+
+
+def test_band_taps_in_hz_are_firwin():
+    fs = 16000.0
+    checks = [
+        (nf.lowpass_taps(1000.0, fs=fs, numtaps=63), ss.firwin(63, 1000.0, fs=fs)),
+        (nf.highpass_taps(1000.0, fs=fs, numtaps=63), ss.firwin(63, 1000.0, fs=fs, pass_zero=False)),
+        (
+            nf.bandpass_taps(300.0, 3400.0, fs=fs, numtaps=64),
+            ss.firwin(64, [300.0, 3400.0], fs=fs, pass_zero=False),
+        ),
+        (nf.bandstop_taps(300.0, 3400.0, fs=fs, numtaps=65), ss.firwin(65, [300.0, 3400.0], fs=fs)),
+        (
+            nf.lowpass_taps(1000.0, fs=fs, numtaps=63, width_hz=400.0),
+            ss.firwin(63, 1000.0, fs=fs, width=400.0),
+        ),
+    ]
+    for ours, ref in checks:
+        assert_close(ours, torch.from_numpy(ref), atol=1e-14, rtol=1e-12)
+
+
+def _gain_db(taps: torch.Tensor, freq: float, fs: float) -> float:
+    """Steady-state gain of a tone through the FIR, measured on the filtered signal (not the formula)."""
+    n = np.arange(8192)
+    tone = torch.from_numpy(np.sin(2 * np.pi * freq / fs * n))
+    y = nf.fir_filter(tone, taps, backend="torch")[len(taps) : -1]
+    ref = tone[len(taps) : -1]
+    return 20 * np.log10(float(y.pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()))
+
+
+def test_designed_attenuation_in_decibels():
+    fs = 16000.0
+    # A Kaiser design for 60 dB: width from kaiserord, so the stopband must be at least ~60 dB down.
+    numtaps, beta = ss.kaiserord(60.0, 500.0 / (fs / 2))
+    numtaps |= 1
+    taps = nf.lowpass_taps(2000.0, fs=fs, numtaps=numtaps, window=("kaiser", beta))
+    assert abs(_gain_db(taps, 500.0, fs)) < 0.01  # passband tone kept (< 0.01 dB)
+    assert _gain_db(taps, 3000.0, fs) < -58.0  # stopband tone attenuated by the designed 60 dB (±2)
+    hp = nf.highpass_taps(2000.0, fs=fs, numtaps=numtaps, window=("kaiser", beta))
+    assert _gain_db(hp, 500.0, fs) < -58.0 and abs(_gain_db(hp, 5000.0, fs)) < 0.01
+    bp = nf.bandpass_taps(1000.0, 3000.0, fs=fs, numtaps=numtaps, window=("kaiser", beta))
+    assert _gain_db(bp, 2000.0, fs) > -0.01 and _gain_db(bp, 4500.0, fs) < -58.0
+
+
+@pytest.mark.parametrize(("fs", "numtaps"), [(16000.0, 256), (44100.0, 100)])
+def test_gammatone_bank_is_scipy_fir_gammatone(fs, numtaps):
+    freqs = nf.erb_space(100.0, 0.4 * fs, 6)
+    bank = nf.gammatone_bank(freqs, fs=fs, numtaps=numtaps)
+    assert bank.shape == (6, numtaps)
+    for row, f in zip(bank, freqs.tolist(), strict=True):
+        b, _ = ss.gammatone(f, "fir", numtaps=numtaps, fs=fs)
+        assert_close(row, torch.from_numpy(b), atol=1e-13, rtol=1e-11)
+
+
+def test_gammatone_peaks_at_its_centre_frequency():
+    fs = 16000.0
+    bank = nf.gammatone_bank([500.0, 2000.0], fs=fs, numtaps=1024)
+    for row, f in zip(bank, (500.0, 2000.0), strict=True):
+        spec = np.abs(np.fft.rfft(row.numpy(), 16384))
+        peak = np.argmax(spec) * fs / 16384
+        assert abs(peak - f) < 0.03 * f
+
+
+def test_erb_space_is_uniform_on_the_erb_rate_scale():
+    f = nf.erb_space(50.0, 8000.0, 40)
+    assert f[0].item() == 50.0 and f[-1].item() == 8000.0
+    rate = torch.log(f + fd.EAR_Q * fd.MIN_BW)
+    steps = rate.diff()
+    assert torch.all(steps > 0)
+    assert_close(steps, torch.full_like(steps, steps.mean().item()), atol=1e-12)
+    # Spacing grows with frequency: about one ERB(f) between neighbours for 40 bands over this range.
+    assert f.diff()[0] < f.diff()[-1]
+
+
+@pytest.mark.parametrize("k", [1, 4, 5, 31])
+def test_gaussian_kernels_are_kornia(k):
+    kornia = pytest.importorskip("kornia")
+    ours = nf.gaussian_kernel1d(k, 1.7)
+    # kornia's public builder takes odd sizes only; its `gaussian` holds the (even-size) convention.
+    ref = kornia.filters.kernels.gaussian(k, 1.7, dtype=torch.float64)
+    assert_close(ours, ref.reshape(-1), atol=1e-15)
+    ours2 = nf.gaussian_kernel2d((k, 3), (1.7, 0.8))
+    ref2 = ref.reshape(k, 1) * kornia.filters.kernels.gaussian(3, 0.8, dtype=torch.float64).reshape(1, 3)
+    assert_close(ours2, ref2, atol=1e-15)
+
+
+def test_image_kernels():
+    kornia = pytest.importorskip("kornia")
+    assert_close(
+        nf.laplacian_kernel(5), kornia.filters.get_laplacian_kernel2d(5, dtype=torch.float64), atol=0, rtol=0
+    )
+    assert torch.all(nf.box_kernel((3, 5)) == 1 / 15)
+    sob = nf.sobel_kernels()
+    assert sob.shape == (2, 3, 3) and torch.equal(sob[1], sob[0].T) and sob.sum() == 0
+    assert_close(nf.sobel_kernels(normalized=True).abs().sum((1, 2)), torch.ones(2), atol=1e-15)
+    sch = nf.scharr_kernels(normalized=True)
+    assert_close(sch.abs().sum((1, 2)), torch.ones(2), atol=1e-15)
+    # Derivative kernels answer a ramp: correlation of x with d/dx gives a constant, with d/dy zero.
+    ramp = torch.arange(5.0, dtype=torch.float64)[None, :].expand(5, 5)
+    assert (ramp[1:4, 1:4] * sob[0]).sum() == 8.0 and (ramp[1:4, 1:4] * sob[1]).sum() == 0.0
+
+
+def test_gabor_kernels_formula():
+    g = nf.gabor_kernels(7, sigma=2.0, thetas=[0.0, np.pi / 2], wavelength=4.0, gamma=0.5, psi=0.3)
+    assert g.shape == (2, 7, 7)
+    y, x = 1, 2  # offsets from the centre
+    for t, th in enumerate((0.0, np.pi / 2)):
+        xr = x * np.cos(th) + y * np.sin(th)
+        yr = -x * np.sin(th) + y * np.cos(th)
+        expect = np.exp(-(xr**2 + 0.25 * yr**2) / 8.0) * np.cos(2 * np.pi * xr / 4.0 + 0.3)
+        assert g[t, 3 + y, 3 + x].item() == pytest.approx(expect, rel=1e-14)
+    # theta = π/2 is theta = 0 transposed.
+    assert_close(g[1], g[0].T, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: nf.firwin(0, 0.3), ParameterValueError, "numtaps must be >= 1, got 0"),
+        (lambda: nf.firwin(31, 1.2), ParameterValueError, "cutoff must be frequencies in (0, fs/2)"),
+        (lambda: nf.firwin(31, [0.5, 0.2]), ParameterValueError, "cutoff must be strictly increasing"),
+        (lambda: nf.firwin(30, 0.3, pass_zero=False), ParameterValueError, "numtaps must be odd"),
+        (lambda: nf.firwin(31, 0.3, window="hamm"), ParameterValueError, "window must be one of"),
+        (lambda: nf.firwin(31, 0.3, window="kaiser"), ParameterValueError, "needs its parameter"),
+        (lambda: nf.firwin(31, 0.3, pass_zero="bandpass"), ParameterValueError, "at least two cutoffs"),
+        (lambda: nf.firwin(31, 0.3, pass_zero="x"), ParameterValueError, "pass_zero must be True"),
+        (lambda: nf.firwin(31.0, 0.3), ParameterTypeError, "numtaps must be an integer"),
+        (lambda: nf.gammatone_bank([9000.0], fs=16000.0, numtaps=8), ParameterValueError, "center_freqs"),
+        (lambda: nf.erb_space(100.0, 50.0, 4), ParameterValueError, "f_max must be greater than f_min=100"),
+        (lambda: nf.laplacian_kernel(4), ParameterValueError, "kernel_size must be odd sizes"),
+        (lambda: nf.gaussian_kernel1d(5, 0.0), ParameterValueError, "sigma must be a finite number > 0.0"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_design_errors(call, error, message):
+    with pytest.raises(error, match=None) as info:
+        call()
+    assert message in str(info.value)

@@ -1,0 +1,505 @@
+"""Depthwise convolutions, FIR filters, filter banks and the kornia-compatible 2-D ops.
+
+Oracles: numpy (np.pad + sliding windows), scipy.ndimage.correlate/correlate1d for every boundary,
+scipy.signal.lfilter, kornia.filters; every kernel against the float64 torch reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.ndimage as ndi
+import scipy.signal as ss
+import torch
+
+import nbxsig.filters as nf
+from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
+from nbxsig.testing import assert_close, random_tensor
+
+BOUNDARIES = list(nf.BOUNDARIES)
+NP_MODE = {
+    "zeros": "constant",
+    "reflect": "reflect",
+    "symmetric": "symmetric",
+    "replicate": "edge",
+    "circular": "wrap",
+}
+NDI_MODE = {
+    "zeros": "constant",
+    "reflect": "mirror",
+    "symmetric": "reflect",
+    "replicate": "nearest",
+    "circular": "grid-wrap",
+}
+BACKENDS = ["torch", "triton"]
+
+
+def _np_conv1d(x: np.ndarray, w: np.ndarray, stride: int, pads: tuple[int, int], boundary: str) -> np.ndarray:
+    """Independent oracle: extend with np.pad, correlate with sliding windows, decimate."""
+    c, m = x.shape[-2], w.shape[0] // x.shape[-2]
+    xp = np.pad(x, [(0, 0)] * (x.ndim - 1) + [pads], mode=NP_MODE[boundary])
+    win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[1], axis=-1)[..., ::stride, :]
+    win = np.repeat(win, m, axis=-3)  # channel c serves outputs c·M .. c·M+M-1
+    assert win.shape[-3] == c * m
+    return np.einsum("...olk,ok->...ol", win, w)
+
+
+def _dtype_tol(dtype):
+    return {torch.float32: {}, torch.float16: {"atol": 4e-3}, torch.bfloat16: {"atol": 2e-2}}[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# 1-D
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize(
+    ("padding", "stride", "k"),
+    [("same", 1, 5), ("same", 3, 4), ("valid", 2, 7), ("full", 1, 6), (9, 2, 3), ((7, 0), 1, 8)],
+    ids=lambda v: str(v).replace(" ", ""),
+)
+def test_conv1d_torch_float64_is_numpy(boundary, padding, stride, k, generator):
+    x = random_tensor((2, 3, 29), generator=generator, dtype=torch.float64)
+    w = random_tensor((6, k), generator=generator, dtype=torch.float64)
+    y = nf.depthwise_conv1d(x, w, stride=stride, padding=padding, boundary=boundary, backend="torch")
+    pads = nf._pads1d(padding, k)
+    ref = _np_conv1d(x.numpy(), w.numpy(), stride, pads, boundary)
+    assert_close(y, torch.from_numpy(ref))
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("k", [3, 6])
+def test_conv1d_same_is_ndimage_correlate1d(boundary, k, generator):
+    x = random_tensor((4, 31), generator=generator, dtype=torch.float64)
+    w = random_tensor((k,), generator=generator, dtype=torch.float64)
+    y = nf.depthwise_conv1d(x, w.expand(4, k), boundary=boundary, backend="torch")
+    # ndimage centres the kernel at k//2 + origin; "same" centres it at (k-1)//2.
+    ref = ndi.correlate1d(
+        x.numpy(), w.numpy(), axis=-1, mode=NDI_MODE[boundary], origin=(k - 1) // 2 - k // 2
+    )
+    assert_close(y, torch.from_numpy(ref))
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize(
+    ("padding", "stride", "k", "m"),
+    [("same", 1, 5, 1), ("same", 2, 4, 3), ("valid", 3, 7, 2), ("full", 1, 40, 1), (50, 1, 3, 1)],
+    ids=lambda v: str(v),
+)
+def test_conv1d_triton_is_reference(boundary, padding, stride, k, m, generator, device):
+    x = random_tensor((2, 3, 45), generator=generator, dtype=torch.float64)
+    w = random_tensor((3 * m, k), generator=generator, dtype=torch.float64)
+    ref = nf.depthwise_conv1d(x, w, stride=stride, padding=padding, boundary=boundary, backend="torch")
+    y = nf.depthwise_conv1d(
+        x.float().to(device),
+        w.float().to(device),
+        stride=stride,
+        padding=padding,
+        boundary=boundary,
+        backend="triton",
+    )
+    assert_close(y, ref, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_conv1d_triton_low_precision_accumulates_in_float32(dtype, generator, device):
+    x = random_tensor((3, 2, 300), generator=generator).to(dtype)
+    w = random_tensor((2, 129), generator=generator) / 10
+    ref = nf.depthwise_conv1d(x.double(), w.double(), backend="torch")
+    y = nf.depthwise_conv1d(x.to(device), w.to(device), backend="triton")
+    assert y.dtype == dtype
+    # The error is the output's rounding, not 129 roundings: float32 accumulation of exact products.
+    assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_long_fir_and_bank_tensor_core_paths_are_reference(boundary, generator, device):
+    # >= 48 taps: the Toeplitz-product kernel (per-channel taps) and the bank kernel (>= 16 filters/channel).
+    x = random_tensor((2, 3, 200), generator=generator, dtype=torch.float64)
+    w = random_tensor((3, 60), generator=generator, dtype=torch.float64)
+    ref = nf.depthwise_conv1d(x, w, boundary=boundary, backend="torch")
+    assert_close(
+        nf.depthwise_conv1d(x.float().to(device), w.float().to(device), boundary=boundary, backend="triton"),
+        ref,
+        dtype=torch.float32,
+    )
+    s = x[:, 0]
+    bank = random_tensor((20, 50), generator=generator, dtype=torch.float64)
+    ref = nf.filter_bank(s, bank, stride=3, boundary=boundary, backend="torch")
+    y = nf.filter_bank(
+        s.float().to(device), bank.float().to(device), stride=3, boundary=boundary, backend="triton"
+    )
+    assert_close(y, ref, dtype=torch.float32)
+
+
+def test_conv1d_leading_dims_and_noncontiguous(generator, device):
+    base = random_tensor((2, 5, 3, 80), generator=generator, dtype=torch.float32).to(device)
+    x = base[:, ::2, :, 3:70:1].transpose(0, 1)  # (3, 2, 3, 67), non-contiguous
+    w = random_tensor((6, 9), generator=generator).to(device)
+    y = nf.depthwise_conv1d(x, w, stride=2, boundary="reflect", backend="triton")
+    ref = nf.depthwise_conv1d(
+        x.double().contiguous(), w.double(), stride=2, boundary="reflect", backend="torch"
+    )
+    assert y.shape == (3, 2, 6, 34)
+    assert_close(y, ref, dtype=torch.float32)
+
+
+def test_channel_multiplier_is_separate_convs(generator):
+    x = random_tensor((2, 3, 40), generator=generator, dtype=torch.float64)
+    w = random_tensor((12, 5), generator=generator, dtype=torch.float64)
+    y = nf.depthwise_conv1d(x, w, backend="torch")
+    for o in range(12):
+        single = nf.depthwise_conv1d(x[:, o // 4 : o // 4 + 1], w[o : o + 1], backend="torch")
+        assert_close(y[:, o], single[:, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fir_filter_is_lfilter(backend, generator, device):
+    x = random_tensor((2, 3, 150), generator=generator, dtype=torch.float64)
+    taps = nf.lowpass_taps(1000.0, fs=8000.0, numtaps=31)
+    per_channel = random_tensor((3, 17), generator=generator, dtype=torch.float64)
+    dtype = torch.float64 if backend == "torch" else torch.float32
+    dev = device if backend == "triton" else "cpu"
+    y1 = nf.fir_filter(x.to(dev, dtype), taps.to(dev, dtype), backend=backend)
+    assert_close(y1, torch.from_numpy(ss.lfilter(taps.numpy(), [1.0], x.numpy(), axis=-1)), dtype=dtype)
+    y2 = nf.fir_filter(x.to(dev, dtype), per_channel.to(dev, dtype), backend=backend)
+    ref2 = np.stack(
+        [ss.lfilter(per_channel[c].numpy(), [1.0], x[:, c].numpy(), axis=-1) for c in range(3)], 1
+    )
+    assert_close(y2, torch.from_numpy(ref2), dtype=dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_filter_bank_is_lfilter_per_filter_then_decimated(backend, generator, device):
+    x = random_tensor((2, 130), generator=generator, dtype=torch.float64)
+    bank = nf.gammatone_bank(nf.erb_space(200.0, 3000.0, 5), fs=8000.0, numtaps=24)
+    dtype = torch.float64 if backend == "torch" else torch.float32
+    dev = device if backend == "triton" else "cpu"
+    y = nf.filter_bank(x.to(dev, dtype), bank.to(dev, dtype), stride=3, backend=backend)
+    assert y.shape == (2, 5, 44)
+    ref = np.stack([ss.lfilter(b, [1.0], x.numpy(), axis=-1)[:, ::3] for b in bank.numpy()], 1)
+    assert_close(y, torch.from_numpy(ref), dtype=dtype)
+
+
+def test_fir_filter_with_boundary_extends_the_past(generator):
+    x = random_tensor((40,), generator=generator, dtype=torch.float64)
+    taps = random_tensor((5,), generator=generator, dtype=torch.float64)
+    y = nf.fir_filter(x, taps, boundary="replicate", backend="torch")
+    xe = np.concatenate([np.full(4, x[0].item()), x.numpy()])
+    assert_close(y, torch.from_numpy(np.convolve(xe, taps.numpy(), mode="valid")))
+
+
+# ---------------------------------------------------------------------------------------------
+# 2-D
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("ksize", [(3, 3), (4, 5)], ids=lambda k: f"{k[0]}x{k[1]}")
+def test_conv2d_same_is_ndimage_correlate(boundary, ksize, generator):
+    x = random_tensor((2, 13, 11), generator=generator, dtype=torch.float64)
+    w = random_tensor(ksize, generator=generator, dtype=torch.float64)
+    y = nf.depthwise_conv2d(x[None], w.expand(2, *ksize), boundary=boundary, backend="torch")[0]
+    origin = [(k - 1) // 2 - k // 2 for k in ksize]
+    for c in range(2):
+        ref = ndi.correlate(x[c].numpy(), w.numpy(), mode=NDI_MODE[boundary], origin=origin)
+        assert_close(y[c], torch.from_numpy(ref))
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize(
+    ("stride", "padding", "m", "layout"),
+    [(1, "same", 1, "nchw"), ((2, 1), "valid", 2, "channels_last"), ((1, 3), (2, 1), 1, "strided")],
+    ids=lambda v: str(v).replace(" ", ""),
+)
+def test_conv2d_triton_is_reference(boundary, layout, stride, padding, m, generator, device):
+    x = random_tensor((2, 3, 13, 19), generator=generator, dtype=torch.float64)
+    w = random_tensor((3 * m, 3, 5), generator=generator, dtype=torch.float64)
+    ref = nf.depthwise_conv2d(x, w, stride=stride, padding=padding, boundary=boundary, backend="torch")
+    xt = x.float().to(device)
+    if layout == "channels_last":
+        xt = xt.to(memory_format=torch.channels_last)
+    elif layout == "strided":
+        xt = torch.cat([xt, xt], 3)[..., :19]  # row stride 38: a view that is not contiguous
+    y = nf.depthwise_conv2d(
+        xt, w.float().to(device), stride=stride, padding=padding, boundary=boundary, backend="triton"
+    )
+    assert_close(y, ref, dtype=torch.float32)
+    if layout == "channels_last":
+        assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("boundary", ["zeros", "reflect", "circular"])
+def test_separable_is_full_kernel(backend, boundary, generator, device):
+    x = random_tensor((1, 2, 15, 18), generator=generator, dtype=torch.float64)
+    wy = random_tensor((4, 5), generator=generator, dtype=torch.float64)
+    wx = random_tensor((4, 3), generator=generator, dtype=torch.float64)
+    full = nf.depthwise_conv2d(
+        x, wy[:, :, None] * wx[:, None, :], stride=2, boundary=boundary, backend="torch"
+    )
+    dtype = torch.float64 if backend == "torch" else torch.float32
+    dev = device if backend == "triton" else "cpu"
+    sep = nf.depthwise_conv2d(
+        x.to(dev, dtype), (wy.to(dev, dtype), wx.to(dev, dtype)), stride=2, boundary=boundary, backend=backend
+    )
+    assert_close(sep, full, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_conv2d_triton_half_precision(dtype, generator, device):
+    x = random_tensor((1, 4, 10, 13), generator=generator).to(dtype)
+    w = random_tensor((4, 7, 7), generator=generator) / 7
+    ref = nf.depthwise_conv2d(x.double(), w.double(), boundary="reflect", backend="torch")
+    for xx in (x, x.to(memory_format=torch.channels_last)):
+        y = nf.depthwise_conv2d(xx.to(device), w.to(device), boundary="reflect", backend="triton")
+        assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# gradients
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_gradcheck_torch_backend(boundary, generator):
+    x = random_tensor((1, 2, 5, 6), generator=generator, dtype=torch.float64).requires_grad_()
+    w = random_tensor((4, 3, 2), generator=generator, dtype=torch.float64).requires_grad_()
+
+    def fn(x, w):
+        return nf.depthwise_conv2d(x, w, stride=(1, 2), boundary=boundary, backend="torch")
+
+    assert torch.autograd.gradcheck(fn, (x, w))
+    x1 = random_tensor((1, 2, 9), generator=generator, dtype=torch.float64).requires_grad_()
+    t = random_tensor((5,), generator=generator, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x, t: nf.fir_filter(x, t, boundary=boundary, backend="torch"), (x1, t)
+    )
+
+
+def _grads(fn, x, w, g):
+    x = x.detach().clone().requires_grad_()
+    w = w.detach().clone().requires_grad_()
+    fn(x, w).backward(g.to(x.dtype))
+    return x.grad, w.grad
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize(
+    ("stride", "m", "layout"), [(1, 1, "nchw"), (1, 2, "channels_last"), ((2, 1), 2, "nchw")]
+)
+def test_triton_gradients_match_torch(boundary, stride, m, layout, generator, device):
+    x = random_tensor((2, 2, 7, 9), generator=generator, dtype=torch.float64)
+    w = random_tensor((2 * m, 3, 4), generator=generator, dtype=torch.float64)
+
+    def fn(backend):
+        return lambda x, w: nf.depthwise_conv2d(x, w, stride=stride, boundary=boundary, backend=backend)
+
+    y = fn("torch")(x, w)
+    g = random_tensor(tuple(y.shape), generator=generator, dtype=torch.float64)
+    gx_ref, gw_ref = _grads(fn("torch"), x, w, g)
+    xt = x.float().to(device)
+    if layout == "channels_last":
+        xt = xt.to(memory_format=torch.channels_last)
+    gx, gw = _grads(fn("triton"), xt, w.float().to(device), g.float().to(device))
+    assert_close(gx, gx_ref, dtype=torch.float32, atol=1e-5)
+    assert_close(gw, gw_ref, dtype=torch.float32, atol=1e-5)
+
+
+def test_triton_filter_bank_gradients_match_torch(generator, device):
+    x = random_tensor((2, 60), generator=generator, dtype=torch.float64)
+    bank = random_tensor((4, 9), generator=generator, dtype=torch.float64)
+
+    def fn(backend):
+        return lambda x, w: nf.filter_bank(x, w, stride=2, boundary="symmetric", backend=backend)
+
+    g = random_tensor((2, 4, 30), generator=generator, dtype=torch.float64)
+    gx_ref, gw_ref = _grads(fn("torch"), x, bank, g)
+    gx, gw = _grads(fn("triton"), x.float().to(device), bank.float().to(device), g.float().to(device))
+    assert_close(gx, gx_ref, dtype=torch.float32, atol=1e-5)
+    assert_close(gw, gw_ref, dtype=torch.float32, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# kornia-compatible ops
+
+
+KORNIA_CASES = [
+    ("gaussian_blur2d", ((5, 3), (1.5, 0.8)), {"border_type": "reflect"}),
+    ("gaussian_blur2d", ((5, 5), (1.2, 1.2)), {"border_type": "constant", "separable": False}),
+    ("gaussian_blur2d", (7, (2.0, 2.0)), {"border_type": "replicate"}),
+    ("gaussian_blur2d", ((3, 5), (1.0, 2.0)), {"border_type": "circular"}),
+    ("box_blur", ((3, 5),), {}),
+    ("box_blur", (4,), {"border_type": "replicate", "separable": False}),
+    ("sobel", (), {}),
+    ("sobel", (), {"normalized": False}),
+    ("laplacian", (3,), {}),
+    ("laplacian", (5,), {"border_type": "constant", "normalized": False}),
+    ("unsharp_mask", ((5, 5), (1.5, 1.5)), {}),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("name", "args", "kwargs"), KORNIA_CASES, ids=lambda v: str(v).replace(" ", ""))
+def test_kornia_ops(name, args, kwargs, backend, generator, device):
+    kornia = pytest.importorskip("kornia")
+    x = random_tensor((2, 3, 14, 17), generator=generator, dtype=torch.float64)
+    ref = getattr(kornia.filters, name)(x, *args, **kwargs)
+    if backend == "torch":
+        y = getattr(nf, name)(x, *args, **kwargs, backend="torch")
+        assert_close(y, ref)
+    else:
+        y = getattr(nf, name)(x.float().to(device), *args, **kwargs, backend="triton")
+        assert_close(y, ref, dtype=torch.float32)
+
+
+def test_gaussian_blur_per_image_sigma(generator):
+    kornia = pytest.importorskip("kornia")
+    x = random_tensor((2, 2, 12, 12), generator=generator, dtype=torch.float64)
+    sigma = torch.tensor([[1.0, 2.0], [0.7, 1.3]], dtype=torch.float64)
+    assert_close(
+        nf.gaussian_blur2d(x, 5, sigma, backend="torch"), kornia.filters.gaussian_blur2d(x, 5, sigma)
+    )
+
+
+def test_modules_equal_functionals(generator):
+    x = random_tensor((1, 2, 12, 13), generator=generator, dtype=torch.float64)
+    s = random_tensor((2, 50), generator=generator, dtype=torch.float64)
+    w1 = random_tensor((4, 5), generator=generator, dtype=torch.float64)
+    w2 = random_tensor((2, 3, 3), generator=generator, dtype=torch.float64)
+    pairs = [
+        (nf.GaussianBlur2d((5, 3), (1.2, 0.9))(x), nf.gaussian_blur2d(x, (5, 3), (1.2, 0.9))),
+        (nf.BoxBlur(3)(x), nf.box_blur(x, 3)),
+        (nf.Sobel()(x), nf.sobel(x)),
+        (nf.Laplacian(3)(x), nf.laplacian(x, 3)),
+        (nf.UnsharpMask(3, (1.0, 1.0))(x), nf.unsharp_mask(x, 3, (1.0, 1.0))),
+        (nf.DepthwiseConv1d(w1, stride=2)(s), nf.depthwise_conv1d(s, w1, stride=2)),
+        (nf.DepthwiseConv2d(w2, boundary="reflect")(x), nf.depthwise_conv2d(x, w2, boundary="reflect")),
+        (nf.FIRFilter(w1[0])(s), nf.fir_filter(s, w1[0])),
+        (nf.FilterBank(w1)(s[0]), nf.filter_bank(s[0], w1)),
+        (nf.Resample(16000, 8000)(s), nf.resample(s, 16000, 8000)),
+    ]
+    for a, b in pairs:
+        assert torch.equal(a, b)
+    m = nf.FIRFilter(w1[0])
+    assert "taps" in dict(m.named_buffers()) and not list(m.parameters())
+    assert [n for n, _ in nf.DepthwiseConv1d(w1, trainable=True).named_parameters()] == ["weight"]
+
+
+# ---------------------------------------------------------------------------------------------
+# errors and dispatch
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda x: nf.depthwise_conv1d(x, torch.ones(4, 3)),
+            ParameterValueError,
+            "multiple of the input's 3 channels",
+        ),
+        (
+            lambda x: nf.depthwise_conv1d(x, torch.ones(3, 3), boundary="wrap"),
+            ParameterValueError,
+            "boundary must be one of",
+        ),
+        (
+            lambda x: nf.depthwise_conv1d(x, torch.ones(3, 3), padding="half"),
+            ParameterValueError,
+            "padding must be one of",
+        ),
+        (
+            lambda x: nf.depthwise_conv1d(x, torch.ones(3, 3), stride=0),
+            ParameterValueError,
+            "stride must be >= 1, got 0",
+        ),
+        (
+            lambda x: nf.depthwise_conv1d(x, torch.ones(3, 30), padding="valid"),
+            ParameterValueError,
+            "at least 30 samples",
+        ),
+        (
+            lambda x: nf.depthwise_conv1d(x.int(), torch.ones(3, 3)),
+            ParameterTypeError,
+            "x must be a tensor of dtype",
+        ),
+        (lambda x: nf.depthwise_conv1d(x, [1.0, 2.0]), ParameterTypeError, "weight must be a torch.Tensor"),
+        (
+            lambda x: nf.depthwise_conv2d(x, torch.ones(3, 3, 3)),
+            ParameterValueError,
+            "x must be a tensor with at least 4 dimensions",
+        ),
+        (lambda x: nf.fir_filter(x, torch.ones(2, 3)), ParameterValueError, "matching taps' 2 filters"),
+        (
+            lambda x: nf.gaussian_blur2d(x[None], 3, (1.0, 1.0), "mirror"),
+            ParameterValueError,
+            "border_type must be",
+        ),
+        (
+            lambda x: nf.depthwise_conv1d(x, torch.ones(3, 3), backend="cuda"),
+            ParameterValueError,
+            "backend must be",
+        ),
+        (
+            lambda x: nf.depthwise_conv1d(x.double(), torch.ones(3, 3), backend="triton"),
+            BackendUnavailableError,
+            "its kernels take float16, bfloat16, float32, not float64",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_errors(call, error, message):
+    x = torch.randn(2, 3, 20)
+    with pytest.raises(error) as info:
+        call(x)
+    assert message in str(info.value)
+
+
+def test_auto_backend_on_cpu_is_torch():
+    x = torch.randn(1, 2, 16)
+    w = torch.randn(2, 3)
+    assert torch.equal(nf.depthwise_conv1d(x, w), nf.depthwise_conv1d(x, w, backend="torch"))
+    assert nf._DW2D.backend(None, device="cpu", dtype=torch.float32, numel=10) == "torch"
+    assert nf._DW2D.backend(None, device="cuda", dtype=torch.float32, numel=10) in ("triton", "torch")
+    assert nf._DW2D.backend(None, device="cuda", dtype=torch.float64, numel=10) == "torch"
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the benchmark shapes' correctness on a real device
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_gpu_conv2d_large(layout, dtype, generator, cuda_device):
+    x = random_tensor((2, 64, 130, 257), generator=generator).to(dtype).to(cuda_device)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    w = (random_tensor((64, 7, 7), generator=generator) / 7).to(cuda_device)
+    ref = torch.nn.functional.conv2d(x.double(), w.double()[:, None], padding=3, groups=64)
+    y = nf.depthwise_conv2d(x, w, backend="triton")
+    assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+
+
+@pytest.mark.gpu
+def test_gpu_fir_and_bank_and_gradients(generator, cuda_device):
+    x = random_tensor((4, 8, 20000), generator=generator).to(cuda_device)
+    w = (random_tensor((8, 129), generator=generator) / 12).to(cuda_device)
+    ref = nf.depthwise_conv1d(x.double(), w.double(), backend="torch")
+    assert_close(nf.depthwise_conv1d(x, w, backend="triton"), ref, dtype=torch.float32)
+    bank = (random_tensor((64, 129), generator=generator) / 12).to(cuda_device)
+    s = x[:, 0]
+    assert_close(
+        nf.filter_bank(s, bank, backend="triton"), nf.filter_bank(s.double(), bank.double(), backend="torch"),
+        dtype=torch.float32,
+    )  # fmt: skip
+    xs = random_tensor((2, 4, 33, 65), generator=generator).to(cuda_device)
+    ws = random_tensor((8, 5, 5), generator=generator).to(cuda_device)
+    g = random_tensor((2, 8, 33, 65), generator=generator).to(cuda_device)
+    for boundary in BOUNDARIES:
+
+        def f(b, boundary=boundary):
+            return lambda x, w: nf.depthwise_conv2d(x, w, boundary=boundary, backend=b)
+
+        gx_ref, gw_ref = _grads(f("torch"), xs.double(), ws.double(), g.double())
+        gx, gw = _grads(f("triton"), xs, ws, g)
+        assert_close(gx, gx_ref, dtype=torch.float32, atol=1e-5)
+        assert_close(gw, gw_ref, dtype=torch.float32, atol=1e-5)
