@@ -45,6 +45,9 @@ from .errors import NbxsigError
 #: Buckets group lengths within a factor of 2**(1/8) (≈ 9%): the padding a batch carries is at
 #: most that fraction of its work.
 _BUCKETS_PER_OCTAVE = 8
+#: A batch is also cut when its lengths add up to this (2**26 samples: 256 MB as float32), so that
+#: long files do not exhaust device memory at the default batch size.
+_MAX_BATCH_LENGTH = 1 << 26
 
 
 class BatchUsageError(NbxsigError, ValueError):
@@ -509,7 +512,8 @@ class _Engine:
         self.todo = deque(todo)
         self.job = job
         self.batch_size = batch_size
-        self.jobs = jobs if len(todo) > 1 else 0
+        # A worker costs a process start (~0.3 s); give each at least ~4 files, none for one file.
+        self.jobs = min(jobs, (len(todo) + 3) // 4) if len(todo) > 1 else 0
         self.reporter = reporter
         self.summary = reporter.summary
         self.buckets: dict[Hashable, list[_Loaded]] = {}
@@ -607,7 +611,10 @@ class _Engine:
         bucket = self.buckets.setdefault(key, [])
         bucket.append(loaded)
         self.buffered += 1
-        if len(bucket) >= self.batch_size:
+        if (
+            len(bucket) >= self.batch_size
+            or sum(self.job.length(b.value) for b in bucket) >= _MAX_BATCH_LENGTH
+        ):
             self._flush(key, saver)
         elif self.buffered > self.max_buffered:
             self._flush(max(self.buckets, key=lambda k: len(self.buckets[k])), saver)
