@@ -164,3 +164,14 @@ def test_console_script_is_installed() -> None:
         pytest.skip("the nbxsig console script is not on PATH (package not pip-installed)")
     result = subprocess.run([exe, "--help"], capture_output=True, text=True, env=_env())
     assert result.returncode == 0 and "istft" in result.stdout
+
+
+def test_the_cli_and_its_workers_import_no_torch() -> None:
+    """Decode workers import the CLI's modules: they must stay light (no torch, soundfile only on use)."""
+    code = (
+        "import sys, nbxsig.cli.main\n"
+        "print(sorted(m for m in ('torch', 'soundfile', 'matplotlib') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
