@@ -318,7 +318,7 @@ def istft(
     n_fft = frame.n_fft
     n_bins, n_frames = spec.shape[-3], spec.shape[-2]
     if onesided is None:
-        onesided = n_bins != n_fft
+        onesided = bool(n_bins != n_fft)  # bool(): under jit tracing shapes are 0-d tensors
     onesided = _check_bool("onesided", onesided)
     expected_bins = n_fft // 2 + 1 if onesided else n_fft
     if n_bins != expected_bins:

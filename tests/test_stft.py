@@ -7,6 +7,8 @@ cut/pad, two-sided, power output) on short signals, under the interpreter on CPU
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -536,3 +538,25 @@ def test_dense_kernel_variants(fma, monkeypatch, generator, device):
     S.istft(sd, 20, 5, window=w.double(), backend="torch").square().sum().backward()
     assert_close(xg.grad, xd.grad, dtype="float32", rel_error=2e-6)
     assert_close(sg.grad, sd.grad, dtype="float32", rel_error=2e-6)
+
+
+def test_torch_backend_exports_to_onnx(tmp_path, generator):
+    # Real-layout STFT → ISTFT on the torch backend is real ops only: the TorchScript-based exporter
+    # takes it and onnxruntime reproduces the round trip.
+    ort = pytest.importorskip("onnxruntime")
+    x = random_tensor((2, 400), generator=generator)
+    w = torch.hann_window(20)
+    stft_m = S.STFT(20, 5, window=w, return_complex=False, backend="torch")
+    istft_m = S.ISTFT(20, 5, window=w, backend="torch")
+
+    class RoundTrip(torch.nn.Module):
+        def forward(self, x):
+            return istft_m(stft_m(x) * 0.5, length=400)
+
+    path = str(tmp_path / "stft.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shape-derived Python values
+        torch.onnx.export(RoundTrip(), (x,), path, dynamo=False, opset_version=18)
+    session = ort.InferenceSession(path)
+    (y,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert_close(torch.from_numpy(y), 0.5 * x, dtype="float32", atol=2e-6)

@@ -43,21 +43,23 @@ NOLA_EPS = 1e-11
 # The same threshold as a compile-time constant: jitted kernels may only read constexpr globals.
 _EPS = tl.constexpr(NOLA_EPS)
 #: Largest n_fft computed with a dense DFT-basis product; above it torch.fft does the transform.
-#: At float32 accuracy a dense basis product costs ~N/log N more flops than an FFT; the issue's
-#: H200 numbers show cuBLAS fp32 losing to cuFFT from n_fft ≈ 100, and our kernels also pad the
-#: frame to a power of two, so the cut sits at 64 (20 and 50 dense, 400+ via cuFFT).
-DENSE_MAX_N = 64
+#: Measured on an H200 (docs/spectral.md, 64×160000 float32 stft): at n_fft=50 the fft path already
+#: wins (253 µs vs 268 µs dense), at 64 and 128 the dense kernels lose by 10-100× (large tiles,
+#: not investigated further), while at n_fft=20 the dense kernel is the fast one -- so the cut sits at 32.
+DENSE_MAX_N = 32
 
-# Launch tiles of the dense kernels (frames per program, warps); module-level so the benchmark's
-# probes can sweep them. First values: a 64-frame tile keeps the n_fft=20 tl.dot at M=64 with
-# 16-32 columns, small enough that a 64×240000 batch still fills every SM many times over.
+# Launch tiles of the dense kernels, module-level so the benchmark can sweep them. Chosen by a sweep
+# on an H200 at n_fft=20 hop=5, 64×240000 float32 (docs/spectral.md lists every point):
+# forward -- FMA outer products, 64 frames, 2 warps: 209 µs (3×TF32 tl.dot, 128 frames, 4 warps:
+# 216 µs; FMA with 64 frames on 4 warps takes ~860 µs); inverse -- 3×TF32 tl.dot, 64
+# super-rows, 4 warps: 582 µs (FMA best 595 µs; batch 1: 16 µs).
 FWD_BLOCK_T = 64
-FWD_WARPS = 4
-OLA_BLOCK_G = 32
+FWD_WARPS = 2
+OLA_BLOCK_G = 64
 OLA_WARPS = 4
 # Up to this n_fft the dense kernels use FMA outer products instead of tl.dot: at n_fft=20 a
 # tensor-core dot pads K=20→32 and F=11→16 and 3×TF32 triples it, while FMA wastes only the F
-# padding and is exact float32 (no precision split needed).
+# padding and is exact float32 (no precision split needed). The inverse measured faster with the dot.
 FWD_FMA_MAX_N = 32
 OLA_FMA_MAX_N = 0
 
@@ -75,8 +77,14 @@ def _precision() -> str:
     return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
+# Plain-Python helpers: triton.cdiv / triton.next_power_of_2 are constexpr-function wrappers that
+# cost ~15 µs per host call, which dominated the batch-1 istft's launch latency.
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def _p2(n: int, minimum: int = 1) -> int:
-    return max(minimum, triton.next_power_of_2(n))
+    return max(minimum, 1 << max(0, n - 1).bit_length())
 
 
 @lru_cache(maxsize=64)
@@ -426,7 +434,7 @@ def stft_forward(
         block_k = min(_p2(n_fft, 16), 64)
         block_f = min(_p2(n_bins, 16), 64)
         block_t = FWD_BLOCK_T
-        grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
+        grid = (_cdiv(T, block_t), _cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, n_bins,
             win, win, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, float(power),
@@ -447,7 +455,7 @@ def _frames(x, win, has_window, length, pad, hop, T, n_fft, scale, mode, inv) ->
     frames = empty_output((n_batch, T, n_fft), dtype=torch.float32, device=x.device)
     block_n = min(_p2(n_fft), 256)
     block_t = max(1, 2048 // block_n)
-    grid = (triton.cdiv(T, block_t), triton.cdiv(n_fft, block_n), n_batch)
+    grid = (_cdiv(T, block_t), _cdiv(n_fft, block_n), n_batch)
     _frame_kernel[grid](
         x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, win, inv, frames, scale,
         MODE=mode, HAS_WINDOW=has_window, BLOCK_T=block_t, BLOCK_N=block_n,
@@ -460,7 +468,7 @@ def _power(spec_real: torch.Tensor, power: float) -> torch.Tensor:
     out = empty_output(spec_real.shape[:-1], dtype=torch.float32, device=spec_real.device)
     numel = out.numel()
     block = 1024
-    _power_kernel[(triton.cdiv(numel, block),)](
+    _power_kernel[(_cdiv(numel, block),)](
         spec_real, out, numel, float(power), OUTPUT=_output_kind(power), BLOCK=block
     )
     return out
@@ -499,7 +507,7 @@ def _ola(
     span = (block_c // hop) * hop
     g_begin = start // span
     g_end = (start + n_out - 1) // span + 1
-    grid = (triton.cdiv(g_end - g_begin, block_g), n_batch)
+    grid = (_cdiv(g_end - g_begin, block_g), n_batch)
     win = window if window is not None else src
     s = (*strides, 0, 0, 0, 0)[:4]
     _ola_dft_kernel[grid](
@@ -507,7 +515,7 @@ def _ola(
         n_fft, n_bins, hop, T, start, n_out, g_begin, scale,
         SOURCE=source, HAS_WINDOW=window is not None, DIVIDE=divide, PRECISION=_precision(),
         USE_FMA=source == 0 and n_fft <= OLA_FMA_MAX_N,
-        S=block_c // hop, N_TERMS=block_c // hop + triton.cdiv(n_fft, hop) - 1,
+        S=block_c // hop, N_TERMS=block_c // hop + _cdiv(n_fft, hop) - 1,
         BLOCK_G=block_g, BLOCK_C=block_c, BLOCK_F=block_f, num_warps=OLA_WARPS if source == 0 else 4,
     )  # fmt: skip
     return out
@@ -609,14 +617,14 @@ def _inv_envelope(window: torch.Tensor | None, n_fft: int, hop: int, T: int, dev
     out = empty_output((total,), dtype=torch.float32, device=device)
     block = 1024
     win = window if window is not None else out
-    _inv_envelope_kernel[(triton.cdiv(total, block),)](
+    _inv_envelope_kernel[(_cdiv(total, block),)](
         win,
         out,
         n_fft,
         hop,
         T,
         total,
-        N_TERMS=triton.cdiv(n_fft, hop),
+        N_TERMS=_cdiv(n_fft, hop),
         HAS_WINDOW=window is not None,
         BLOCK=block,
     )
@@ -649,7 +657,7 @@ def istft_backward(
         scale = math.sqrt(n_fft) if normalized else 1.0
         basis = _basis(n_fft, "inv", device)
         block_t, block_k, block_f = FWD_BLOCK_T, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
-        grid = (triton.cdiv(T, block_t), triton.cdiv(n_bins, block_f), n_batch)
+        grid = (_cdiv(T, block_t), _cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             grad, grad.stride(0), grad.stride(1), n_out, start, hop, T, n_fft, n_bins,
             win, inv, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, -1.0,

@@ -49,6 +49,13 @@ def _frames(x: torch.Tensor, n_fft: int, hop: int, pad: int, pad_mode: str) -> t
             x = F.pad(x, (pad, pad))
         else:  # reflect/replicate/circular need a (N, C, L) input
             x = F.pad(x.unsqueeze(1), (pad, pad), mode=pad_mode).squeeze(1)
+    if torch.onnx.is_in_onnx_export():
+        # ONNX has no strided-window view (the exporter rejects unfold here): gather the frames by index.
+        n_frames = (x.shape[-1] - n_fft) // hop + 1
+        idx = torch.arange(n_frames, device=x.device).unsqueeze(1) * hop + torch.arange(
+            n_fft, device=x.device
+        )
+        return x[:, idx]
     return x.unfold(-1, n_fft, hop)
 
 
@@ -126,13 +133,19 @@ def envelope(
         w2 = window.abs().to(dtype) ** 2
     else:
         w2 = window.to(dtype) ** 2
-    return _overlap_add(w2.reshape(1, 1, n_fft).expand(1, n_frames, n_fft), hop)[0]
+    return _overlap_add(w2.reshape(1, 1, n_fft).expand(1, n_frames, n_fft), hop, n_fft)[0]
 
 
-def _overlap_add(frames: torch.Tensor, hop: int) -> torch.Tensor:
-    """(B, T, N) → (B, N + hop·(T-1)): Σ_t frames[t] placed at t·hop."""
-    n_batch, n_frames, n_fft = frames.shape
+def _overlap_add(frames: torch.Tensor, hop: int, n_fft: int) -> torch.Tensor:
+    """(B, T, N) → (B, N + hop·(T-1)): Σ_t frames[t] placed at t·hop. ``n_fft`` comes in as a
+    Python int (not from ``frames.shape``) so an exported graph has static kernel shapes."""
+    n_batch, n_frames = frames.shape[0], frames.shape[1]
     full = n_fft + hop * (n_frames - 1)
+    if torch.onnx.is_in_onnx_export():
+        # The exporter cannot translate col2im with these shapes; a transposed convolution with an
+        # identity kernel is the same overlap-add (n_fft× the flops, fine for an exported graph).
+        eye = torch.eye(n_fft, dtype=frames.dtype, device=frames.device).unsqueeze(1)
+        return F.conv_transpose1d(frames.transpose(1, 2), eye, stride=hop).reshape(n_batch, full)
     out = F.fold(frames.transpose(1, 2), output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop))
     return out.reshape(n_batch, full)
 
@@ -212,7 +225,7 @@ def istft(
     parts = [fr] if fi is None else [fr, fi]
     outs = []
     for part in parts:
-        y = _overlap_add(part, hop)[:, start:stop] * scale
+        y = _overlap_add(part, hop, n_fft)[:, start:stop] * scale
         if n_out > stop - start:
             y = F.pad(y, (0, n_out - (stop - start)))
         outs.append(y)
