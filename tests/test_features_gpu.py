@@ -79,12 +79,12 @@ def test_gpu_mel_full_size(precision, cuda_device, generator):
         got = nf.mel_spectrogram(x.to(cuda_device), n_fft=400, hop_length=160, n_mels=80, backend="triton")
     finally:
         torch.set_float32_matmul_precision(previous)
-    assert_close(
-        got,
-        expected,
-        dtype="float32" if precision == "highest" else "tf32",
-        rel_error=1e-5 if precision == "highest" else 2e-3,
-    )
+    if precision == "highest":
+        assert_close(got, expected, dtype="float32", rel_error=1e-5)
+    else:
+        # TF32 keeps 10 mantissa bits of each operand (Hopper truncates), ~1e-3 on re/im, and
+        # |X|² doubles a relative error: the table's tf32 entry (1e-3) is for amplitude-domain outputs.
+        assert_close(got, expected, atol=4e-3, rtol=4e-3, rel_error=2e-3)
 
 
 @pytest.mark.gpu

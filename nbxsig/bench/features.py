@@ -49,7 +49,6 @@ def cases(*, quick: bool = False) -> list[Case]:
     from .. import features as nf
     from .. import transforms as T
     from ..kernels import mel as kmel
-    from ..streaming import StreamingISTFT
 
     # NBXSIG_BENCH_DEVICE=cpu (with TRITON_INTERPRET=1) smoke-tests the cases without a GPU.
     device = torch.device(os.environ.get("NBXSIG_BENCH_DEVICE", "cuda"))
@@ -129,6 +128,17 @@ def cases(*, quick: bool = False) -> list[Case]:
             )
         )
 
+    try:
+        out += _streaming_cases(device, gen)
+    except Exception as err:  # a failure here must not cost the mel rows above
+        print(f"streaming rows skipped: {err!r}")
+    return out
+
+
+def _streaming_cases(device: torch.device, gen: torch.Generator) -> list[Case]:
+    from ..streaming import StreamingISTFT
+
+    out = []
     # Streaming iSTFT: 256 streams, 10 ms at 24 kHz = 240 samples = 48 frames of hop 5 per push.
     streams, frames = 256, 48
     hann = torch.hann_window(20, device=device)

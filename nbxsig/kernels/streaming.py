@@ -77,20 +77,21 @@ def _istft_push_kernel(
     y = tl.where(env > 1e-11, acc / tl.where(env > 1e-11, env, 1.0), 0.0)
     tl.store(out_ptr + b * n_out + s_loc, y, mask=s_ok)
     if tl.program_id(1) == 0:
-        # New history: frames n_new .. n_new + H − 1 of concat(history, new).
+        # New history: frames n_new .. n_new + H − 1 of concat(history, new). (Fresh names: compiled
+        # Triton refuses a variable whose shape changes inside an if block.)
         hq = tl.arange(0, H_PAD)
         src = hq + n_new
         hm = (hq < H)[:, None] & k_ok[None, :]
         from_h = src < H
-        h_off = (b * n_freq + k[None, :]) * H + src[:, None]
-        n_off = b * s_nb + k[None, :] * s_nf + (src - H)[:, None] * s_nt
-        re = tl.load(hist_ptr + 2 * h_off, mask=hm & from_h[:, None], other=0.0)
-        im = tl.load(hist_ptr + 2 * h_off + 1, mask=hm & from_h[:, None], other=0.0)
-        re += tl.load(new_ptr + n_off, mask=hm & ~from_h[:, None], other=0.0).to(tl.float32)
-        im += tl.load(new_ptr + n_off + s_nc, mask=hm & ~from_h[:, None], other=0.0).to(tl.float32)
-        o_off = (b * n_freq + k[None, :]) * H + hq[:, None]
-        tl.store(hist_out_ptr + 2 * o_off, re, mask=hm)
-        tl.store(hist_out_ptr + 2 * o_off + 1, im, mask=hm)
+        src_h = (b * n_freq + k[None, :]) * H + src[:, None]
+        src_n = b * s_nb + k[None, :] * s_nf + (src - H)[:, None] * s_nt
+        cre = tl.load(hist_ptr + 2 * src_h, mask=hm & from_h[:, None], other=0.0)
+        cim = tl.load(hist_ptr + 2 * src_h + 1, mask=hm & from_h[:, None], other=0.0)
+        cre += tl.load(new_ptr + src_n, mask=hm & ~from_h[:, None], other=0.0).to(tl.float32)
+        cim += tl.load(new_ptr + src_n + s_nc, mask=hm & ~from_h[:, None], other=0.0).to(tl.float32)
+        dst = (b * n_freq + k[None, :]) * H + hq[:, None]
+        tl.store(hist_out_ptr + 2 * dst, cre, mask=hm)
+        tl.store(hist_out_ptr + 2 * dst + 1, cim, mask=hm)
 
 
 def istft_push(
@@ -117,14 +118,21 @@ def istft_push(
     if n_out == 0:
         history_out.copy_(history)
         return out
+    # Empty tensors (no new frame at the flush, no history when hop >= n_fft) may have a null data
+    # pointer, which the launcher refuses; every access to them is masked, so a 1-element stand-in
+    # serves.
+    stand_in = torch.zeros(1, 1, 1, 2, device=device)
+    if new.numel() == 0:
+        new = stand_in
+    hist_in, hist_out = (history, history_out) if history.numel() else (stand_in, stand_in)
     block = min(256, max(16, triton.next_power_of_2(n_out)))
     grid = (batch, triton.cdiv(n_out, block))
     last = frames_before + n_new - 1
     _istft_push_kernel[grid](
         new,
         *new.stride(),
-        history,
-        history_out,
+        hist_in,
+        hist_out,
         basis[0],
         basis[1],
         w2,
