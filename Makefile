@@ -11,14 +11,39 @@ PYTEST_WORKERS ?= 2
 .PHONY: install install-test demo test lint samples gpu-install gpu-test bench clean
 
 install:
-	$(PIP_INSTALL) -e .
+	$(PIP_INSTALL) -e ".[plot]"
 
 install-test:
 	$(PIP_INSTALL) -e ".[test]"
 
+# The CLI's main jobs on samples/, outputs under the ignored .out/demo (the command lines are the docs' examples).
+DEMO_OUT := .out/demo
+
 demo: install
 	$(PYTHON) samples/make_samples.py --check
-	nbxsig --version
+	rm -rf $(DEMO_OUT)
+	nbxsig info samples/
+	@echo "--- iSTFT head output (n_fft 20, hop 5) to audio:"
+	nbxsig istft samples/spectrogram_nfft20_hop5.npy --n-fft 20 -o $(DEMO_OUT)/istft_head.wav
+	@echo "--- STFT of every wav, then back without flags (parameters travel in the .npz):"
+	nbxsig stft samples/ --glob '*.wav' --n-fft 512 -o $(DEMO_OUT)/stft
+	nbxsig istft $(DEMO_OUT)/stft -o $(DEMO_OUT)/roundtrip
+	$(PYTHON) -c "import sys, numpy as np, nbxsig.io as io; \
+	  e = [np.abs(io.read_audio(f'samples/{n}.wav').data - io.read_audio(f'$(DEMO_OUT)/roundtrip/{n}.wav').data).max() \
+	       for n in ('speech_16k', 'speech_24k', 'music_44k1_stereo')]; \
+	  print('stft -> istft round trip, max abs error:', max(e)); sys.exit(int(max(e) > 1e-4))"
+	@echo "--- mel features (80 mels, 25 ms / 10 ms), Whisper log-mel, then a resumed run that skips:"
+	nbxsig mel samples/ --glob 'speech_*.wav' --sample-rate 16000 -o $(DEMO_OUT)/mel
+	nbxsig mel samples/speech_16k.wav --whisper -o $(DEMO_OUT)/whisper/speech_16k.npy
+	nbxsig mel samples/ --glob 'speech_*.wav' --sample-rate 16000 -o $(DEMO_OUT)/mel
+	@echo "--- resampling, audio and image filters:"
+	nbxsig resample samples/music_44k1_stereo.wav --rate 16000 -o $(DEMO_OUT)/music_16k.wav
+	nbxsig filter samples/speech_16k.wav --lowpass 1000 -o $(DEMO_OUT)/speech_16k_lowpass.wav
+	nbxsig filter samples/ --glob '*.png' --gaussian 2 -o $(DEMO_OUT)/blur
+	nbxsig filter samples/ --glob '*.png' --sobel -o $(DEMO_OUT)/sobel
+	nbxsig plot samples/ --glob '*.wav' -o $(DEMO_OUT)/plots
+	nbxsig plot $(DEMO_OUT)/mel/speech_16k.npy -o $(DEMO_OUT)/plots/speech_16k_mel.png
+	nbxsig info $(DEMO_OUT)
 
 
 lint:

@@ -6,11 +6,28 @@ import click
 
 from nbxsig import __version__
 
+from .bench import bench
+from .features import mel
+from .filters import filter_, resample
+from .info import info
+from .plot import plot
+from .spectral import istft, stft
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nbxsig")
 def main() -> None:
-    """GPU signal and vision processing: STFT/iSTFT, mel features, filters, resampling."""
+    """GPU signal and vision processing: STFT/iSTFT, mel features, filters, resampling.
+
+    Every batch command takes files, folders (searched recursively) and @list.txt files; writes
+    each output atomically (never over an input; existing outputs are skipped unless --overwrite);
+    keeps going past bad files and exits 1 if any failed; writes a JSONL manifest for folder
+    outputs and a one-line summary on stderr.
+    """
+
+
+for command in (info, stft, istft, mel, filter_, resample, plot, bench):
+    main.add_command(command)
 
 
 if __name__ == "__main__":

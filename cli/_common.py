@@ -1,0 +1,184 @@
+"""Options and the run loop shared by the batch commands."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nbxsig import batch
+
+WINDOWS = ("hann", "hamming", "blackman", "ones")
+
+
+@dataclass
+class BatchOptions:
+    output: str | None
+    overwrite: bool
+    manifest: str | None
+    quiet: bool
+    verbose: bool
+    shard: str | None
+    glob: str | None
+    jobs: int | None
+    batch_size: int
+    device: str
+
+
+def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the options every batch command takes; the command receives them as ``opts``."""
+    options = [
+        click.option(
+            "-o",
+            "--output",
+            metavar="OUT",
+            help="Output file (one input) or folder (mirrors the input tree). Default: beside each input.",
+        ),
+        click.option("--overwrite", is_flag=True, help="Replace existing outputs (default: skip them)."),
+        click.option(
+            "--manifest",
+            metavar="PATH",
+            help="JSONL manifest, one row per input. Default: OUT/manifest.jsonl when OUT is a folder.",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line."),
+        click.option("-v", "--verbose", is_flag=True, help="Also print throughput and where the time went."),
+        click.option(
+            "--shard", metavar="K/N", help="Process only the K-th of N deterministic parts (1 ≤ K ≤ N)."
+        ),
+        click.option(
+            "--glob", metavar="PATTERN", help="Select files in folders by this pattern (e.g. '*.flac')."
+        ),
+        click.option(
+            "-j",
+            "--jobs",
+            type=click.IntRange(min=0),
+            default=None,
+            help="Decode worker processes (0: decode in the main process). Default: CPUs, at most 8.",
+        ),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            default=32,
+            show_default=True,
+            help="Files per device batch (files of similar length are batched together).",
+        ),
+        click.option(
+            "--device",
+            default="auto",
+            show_default=True,
+            metavar="auto|cpu|cuda[:i]",
+            help="Where to compute; auto is CUDA when available.",
+        ),
+    ]
+    names = [
+        "output",
+        "overwrite",
+        "manifest",
+        "quiet",
+        "verbose",
+        "shard",
+        "glob",
+        "jobs",
+        "batch_size",
+        "device",
+    ]
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        opts = BatchOptions(**{name: kwargs.pop(name) for name in names})
+        return f(*args, opts=opts, **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def resolve_device(opts: BatchOptions) -> Any:
+    try:
+        return batch.resolve_device(opts.device)
+    except batch.BatchUsageError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from None
+
+
+def execute(
+    inputs: Sequence[str],
+    opts: BatchOptions,
+    job: batch.Job,
+    *,
+    extensions: Sequence[str],
+    suffix: Callable[[Path], str],
+) -> None:
+    """Discover, shard, plan, run, print the summary and exit 1 if any input failed."""
+    try:
+        found = batch.discover(inputs, extensions=extensions, glob=opts.glob)
+        part = batch.shard(found, batch.parse_shard(opts.shard))
+    except batch.BatchUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    single = len(inputs) == 1 and not inputs[0].startswith("@") and not os.path.isdir(inputs[0])
+    if opts.output is not None:
+        # An output folder inside a searched input folder must not feed the next run its outputs.
+        out_real = os.path.realpath(opts.output)
+        part = [
+            f for f in part if not (f.from_folder and os.path.realpath(f.path).startswith(out_real + os.sep))
+        ]
+    tasks, out_dir = batch.plan(part, output=opts.output, suffix=suffix, single_input=single)
+    manifest = Path(opts.manifest) if opts.manifest else (out_dir / "manifest.jsonl" if out_dir else None)
+    jobs = batch.default_jobs() if opts.jobs is None else opts.jobs
+    summary = batch.run(
+        tasks,
+        job,
+        batch_size=opts.batch_size,
+        jobs=jobs,
+        overwrite=opts.overwrite,
+        manifest=manifest,
+        quiet=opts.quiet,
+        stream=sys.stderr,
+    )
+    if not opts.quiet:
+        click.echo(summary.line(), err=True)
+    if opts.verbose:
+        click.echo(summary.details(), err=True)
+    if summary.interrupted:
+        sys.exit(128 + int(summary.signal or 2))
+    if summary.failed:
+        sys.exit(1)
+
+
+class Notice:
+    """Prints a message on stderr once per run (e.g. an assumed sample rate)."""
+
+    def __init__(self) -> None:
+        self.said: set[str] = set()
+
+    def __call__(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            click.echo(f"nbxsig: {text}", err=True)
+
+
+def make_window(name: str, win_length: int, *, device: Any) -> Any:
+    """A periodic window (the CLI's default is a periodic Hann)."""
+    import torch
+
+    if name == "ones":
+        return torch.ones(win_length, device=device)
+    fn = {"hann": torch.hann_window, "hamming": torch.hamming_window, "blackman": torch.blackman_window}[name]
+    return fn(win_length, periodic=True, device=device)
+
+
+def keep_subtype(path: Path, subtype: str | None) -> str | None:
+    """The input's subtype where the output format can hold it, else the format's default."""
+    import soundfile
+
+    from nbxsig.io import _AUDIO_FORMATS
+
+    fmt = _AUDIO_FORMATS.get(path.suffix.lower())
+    if subtype and fmt and soundfile.check_format(fmt, subtype):
+        return subtype
+    return None

@@ -1,0 +1,143 @@
+"""``nbxsig mel``."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from nbxsig import batch
+from nbxsig import io as nio
+
+from ._common import BatchOptions, Notice, batch_options, execute, make_window, resolve_device
+
+#: Rate assumed for .npy waveforms when --sample-rate is not given.
+DEFAULT_ARRAY_RATE = 16000
+
+
+@dataclass(frozen=True)
+class MelParams:
+    sample_rate: int | None  # None: each file's own rate
+    n_fft: int
+    hop_length: int
+    n_mels: int
+    f_min: float
+    f_max: float | None
+    log: bool
+    whisper: bool
+
+
+def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: Notice) -> list[np.ndarray]:
+    """Batched (log-)mel spectrograms equal to per-file ones: each file is resampled (when
+    --sample-rate asks) and reflect-padded by n_fft // 2 on its own, the batch is zero-padded to the
+    longest and transformed with center=False, and each file's frames are cut back to its own count.
+    Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only.
+    Without resampling the batch is assembled on the CPU and moved in one copy (int16 PCM as is)."""
+    import torch
+
+    import nbxsig.features
+
+    for it in items:
+        if it.rate_assumed and p.sample_rate is None:
+            notice(f"arrays carry no sample rate; assuming {it.sample_rate} Hz (--sample-rate)")
+    rate = items[0].sample_rate  # the group key makes the rates equal
+    target = 16000 if p.whisper else (p.sample_rate or rate)
+    half = 0 if p.whisper else p.n_fft // 2
+    if target == rate:
+        stack, _ = batch.stack_padded([it.data for it in items], pad=half, mode="reflect")
+        x = batch.to_device_float(stack, device)
+        lengths = [it.samples for it in items]
+    else:
+        import nbxsig.filters
+
+        signals = [
+            nbxsig.filters.resample(batch.to_device_float(it.data, device), rate, target) for it in items
+        ]
+        lengths = [s.shape[-1] for s in signals]
+        stack, _ = batch.stack_padded([s.cpu().numpy() for s in signals], pad=half, mode="reflect")
+        x = torch.from_numpy(stack).to(device)
+    if p.whisper:
+        mel = nbxsig.features.whisper_log_mel(x, n_mels=p.n_mels)
+        frames = [mel.shape[-1]] * len(items)
+    else:
+        frames = [1 + (n + 2 * half - p.n_fft) // p.hop_length for n in lengths]
+        if min(frames) < 1:
+            raise nio.InputFileError(f"{min(lengths)} samples are too few for n_fft={p.n_fft}")
+        fn = nbxsig.features.log_mel_spectrogram if p.log else nbxsig.features.mel_spectrogram
+        mel = fn(
+            x,
+            sample_rate=target,
+            n_fft=p.n_fft,
+            hop_length=p.hop_length,
+            f_min=p.f_min,
+            f_max=p.f_max,
+            n_mels=p.n_mels,
+            window=make_window("hann", p.n_fft, device=device),
+            center=False,
+        )
+    mel = mel.to(torch.float32).cpu().numpy()
+    out, r = [], 0
+    for it, n in zip(items, frames, strict=True):
+        c = it.data.shape[0]
+        out.append(np.ascontiguousarray(mel[r : r + c, :, :n]))
+        r += c
+    return out
+
+
+def mel_key(a: nio.Audio, p: MelParams) -> Any:
+    return (a.sample_rate, a.data.dtype.str, a.samples if p.whisper else None)
+
+
+def mel_save(item: nio.Audio, mel: np.ndarray, output: Path) -> None:
+    nio.write_npy(output, mel)
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.option(
+    "--sample-rate",
+    type=click.IntRange(min=1),
+    help=f"Compute at this rate (Hz), resampling audio at other rates; .npy waveforms are taken to be "
+    f"at this rate. Default: each file's own rate, {DEFAULT_ARRAY_RATE} for .npy waveforms.",
+)
+@click.option("--n-fft", type=click.IntRange(min=2), default=400, show_default=True)
+@click.option("--hop-length", type=click.IntRange(min=1), default=160, show_default=True)
+@click.option("--n-mels", type=click.IntRange(min=1), default=80, show_default=True)
+@click.option("--f-min", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Hz.")
+@click.option("--f-max", type=click.FloatRange(min=0), help="Hz. Default: sample_rate / 2.")
+@click.option("--log", is_flag=True, help="log10 of the mel power (floored at 1e-10).")
+@click.option(
+    "--whisper", is_flag=True, help="The Whisper front end (16 kHz, n_fft 400, hop 160, 80 or 128 mels)."
+)
+@batch_options
+def mel(
+    inputs: tuple[str, ...],
+    sample_rate: int | None,
+    n_fft: int,
+    hop_length: int,
+    n_mels: int,
+    f_min: float,
+    f_max: float | None,
+    log: bool,
+    whisper: bool,
+    opts: BatchOptions,
+) -> None:
+    """Mel spectrograms of audio files (or .npy waveforms) into float32 .npy files of shape
+    (channels, n_mels, frames): power, or log10 with --log, or Whisper's log-mel with --whisper."""
+    if whisper and n_mels not in (80, 128):
+        raise click.BadParameter(f"--whisper takes 80 or 128 mels, got {n_mels}", param_hint="--n-mels")
+    p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
+    device = resolve_device(opts)
+    job = batch.Job(
+        # PCM_16 stays int16 until it is on the device: half the bytes from the decode workers.
+        load=functools.partial(nio.read_signal, default_rate=sample_rate or DEFAULT_ARRAY_RATE, pcm16=True),
+        process=functools.partial(mel_process, p=p, device=device, notice=Notice()),
+        save=mel_save,
+        group_key=functools.partial(mel_key, p=p),
+        length=lambda a: a.samples,
+    )
+    execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".npy")

@@ -1,0 +1,439 @@
+"""File input/output for the CLI and for scripts: audio, arrays, images, atomic writes.
+
+Audio goes through ``soundfile`` (libsndfile: WAV, FLAC, OGG/Vorbis, AIFF, ...), arrays are ``.npy``
+/ ``.npz``, images go through Pillow. The imports happen inside the functions, so ``import nbxsig.io``
+works on a machine without soundfile (the GPU machine); there, integer-PCM WAV files are still read
+(through the standard library's ``wave``), and other audio raises InputFileError.
+
+Every writer is atomic: the data goes to a hidden temporary sibling of the destination
+(``.NAME.tmp-PID-RANDOM``), which is flushed, fsync'ed and renamed over the destination. A process
+killed mid-write leaves no partial output under the destination's name; :func:`remove_stale_temps`
+removes temporaries a killed process left behind.
+
+Example::
+
+    from nbxsig import io
+    audio = io.read_audio("speech.flac")        # Audio(data (C, L) float32, sample_rate, subtype)
+    io.write_audio("out.wav", audio.data, audio.sample_rate, subtype="PCM_16")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .errors import NbxsigError
+
+#: File extensions (lower case, with the dot) read as audio through soundfile.
+AUDIO_EXTENSIONS: tuple[str, ...] = (".wav", ".flac", ".ogg", ".oga", ".aif", ".aiff", ".au", ".caf", ".w64")
+#: Array files.
+ARRAY_EXTENSIONS: tuple[str, ...] = (".npy", ".npz")
+#: Image files read and written through Pillow.
+IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+
+#: soundfile format names by extension, used when writing through a temporary file (whose name has
+#: no meaningful extension).
+_AUDIO_FORMATS = {
+    ".wav": "WAV",
+    ".flac": "FLAC",
+    ".ogg": "OGG",
+    ".oga": "OGG",
+    ".aif": "AIFF",
+    ".aiff": "AIFF",
+    ".au": "AU",
+    ".caf": "CAF",
+    ".w64": "W64",
+}
+_IMAGE_FORMATS = {
+    ".png": "PNG",
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".bmp": "BMP",
+    ".tif": "TIFF",
+    ".tiff": "TIFF",
+    ".webp": "WEBP",
+}
+_TEMP_MARK = ".tmp-"
+
+
+class InputFileError(NbxsigError, ValueError):
+    """An input file cannot be used: missing, empty, corrupt, of an unsupported type, or holding
+    non-finite values. The message names the file and the reason."""
+
+
+@dataclass
+class Audio:
+    """Decoded audio.
+
+    Attributes:
+        data: float32 samples of shape (channels, frames), full scale ±1 for PCM sources; or int16
+            (full scale ±32768) when read with ``pcm16=True`` from a PCM_16 file (see :meth:`float32`).
+        sample_rate: in Hz.
+        subtype: the file's soundfile subtype ("PCM_16", "FLOAT", ...), or None for arrays.
+    """
+
+    data: np.ndarray
+    sample_rate: int
+    subtype: str | None = None
+    #: True when ``sample_rate`` is an assumed default (an array file carries no rate).
+    rate_assumed: bool = False
+
+    @property
+    def samples(self) -> int:
+        """Frames per channel."""
+        return int(self.data.shape[-1])
+
+    def float32(self) -> np.ndarray:
+        """The samples as float32 in ±1 (int16 data divided by 32768, exactly as soundfile does)."""
+        if self.data.dtype == np.int16:
+            return self.data.astype(np.float32) * np.float32(1.0 / 32768.0)
+        return self.data
+
+
+def kind_of(path: str | os.PathLike[str]) -> str:
+    """``"audio"``, ``"array"``, ``"image"`` or ``"unknown"``, from the file's extension."""
+    ext = Path(path).suffix.lower()
+    if ext in AUDIO_EXTENSIONS:
+        return "audio"
+    if ext in ARRAY_EXTENSIONS:
+        return "array"
+    if ext in IMAGE_EXTENSIONS:
+        return "image"
+    return "unknown"
+
+
+def _check_readable(path: Path) -> None:
+    if not path.exists():
+        raise InputFileError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputFileError(f"{path}: not a regular file")
+    if path.stat().st_size == 0:
+        raise InputFileError(f"{path}: the file is empty (0 bytes)")
+
+
+def check_finite(path: str | os.PathLike[str], data: np.ndarray) -> np.ndarray:
+    """Return ``data``; raise :class:`InputFileError` if it holds NaN or ±inf."""
+    if np.issubdtype(data.dtype, np.inexact) and not np.isfinite(data).all():
+        bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+        raise InputFileError(f"{path}: {bad} of {data.size} values are not finite (NaN or inf)")
+    return data
+
+
+def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False, pcm16: bool = False) -> Audio:
+    """Decode an audio file to float32 ``(channels, frames)``.
+
+    Args:
+        path: a file soundfile can read (see :data:`AUDIO_EXTENSIONS`).
+        allow_empty: accept a file with zero frames (refused by default: nothing to process).
+        pcm16: keep PCM_16 samples as int16 (half the bytes to move between processes; convert
+            with :meth:`Audio.float32` or on the device). Other subtypes are float32 regardless.
+
+    Returns:
+        :class:`Audio`.
+
+    Raises:
+        InputFileError: missing, empty, corrupt or unsupported file; zero frames; non-finite
+        samples (possible in FLOAT/DOUBLE files).
+    """
+    path = Path(path)
+    _check_readable(path)
+    soundfile = _soundfile()
+    if soundfile is None:
+        data, rate, subtype = _read_wav_stdlib(path, pcm16=pcm16)
+    else:
+        try:
+            with soundfile.SoundFile(str(path)) as f:
+                dtype = "int16" if pcm16 and f.subtype == "PCM_16" else "float32"
+                data = f.read(dtype=dtype, always_2d=True).T
+                rate, subtype = int(f.samplerate), f.subtype
+        except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
+            raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
+    if data.shape[-1] == 0 and not allow_empty:
+        raise InputFileError(f"{path}: the audio has zero frames")
+    return Audio(check_finite(path, np.ascontiguousarray(data)), rate, subtype)
+
+
+def _soundfile() -> Any:
+    """The soundfile module, or None where it is not installed (the GPU machine's image)."""
+    try:
+        import soundfile
+    except ImportError:
+        return None
+    return soundfile
+
+
+def _read_wav_stdlib(path: Path, *, pcm16: bool = False) -> tuple[np.ndarray, int, str]:
+    """Integer-PCM WAV through the standard library, for machines without soundfile."""
+    import wave
+
+    try:
+        with wave.open(str(path), "rb") as w:
+            width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
+            raw = w.readframes(w.getnframes())
+    except (wave.Error, EOFError, OSError) as exc:
+        hint = "" if path.suffix.lower() == ".wav" else "; install soundfile for this format"
+        raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)}{hint})") from None
+    if width == 1:
+        data = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 3:
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
+        data = ((b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8).astype(np.float32) / 2.0**23
+    elif width == 2 and pcm16:
+        data = np.frombuffer(raw, "<i2")
+    else:
+        dtype = {2: np.int16, 4: np.int32}[width]
+        data = np.frombuffer(raw, dtype).astype(np.float32) / float(2 ** (8 * width - 1))
+    return data.reshape(-1, channels).T, int(rate), f"PCM_{8 * width if width > 1 else 'U8'}"
+
+
+def audio_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Header facts of an audio file without decoding it: sample_rate, channels, frames, duration (s),
+    format, subtype.
+
+    Raises:
+        InputFileError: missing, empty, corrupt or unsupported file.
+    """
+    path = Path(path)
+    _check_readable(path)
+    soundfile = _soundfile()
+    if soundfile is None:
+        data, rate, subtype = _read_wav_stdlib(path)
+        channels, frames, fmt = data.shape[0], data.shape[1], "WAV"
+    else:
+        try:
+            info = soundfile.info(str(path))
+        except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
+            raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
+        rate, channels, frames = int(info.samplerate), int(info.channels), int(info.frames)
+        fmt, subtype = info.format, info.subtype
+    return {
+        "sample_rate": rate,
+        "channels": channels,
+        "frames": frames,
+        "duration": frames / rate if rate else 0.0,
+        "format": fmt,
+        "subtype": subtype,
+    }
+
+
+def read_array(path: str | os.PathLike[str]) -> np.ndarray | dict[str, np.ndarray]:
+    """Load a ``.npy`` (an array) or ``.npz`` (a dict of arrays). Pickled objects are refused.
+
+    Raises:
+        InputFileError: missing, empty, corrupt file, or an object array.
+    """
+    path = Path(path)
+    _check_readable(path)
+    try:
+        loaded = np.load(str(path), allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                return {k: loaded[k] for k in loaded.files}
+        return loaded
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputFileError(f"{path}: cannot load as a NumPy array ({_short(exc)})") from None
+    except Exception as exc:  # zipfile.BadZipFile and friends from a damaged .npz
+        raise InputFileError(f"{path}: cannot load as a NumPy array ({_short(exc)})") from None
+
+
+def read_image(path: str | os.PathLike[str]) -> np.ndarray:
+    """Decode an image to float32 ``(channels, height, width)`` in [0, 1] (grayscale → 1 channel,
+    RGB(A) → 3 (4) channels; palette images are converted to RGB(A)).
+
+    Raises:
+        InputFileError: missing, empty, corrupt or unsupported file.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    _check_readable(path)
+    try:
+        with Image.open(path) as img:
+            img.load()
+            if img.mode not in ("L", "RGB", "RGBA", "I;16", "I", "F"):
+                img = img.convert("RGBA" if "A" in img.getbands() or img.mode == "P" else "RGB")
+            arr = np.asarray(img)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InputFileError(f"{path}: cannot decode as an image ({_short(exc)})") from None
+    if arr.dtype == np.uint8:
+        out = arr.astype(np.float32) / 255.0
+    elif arr.dtype in (np.uint16, np.int32) or img.mode.startswith("I"):
+        out = arr.astype(np.float32) / 65535.0
+    else:
+        out = arr.astype(np.float32)
+    out = out[None] if out.ndim == 2 else np.moveaxis(out, -1, 0)
+    return check_finite(path, np.ascontiguousarray(out))
+
+
+def read_signal(path: str | os.PathLike[str], *, default_rate: int, pcm16: bool = False) -> Audio:
+    """Read a waveform from an audio file or a real ``.npy`` array of shape ``(L,)``, ``(C, L)``
+    or ``(..., L)`` (leading dimensions become channels).
+
+    Args:
+        path: the file.
+        default_rate: the sample rate (Hz) assumed for arrays, which carry none.
+        pcm16: see :func:`read_audio`.
+
+    Returns:
+        :class:`Audio` with float32 data ``(channels, frames)``; ``rate_assumed`` is True for arrays.
+
+    Raises:
+        InputFileError: unreadable, unsupported (``.npz``, images, ...), empty, complex or
+        non-finite input.
+    """
+    kind = kind_of(path)
+    if kind == "audio":
+        return read_audio(path, pcm16=pcm16)
+    if Path(path).suffix.lower() != ".npy":
+        raise InputFileError(f"{path}: unsupported input type (expected audio or a .npy waveform)")
+    arr = read_array(path)
+    assert isinstance(arr, np.ndarray)
+    if np.iscomplexobj(arr) or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        raise InputFileError(f"{path}: a waveform must be a real array, got dtype {arr.dtype}")
+    if arr.ndim == 0 or arr.size == 0:
+        raise InputFileError(f"{path}: the array is empty (shape {arr.shape})")
+    data = arr.astype(np.float32).reshape(-1, arr.shape[-1])
+    return Audio(check_finite(path, np.ascontiguousarray(data)), int(default_rate), None, rate_assumed=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Atomic writes
+
+
+def temp_sibling(path: str | os.PathLike[str]) -> Path:
+    """A fresh hidden temporary name beside ``path``: ``.NAME.tmp-PID-RANDOM``."""
+    path = Path(path)
+    return path.with_name(f".{path.name}{_TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is one of :func:`temp_sibling`'s."""
+    return name.startswith(".") and _TEMP_MARK in name
+
+
+def remove_stale_temps(path: str | os.PathLike[str]) -> int:
+    """Delete temporaries of ``path`` left by a killed writer; return how many were removed."""
+    path = Path(path)
+    removed = 0
+    with contextlib.suppress(OSError):
+        for p in path.parent.glob(f".{_glob_escape(path.name)}{_TEMP_MARK}*"):
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed += 1
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], *, make_parents: bool = True) -> Iterator[IO[bytes]]:
+    """Open a binary file object whose contents replace ``path`` atomically when the block ends
+    without an exception; on an exception (or KeyboardInterrupt/SystemExit) the temporary is deleted
+    and ``path`` is untouched.
+
+    Raises:
+        OSError: the folder cannot be created or written (e.g. a parent is a regular file).
+    """
+    path = Path(path)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(path)
+    f = open(tmp, "xb")  # noqa: SIM115 - closed below, before the rename
+    try:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        os.replace(tmp, path)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_audio(
+    path: str | os.PathLike[str], data: Any, sample_rate: int, *, subtype: str | None = None
+) -> None:
+    """Write ``(channels, frames)`` samples atomically. The format follows the extension; ``subtype``
+    None is soundfile's default for the format (PCM_16 for WAV/FLAC).
+
+    Raises:
+        InputFileError: ``subtype`` is not valid for the format (e.g. FLOAT in FLAC).
+        OSError: the destination cannot be written.
+    """
+    import soundfile
+
+    path = Path(path)
+    fmt = _AUDIO_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise InputFileError(f"{path}: cannot write audio with extension {path.suffix!r}")
+    arr = _numpy(data)
+    arr = arr[None] if arr.ndim == 1 else arr
+    if subtype is not None and not soundfile.check_format(fmt, subtype):
+        raise InputFileError(f"{path}: subtype {subtype!r} cannot be written in {fmt} files")
+    if subtype is None or subtype.startswith(("PCM", "ULAW", "ALAW", "DPCM", "DWVW")):
+        # Integer formats: clip rather than let libsndfile wrap out-of-range samples around.
+        arr = np.clip(arr, -1.0, 1.0)
+    with atomic_open(path) as f:
+        soundfile.write(f, np.ascontiguousarray(arr.T), int(sample_rate), subtype=subtype, format=fmt)
+
+
+def write_npy(path: str | os.PathLike[str], data: Any) -> None:
+    """Save one array as ``.npy``, atomically."""
+    with atomic_open(path) as f:
+        np.save(f, _numpy(data), allow_pickle=False)
+
+
+def write_npz(path: str | os.PathLike[str], arrays: dict[str, Any]) -> None:
+    """Save a dict of arrays (and scalars/strings, stored as 0-d arrays) as ``.npz``, atomically."""
+    with atomic_open(path) as f:
+        np.savez(f, **{k: _numpy(v) for k, v in arrays.items()})
+
+
+def write_image(path: str | os.PathLike[str], data: Any) -> None:
+    """Save float ``(channels, height, width)`` in [0, 1] (1, 3 or 4 channels) as an 8-bit image,
+    atomically; the format follows the extension. Values are clipped to [0, 1]."""
+    from PIL import Image
+
+    path = Path(path)
+    fmt = _IMAGE_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise InputFileError(f"{path}: cannot write an image with extension {path.suffix!r}")
+    arr = _numpy(data)
+    if arr.ndim == 3:
+        arr = arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, -1)
+    if fmt == "JPEG" and arr.ndim == 3 and arr.shape[-1] == 4:
+        arr = arr[..., :3]  # JPEG has no alpha channel
+    img = Image.fromarray(np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8))
+    with atomic_open(path) as f:
+        img.save(f, format=fmt)
+
+
+def save_figure(path: str | os.PathLike[str], figure: Any, **kwargs: Any) -> None:
+    """Save a matplotlib figure atomically (format from the extension)."""
+    path = Path(path)
+    with atomic_open(path) as f:
+        figure.savefig(f, format=path.suffix.lstrip(".").lower() or "png", **kwargs)
+
+
+def _numpy(data: Any) -> np.ndarray:
+    if hasattr(data, "detach"):  # a torch tensor; torch is not imported here
+        data = data.detach().cpu().numpy()
+    return np.asarray(data)
+
+
+def _glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__

@@ -1,0 +1,365 @@
+"""nbxsig.batch: discovery, sharding, output planning and the run loop, with a toy job."""
+
+from __future__ import annotations
+
+import functools
+import io as stdio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nbxsig import batch
+from nbxsig import io as nio
+
+
+def _touch(root: Path, *names: str) -> None:
+    for name in names:
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x")
+
+
+# --------------------------------------------------------------------------------------------
+# discovery
+
+
+def test_discover_folders_recursively_filtered_and_sorted(tmp_path: Path) -> None:
+    _touch(
+        tmp_path,
+        "in/b.wav",
+        "in/a/c.FLAC",
+        "in/notes.txt",
+        "in/.hidden.wav",
+        "in/.git/x.wav",
+        "in/a/.d.wav.tmp-1-2",
+    )
+    found = batch.discover([tmp_path / "in"], extensions=[".wav", ".flac"])
+    assert [f.rel.as_posix() for f in found] == ["a/c.FLAC", "b.wav"]
+    assert all(f.from_folder for f in found)
+
+
+def test_discover_glob(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/x/a.wav", "in/y/b.wav", "in/y/c.flac")
+    found = batch.discover([tmp_path / "in"], extensions=[".wav"], glob="y/*")
+    assert [f.rel.as_posix() for f in found] == ["y/b.wav", "y/c.flac"]
+    found = batch.discover([tmp_path / "in"], extensions=[".wav"], glob="*.flac")  # names at any depth
+    assert [f.rel.as_posix() for f in found] == ["y/c.flac"]
+
+
+def test_discover_named_files_mirror_their_common_folder(tmp_path: Path) -> None:
+    _touch(tmp_path, "d/one/a.wav", "d/two/b.txt")
+    found = batch.discover([tmp_path / "d/one/a.wav", tmp_path / "d/two/b.txt"], extensions=[".wav"])
+    # A file named directly is taken whatever its extension (it is then reported, not ignored).
+    assert [f.rel.as_posix() for f in found] == ["one/a.wav", "two/b.txt"]
+    assert not any(f.from_folder for f in found)
+
+
+def test_discover_list_files_relative_to_the_list(tmp_path: Path) -> None:
+    _touch(tmp_path, "data/a.wav", "data/sub/b.wav", "other/c.wav")
+    (tmp_path / "data/list.txt").write_text(
+        "# comment\na.wav\n\nsub\n" + str(tmp_path / "other/c.wav") + "\n"
+    )
+    found = batch.discover([f"@{tmp_path / 'data/list.txt'}"], extensions=[".wav"])
+    assert sorted(p.path.name for p in found) == ["a.wav", "b.wav", "c.wav"]
+
+
+def test_discover_deduplicates(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.wav")
+    found = batch.discover([tmp_path / "in", tmp_path / "in/a.wav"], extensions=[".wav"])
+    assert len(found) == 1
+
+
+def test_discover_errors(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(batch.BatchUsageError, match="no input files"):
+        batch.discover([tmp_path / "empty"], extensions=[".wav"])
+    with pytest.raises(batch.BatchUsageError, match="cannot read the input list"):
+        batch.discover([f"@{tmp_path / 'nope.txt'}"], extensions=[".wav"])
+
+
+# --------------------------------------------------------------------------------------------
+# sharding
+
+
+@pytest.mark.parametrize("spec", ["0/3", "4/3", "1", "a/b", "1/0", "-1/2"])
+def test_parse_shard_refuses(spec: str) -> None:
+    with pytest.raises(batch.BatchUsageError, match="--shard"):
+        batch.parse_shard(spec)
+
+
+def test_shards_partition_the_inputs(tmp_path: Path) -> None:
+    names = [f"f{i:03d}.wav" for i in range(60)]
+    _touch(tmp_path, *(f"in/{n}" for n in names))
+    found = batch.discover([tmp_path / "in"], extensions=[".wav"])
+    parts = [batch.shard(found, batch.parse_shard(f"{k}/4")) for k in range(1, 5)]
+    flat = [f.rel.as_posix() for part in parts for f in part]
+    assert sorted(flat) == names  # each file exactly once
+    assert all(len(p) >= 5 for p in parts)  # no shard starved
+    # Deterministic and independent of the listing's order.
+    again = batch.shard(list(reversed(found)), (2, 4))
+    assert sorted(f.rel for f in again) == sorted(f.rel for f in parts[1])
+
+
+# --------------------------------------------------------------------------------------------
+# planning
+
+
+def test_plan_folder_output_mirrors_the_tree(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.wav", "in/s/b.flac")
+    found = batch.discover([tmp_path / "in"], extensions=[".wav", ".flac"])
+    tasks, out_dir = batch.plan(found, output=tmp_path / "out", suffix=lambda p: ".npy", single_input=False)
+    assert out_dir == tmp_path / "out"
+    assert [t.output for t in tasks] == [tmp_path / "out/a.npy", tmp_path / "out/s/b.npy"]
+    assert all(t.error is None for t in tasks)
+
+
+def test_plan_single_file_output_and_beside(tmp_path: Path) -> None:
+    _touch(tmp_path, "a.wav")
+    found = batch.discover([tmp_path / "a.wav"], extensions=[".wav"])
+    tasks, out_dir = batch.plan(found, output=tmp_path / "x.npy", suffix=lambda p: ".npz", single_input=True)
+    assert out_dir is None and tasks[0].output == tmp_path / "x.npy"
+    tasks, _ = batch.plan(found, output=f"{tmp_path / 'dir'}/", suffix=lambda p: ".npz", single_input=True)
+    assert tasks[0].output == tmp_path / "dir/a.npz"
+    tasks, _ = batch.plan(found, output=None, suffix=lambda p: ".npz", single_input=True)
+    assert tasks[0].output == tmp_path / "a.npz"
+
+
+def test_plan_never_targets_an_input(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.wav", "in/a.flac", "in/b.wav")
+    found = batch.discover([tmp_path / "in"], extensions=[".wav", ".flac"])
+    # Same extension, no -o: the output would be the input itself.
+    tasks, _ = batch.plan(found, output=None, suffix=lambda p: p.suffix, single_input=False)
+    assert all("refusing to overwrite the input" in t.error for t in tasks)
+    # a.flac → a.wav would overwrite the input a.wav; and two inputs cannot share an output.
+    tasks, _ = batch.plan(found, output=None, suffix=lambda p: ".wav", single_input=False)
+    assert "refusing to overwrite" in tasks[0].error  # a.flac → a.wav (an input)
+    tasks, _ = batch.plan(found, output=tmp_path / "o", suffix=lambda p: ".npy", single_input=False)
+    assert tasks[0].error is None and "also the output of" in tasks[1].error
+
+
+# --------------------------------------------------------------------------------------------
+# running
+
+
+# nbxsig.io imports numpy only, so spawned decode workers start quickly.
+_toy_load = functools.partial(nio.read_signal, default_rate=1000)
+
+
+class ToyJob:
+    """Doubles the signal; records the batches it saw; fails on a marked file."""
+
+    def __init__(self, *, poison: float | None = None):
+        self.batches: list[list[int]] = []
+        self.poison = poison
+
+    def process(self, items: list[nio.Audio]) -> list[np.ndarray]:
+        self.batches.append([it.samples for it in items])
+        if self.poison is not None and any(np.any(it.data == self.poison) for it in items):
+            raise ValueError("poisoned input")
+        stacked, rows = batch.pad_stack([torch.from_numpy(it.data) for it in items])
+        out = (2 * stacked).numpy()
+        res, r = [], 0
+        for it, n in zip(items, rows, strict=True):
+            res.append(out[r : r + n, : it.samples])
+            r += n
+        return res
+
+    def job(self) -> batch.Job:
+        return batch.Job(
+            load=_toy_load,
+            process=self.process,
+            save=lambda item, result, out: nio.write_npy(out, result),
+            group_key=lambda a: a.sample_rate,
+            length=lambda a: a.samples,
+        )
+
+
+def _arrays(root: Path, lengths: list[int]) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, n in enumerate(lengths):
+        p = root / f"x{i:02d}.npy"
+        np.save(p, np.arange(1, n + 1, dtype=np.float32)[None] / n)
+        paths.append(p)
+    return paths
+
+
+def _tasks(tmp_path: Path, *, out: str = "out") -> list[batch.Task]:
+    found = batch.discover([tmp_path / "in"], extensions=[".npy"])
+    tasks, _ = batch.plan(found, output=tmp_path / out, suffix=lambda p: ".npy", single_input=False)
+    return tasks
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_run_buckets_similar_lengths(tmp_path: Path) -> None:
+    lengths = [100, 3000, 101, 3010, 102, 2990, 104, 50]
+    _arrays(tmp_path / "in", lengths)
+    toy = ToyJob()
+    summary = batch.run(_tasks(tmp_path), toy.job(), batch_size=3, jobs=0, manifest=tmp_path / "m.jsonl")
+    assert (summary.ok, summary.failed, summary.skipped) == (8, 0, 0)
+    for b in toy.batches:
+        assert max(b) <= 1.1 * min(b), f"batch mixes lengths {b}"
+        assert len(b) <= 3
+    assert sorted(n for b in toy.batches for n in b) == sorted(lengths)
+    for i, n in enumerate(lengths):
+        got = np.load(tmp_path / f"out/x{i:02d}.npy")
+        np.testing.assert_array_equal(got, 2 * np.arange(1, n + 1, dtype=np.float32)[None] / n)
+    rows = _rows(tmp_path / "m.jsonl")
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}
+    assert {r["samples"] for r in rows} == set(lengths) and {r["sample_rate"] for r in rows} == {1000}
+    assert summary.line().startswith("8 ok, 0 failed, 0 skipped in ")
+
+
+def test_run_one_bad_file_does_not_sink_its_batch(tmp_path: Path) -> None:
+    paths = _arrays(tmp_path / "in", [100, 100, 100, 100])
+    bad = np.full((1, 100), 7.0, np.float32)
+    np.save(paths[2], bad)
+    toy = ToyJob(poison=7.0)
+    summary = batch.run(_tasks(tmp_path), toy.job(), batch_size=4, jobs=0, manifest=tmp_path / "m.jsonl")
+    assert (summary.ok, summary.failed) == (3, 1)
+    rows = {Path(r["input"]).name: r for r in _rows(tmp_path / "m.jsonl")}
+    assert rows["x02.npy"]["status"] == "failed" and "poisoned input" in rows["x02.npy"]["error"]
+    assert not (tmp_path / "out/x02.npy").exists() and (tmp_path / "out/x03.npy").exists()
+
+
+def test_run_skips_existing_unless_overwrite(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 20, 30])
+    (tmp_path / "out").mkdir()
+    np.save(tmp_path / "out/x01.npy", np.zeros(1))
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), jobs=0)
+    assert (summary.ok, summary.skipped) == (2, 1)
+    assert np.load(tmp_path / "out/x01.npy").shape == (1,)
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), jobs=0, overwrite=True)
+    assert (summary.ok, summary.skipped) == (3, 0)
+    assert np.load(tmp_path / "out/x01.npy").shape == (1, 20)
+
+
+def test_run_with_decode_workers(tmp_path: Path) -> None:
+    lengths = [64, 65, 66, 500, 501, 7]
+    _arrays(tmp_path / "in", lengths)
+    (tmp_path / "in/broken.npy").write_bytes(b"not an array")
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=2, jobs=2)
+    assert (summary.ok, summary.failed) == (6, 1)
+    assert summary.decode_seconds >= 0 and summary.batches >= 3
+    for i, n in enumerate(lengths):
+        assert np.load(tmp_path / f"out/x{i:02d}.npy").shape == (1, n)
+
+
+def test_run_reports_unwritable_outputs(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 20])
+    (tmp_path / "blocker").write_text("a regular file where a folder should be")
+    stream = stdio.StringIO()
+    summary = batch.run(
+        _tasks(tmp_path, out="blocker/out"),
+        ToyJob().job(),
+        jobs=0,
+        manifest=tmp_path / "blocker/out/manifest.jsonl",
+        stream=stream,
+    )
+    assert (summary.ok, summary.failed) == (0, 2)
+    text = stream.getvalue()
+    assert "cannot write the manifest" in text and text.count("nbxsig: failed:") == 2
+    assert "blocker" in text
+
+
+def test_run_failed_plans_and_progress_hidden_off_tty(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10])
+    task = batch.Task(
+        tmp_path / "in/x00.npy", tmp_path / "in/x00.npy", error="refusing to overwrite the input"
+    )
+    stream = stdio.StringIO()
+    summary = batch.run([task], ToyJob().job(), jobs=0, stream=stream)
+    assert summary.failed == 1
+    assert stream.getvalue() == "nbxsig: failed: refusing to overwrite the input\n"  # no progress bar
+
+
+class _Terminal(stdio.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["bar", "quiet"])
+def test_progress_bar_only_on_a_terminal_and_not_quiet(tmp_path: Path, quiet: bool) -> None:
+    _arrays(tmp_path / "in", [10, 20, 30])
+    stream = _Terminal()
+    batch.run(_tasks(tmp_path), ToyJob().job(), jobs=0, quiet=quiet, stream=stream)
+    assert ("3/3" in stream.getvalue()) is not quiet
+    if quiet:
+        assert stream.getvalue() == ""
+
+
+def test_details_mentions_the_time_split() -> None:
+    s = batch.Summary(ok=3, seconds=2.0, audio_seconds=7200.0, decode_seconds=1.0, process_seconds=0.5)
+    assert (
+        "1.5 files/s" in s.details()
+        and "1.0000 audio-hours/s" in s.details()
+        and "device 0.5 s" in s.details()
+    )
+
+
+def test_pad_stack() -> None:
+    a, b = torch.ones(2, 3), torch.full((1, 5), 2.0)
+    stacked, rows = batch.pad_stack([a, b])
+    assert rows == [2, 1]
+    assert stacked.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [2, 2, 2, 2, 2]]
+
+
+def test_resolve_device() -> None:
+    assert batch.resolve_device("cpu") == torch.device("cpu")
+    assert batch.resolve_device("auto").type in ("cpu", "cuda")
+    for bad in ("gpu", "cuda:x"):
+        with pytest.raises(batch.BatchUsageError, match="--device"):
+            batch.resolve_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(batch.BatchUsageError, match="no CUDA device"):
+            batch.resolve_device("cuda:0")
+
+
+def test_load_functions_are_picklable() -> None:
+    import pickle
+
+    pickle.dumps(functools.partial(nio.read_signal, default_rate=16000))
+    pickle.dumps(_toy_load)
+
+
+def test_stack_padded_modes_and_mixed_dtypes() -> None:
+    a = np.array([[1, 2, 3, 4]], np.int16)
+    b = np.array([[0.5, -0.5]], np.float32)
+    for mode, left in (
+        ("reflect", [3, 2]),
+        ("constant", [0, 0]),
+        ("replicate", [1, 1]),
+        ("circular", [3, 4]),
+    ):
+        stack, rows = batch.stack_padded([a], pad=2, mode=mode)
+        assert stack.dtype == np.int16 and rows == [1]
+        assert stack[0, :2].tolist() == left and stack[0, 2:6].tolist() == [1, 2, 3, 4]
+        ref = torch.nn.functional.pad(torch.tensor([[[1.0, 2, 3, 4]]]), (2, 2), mode=mode)[0]
+        assert stack.astype(np.float32).tolist() == ref.tolist()
+    stack, rows = batch.stack_padded([a, b])
+    assert stack.dtype == np.float32 and rows == [1, 1]
+    np.testing.assert_array_equal(stack, [[1 / 32768, 2 / 32768, 3 / 32768, 4 / 32768], [0.5, -0.5, 0, 0]])
+    assert batch.to_device_float(np.array([[-32768, 16384]], np.int16), "cpu").tolist() == [[-1.0, 0.5]]
+    with pytest.raises(nio.InputFileError, match="too few"):
+        batch.stack_padded([b], pad=2, mode="reflect")
+
+
+def test_a_crashing_decoder_fails_only_its_file(tmp_path: Path) -> None:
+    from test_batch_crashloader import crashing_load
+
+    paths = _arrays(tmp_path / "in", [30, 31, 32, 33, 34, 35])
+    np.save(tmp_path / "in/crash.npy", np.ones((1, 30), np.float32))
+    toy = ToyJob()
+    job = toy.job()
+    job.load = crashing_load
+    stream = stdio.StringIO()
+    summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2, stream=stream)
+    assert (summary.ok, summary.failed) == (len(paths), 1), stream.getvalue()
+    assert "crash.npy: the decoder process crashed on this file" in stream.getvalue()
+    assert all((tmp_path / "out" / p.name).exists() for p in paths)

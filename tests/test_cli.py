@@ -1,0 +1,562 @@
+"""The ``nbxsig`` commands through Click's CliRunner, on generated folders of tiny files.
+
+Real subprocess runs (kill and resume, worker processes, progress off a terminal) are in
+tests/test_cli_subprocess.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from click.testing import CliRunner
+from nbxsig.cli.main import main
+
+from nbxsig import io as nio
+from nbxsig.testing import assert_close
+
+RATE = 16000
+
+
+def make_folder(root: Path) -> Path:
+    """in/: good wav/flac/npy files and every kind of bad one."""
+    rng = np.random.default_rng(7)
+    d = root / "in"
+    (d / "sub").mkdir(parents=True)
+    sf.write(d / "a.wav", (0.2 * rng.standard_normal((2400, 2))).astype(np.float32), RATE, subtype="FLOAT")
+    sf.write(d / "sub/b.flac", (0.2 * rng.standard_normal(2000)).astype(np.float32), RATE, subtype="PCM_16")
+    sf.write(d / "c.wav", (0.2 * rng.standard_normal(2350)).astype(np.float32), RATE, subtype="PCM_16")
+    np.save(d / "d.npy", (0.2 * rng.standard_normal((1, 900))).astype(np.float32))
+    (d / "corrupt.wav").write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt garbage garbage garbage")
+    (d / "empty.flac").write_bytes(b"")
+    sf.write(d / "zero.wav", np.zeros((0, 1), np.float32), RATE)
+    np.save(d / "nan.npy", np.full((1, 500), np.nan, np.float32))
+    return d
+
+
+GOOD = {"a.wav", "b.flac", "c.wav", "d.npy"}
+BAD = {"corrupt.wav", "empty.flac", "zero.wav", "nan.npy"}
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def invoke(*args: str | Path) -> object:
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return result
+
+
+def manifest(path: Path) -> dict[str, dict]:
+    return {Path(r["input"]).name: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def hann(n: int) -> torch.Tensor:
+    return torch.hann_window(n, periodic=True, dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# stft: the batch contract on a mixed folder
+
+
+def test_stft_folder_keeps_going_and_reports(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    before = hashes(src)
+    out = tmp_path / "out"
+    result = invoke(
+        "stft", src, "-o", out, "--n-fft", "64", "-j", "0", "--batch-size", "3", "--device", "cpu"
+    )
+    assert result.exit_code == 1, result.output
+    rows = manifest(out / "manifest.jsonl")
+    assert {n for n, r in rows.items() if r["status"] == "ok"} == GOOD
+    assert {n for n, r in rows.items() if r["status"] == "failed"} == BAD
+    assert "empty" in rows["empty.flac"]["error"] and "zero frames" in rows["zero.wav"]["error"]
+    assert "not finite" in rows["nan.npy"]["error"] and "cannot decode" in rows["corrupt.wav"]["error"]
+    assert rows["a.wav"]["sample_rate"] == RATE and rows["a.wav"]["samples"] == 2400
+    assert "4 ok, 4 failed, 0 skipped in " in result.stderr
+    assert "assuming 24000 Hz" in result.stderr  # d.npy carries no rate
+    for name in BAD:
+        assert f"nbxsig: failed: {src / name}: " in result.stderr
+    # Outputs mirror the tree, failed inputs leave no output, inputs are unchanged.
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "a.npz",
+        "c.npz",
+        "d.npz",
+        "manifest.jsonl",
+        "sub/b.npz",
+    ]
+    assert hashes(src) == before
+
+
+def test_stft_batched_equals_torch_per_file(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    out = tmp_path / "out"
+    invoke("stft", src, "-o", out, "--n-fft", "64", "--hop-length", "20", "--batch-size", "8", "-j", "0")
+    for name, rel in (("a.wav", "a.npz"), ("c.wav", "c.npz"), ("b.flac", "sub/b.npz")):
+        audio = nio.read_audio(next(src.rglob(name)))
+        npz = np.load(out / rel)
+        x = torch.from_numpy(audio.data).double()
+        ref = torch.stft(x, 64, 20, window=hann(64), center=True, pad_mode="reflect", return_complex=True)
+        assert npz["spec"].dtype == np.complex64 and npz["spec"].shape == tuple(ref.shape)
+        assert_close(torch.from_numpy(npz["spec"]).to(torch.complex128), ref, dtype="float32")
+        assert (npz["n_fft"], npz["hop_length"], npz["win_length"], str(npz["window"])) == (
+            64,
+            20,
+            64,
+            "hann",
+        )
+        assert (bool(npz["center"]), int(npz["length"]), int(npz["sample_rate"])) == (
+            True,
+            audio.samples,
+            RATE,
+        )
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--no-center"],
+        ["--pad-mode", "constant", "--window", "hamming", "--win-length", "48"],
+        ["--normalized"],
+    ],
+    ids=["no-center", "constant-hamming-win48", "normalized"],
+)
+def test_stft_options_match_torch(tmp_path: Path, flags: list[str]) -> None:
+    x = np.random.default_rng(3).standard_normal((1, 1000)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = invoke("stft", tmp_path / "x.npy", "--n-fft", "64", "--hop-length", "16", *flags, "-q")
+    assert result.exit_code == 0, result.output
+    spec = np.load(tmp_path / "x.npz")["spec"]
+    win = 48 if "48" in flags else 64
+    window = (torch.hamming_window if "hamming" in flags else torch.hann_window)(win, periodic=True).double()
+    ref = torch.stft(
+        torch.from_numpy(x).double(),
+        64,
+        16,
+        win,
+        window=window,
+        center="--no-center" not in flags,
+        pad_mode="constant" if "constant" in flags else "reflect",
+        normalized="--normalized" in flags,
+        return_complex=True,
+    )
+    assert_close(torch.from_numpy(spec).to(torch.complex128), ref, dtype="float32")
+
+
+def test_rerun_skips_existing_and_overwrite_redoes(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    out = tmp_path / "out"
+    invoke("stft", src, "-o", out, "--n-fft", "32", "-j", "0")
+    stamp = (out / "a.npz").stat().st_mtime_ns
+    result = invoke("stft", src, "-o", out, "--n-fft", "32", "-j", "0")
+    assert "0 ok, 4 failed, 4 skipped" in result.stderr
+    assert (out / "a.npz").stat().st_mtime_ns == stamp
+    assert {r["status"] for n, r in manifest(out / "manifest.jsonl").items() if n in GOOD} == {"skipped"}
+    result = invoke("stft", src, "-o", out, "--n-fft", "32", "-j", "0", "--overwrite", "--glob", "*.wav")
+    assert "2 ok, 2 failed, 0 skipped" in result.stderr  # a, c ok; corrupt, zero failed
+    assert (out / "a.npz").stat().st_mtime_ns != stamp
+
+
+def test_unwritable_output_folder(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    (tmp_path / "blocker").write_text("a regular file where the output folder's parent should be")
+    result = invoke(
+        "stft", src, "--glob", "*.wav", "-o", tmp_path / "blocker/out", "--n-fft", "32", "-j", "0"
+    )
+    assert result.exit_code == 1
+    assert "0 ok, 4 failed" in result.stderr  # a.wav, c.wav cannot be written; corrupt/zero fail to decode
+    assert "cannot write the manifest" in result.stderr
+    assert result.stderr.count("blocker/out") >= 2
+
+
+def test_quiet_prints_failures_only(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    result = invoke("stft", src / "a.wav", src / "corrupt.wav", "-o", tmp_path / "o", "--n-fft", "32", "-q")
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"nbxsig: failed: {src / 'corrupt.wav'}: ")
+    assert result.stdout == ""
+
+
+def test_shards_split_the_work(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    done: list[str] = []
+    for k in (1, 2, 3):
+        invoke("stft", src, "-o", tmp_path / f"o{k}", "--n-fft", "32", "-j", "0", "--shard", f"{k}/3")
+        done += [p.name for p in (tmp_path / f"o{k}").rglob("*.npz")]
+    assert sorted(done) == ["a.npz", "b.npz", "c.npz", "d.npz"]
+
+
+def test_list_input_and_single_file_output(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    (tmp_path / "list.txt").write_text("in/a.wav\nin/sub\n")
+    result = invoke("stft", f"@{tmp_path / 'list.txt'}", "-o", tmp_path / "o", "--n-fft", "32", "-j", "0")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "o").rglob("*.npz")) == ["a.npz", "b.npz"]
+    result = invoke("stft", src / "c.wav", "-o", tmp_path / "one.npz", "--n-fft", "32")
+    assert result.exit_code == 0 and (tmp_path / "one.npz").is_file()
+
+
+def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    invoke("resample", src, "--glob", "*.wav", "-o", src / "out", "--rate", "8000")
+    result = invoke("resample", src, "--glob", "*.wav", "-o", src / "out", "--rate", "8000")
+    assert "0 ok, 2 failed, 2 skipped" in result.stderr  # out/*.wav were not taken as inputs
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["stft", "{src}/nothing-here", "--n-fft", "8"], "no input files"),
+        (["stft", "{src}", "--n-fft", "8", "--shard", "3/2"], "--shard"),
+        (["stft", "{src}", "--n-fft", "8", "--device", "tpu"], "--device"),
+        (["stft", "{src}"], "--n-fft"),
+        (["stft", "{src}", "--n-fft", "8", "--win-length", "9"], "--win-length"),
+        (["filter", "{src}", "--lowpass", "100", "--sobel"], "exactly one"),
+        (["filter", "{src}"], "exactly one"),
+        (["resample", "{src}", "--rate", "8000"], "-o"),
+        (["mel", "{src}", "--whisper", "--n-mels", "64"], "80 or 128"),
+        (["bench", "no-such-suite"], "unknown suite"),
+    ],
+    ids=[
+        "nothing-found",
+        "bad-shard",
+        "bad-device",
+        "missing-n-fft",
+        "win-gt-nfft",
+        "two-filters",
+        "no-filter",
+        "resample-no-output",
+        "whisper-mels",
+        "bench-suite",
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    src = make_folder(tmp_path)
+    (src / "nothing-here").mkdir()
+    result = invoke(*(a.format(src=src) for a in args))
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# istft
+
+
+def test_istft_npy_n_fft_20_as_is_matches_torch(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(11)
+    spec = torch.randn(11, 60, dtype=torch.complex64, generator=g)
+    np.save(tmp_path / "input.npy", spec.numpy())
+    result = invoke("istft", tmp_path / "input.npy", "--n-fft", "20")
+    assert result.exit_code == 0, result.output
+    assert "24000 Hz" in result.stderr
+    audio = nio.read_audio(tmp_path / "input.wav")
+    assert audio.sample_rate == 24000 and audio.subtype == "FLOAT"
+    ref = torch.istft(spec.to(torch.complex128), 20, 5, window=hann(20), center=True)
+    assert_close(torch.from_numpy(audio.data[0]).double(), ref, dtype="float32")
+
+
+def test_istft_real_layout_leading_dims_and_npy_output(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(12)
+    spec = torch.randn(2, 3, 17, 25, dtype=torch.complex64, generator=g)
+    np.save(tmp_path / "s.npy", torch.view_as_real(spec).numpy())
+    result = invoke(
+        "istft", tmp_path / "s.npy", "-o", tmp_path / "w.npy", "--hop-length", "8", "--length", "190"
+    )
+    assert result.exit_code == 0, result.output
+    assert "n_fft = 2 * (bins - 1) = 32" in result.stderr
+    got = np.load(tmp_path / "w.npy")
+    ref = torch.istft(spec.reshape(6, 17, 25).to(torch.complex128), 32, 8, window=hann(32), length=190)
+    assert got.shape == (2, 3, 190)
+    assert_close(torch.from_numpy(got).reshape(6, 190).double(), ref, dtype="float32")
+
+
+def test_istft_bad_inputs(tmp_path: Path) -> None:
+    np.save(tmp_path / "wrong_bins.npy", np.ones((10, 8), np.complex64))
+    np.save(tmp_path / "int.npy", np.ones((10, 8), np.int32))
+    np.save(tmp_path / "nan.npy", np.full((11, 8), np.nan, np.complex64))
+    np.savez(tmp_path / "nospec.npz", x=np.ones(3))
+    result = invoke("istft", tmp_path, "-o", tmp_path / "o", "--n-fft", "20", "-j", "0")
+    assert result.exit_code == 1
+    rows = manifest(tmp_path / "o/manifest.jsonl")
+    assert {r["status"] for r in rows.values()} == {"failed"}
+    assert "n_fft" in rows["wrong_bins.npy"]["error"]  # nbxsig.stft names the mismatch
+    assert "complex or real floating" in rows["int.npy"]["error"]
+    assert "not finite" in rows["nan.npy"]["error"] and "'spec'" in rows["nospec.npz"]["error"]
+
+
+def test_stft_istft_round_trip_without_flags(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    assert invoke("stft", src / "a.wav", "-o", tmp_path / "a.npz", "--n-fft", "128").exit_code == 0
+    result = invoke("istft", tmp_path / "a.npz", "-o", tmp_path / "rt.wav")
+    assert result.exit_code == 0, result.output
+    assert "assuming" not in result.stderr  # everything came from the .npz
+    orig, back = nio.read_audio(src / "a.wav"), nio.read_audio(tmp_path / "rt.wav")
+    assert back.sample_rate == orig.sample_rate and back.data.shape == orig.data.shape
+    assert_close(torch.from_numpy(back.data), torch.from_numpy(orig.data), dtype="float32")
+
+
+# --------------------------------------------------------------------------------------------
+# info, filter, resample, plot, bench
+
+
+def test_info(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    nio.write_image(src / "i.png", np.zeros((3, 4, 5)))
+    result = invoke("info", src)
+    assert result.exit_code == 1  # corrupt and empty files
+    assert f"{src / 'a.wav'}: audio WAV FLOAT, 16000 Hz, 2 ch, 2400 frames, 0.150 s" in result.stdout
+    assert f"{src / 'd.npy'}: array float32 (1, 900)" in result.stdout
+    assert f"{src / 'i.png'}: image PNG RGB, 5×4" in result.stdout
+    assert "empty" in result.stderr and "cannot decode" in result.stderr
+    result = invoke("info", "--json", src / "sub/b.flac")
+    assert result.exit_code == 0
+    row = json.loads(result.stdout)
+    assert (row["sample_rate"], row["channels"], row["frames"], row["subtype"]) == (RATE, 1, 2000, "PCM_16")
+
+
+def _tone(freqs: list[float], n: int = 8000) -> np.ndarray:
+    t = np.arange(n) / RATE
+    return sum(0.3 * np.sin(2 * np.pi * f * t) for f in freqs).astype(np.float32)[None]
+
+
+def _level_db(x: np.ndarray, f: float) -> float:
+    spectrum = np.abs(np.fft.rfft(x[0, 1000:-1000] * np.hanning(x.shape[-1] - 2000)))
+    k = round(f * (x.shape[-1] - 2000) / RATE)
+    return 20 * np.log10(spectrum[k - 2 : k + 3].max() + 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("flags", "kept", "stopped"),
+    [
+        (["--lowpass", "1000"], 300.0, 5000.0),
+        (["--highpass", "3000"], 5000.0, 300.0),
+        (["--bandpass", "1000", "3000"], 2000.0, 300.0),
+    ],
+    ids=["lowpass", "highpass", "bandpass"],
+)
+def test_filter_audio(tmp_path: Path, flags: list[str], kept: float, stopped: float) -> None:
+    x = _tone([300.0, 2000.0, 5000.0])
+    nio.write_audio(tmp_path / "in/t.wav", x, RATE, subtype="FLOAT")
+    result = invoke("filter", tmp_path / "in", "-o", tmp_path / "out", *flags)
+    assert result.exit_code == 0, result.output
+    y = nio.read_audio(tmp_path / "out/t.wav")
+    assert y.subtype == "FLOAT" and y.data.shape == x.shape
+    assert abs(_level_db(y.data, kept) - _level_db(x, kept)) < 0.5  # passband kept (and not delayed away)
+    assert _level_db(y.data, stopped) < _level_db(x, stopped) - 40  # stopband down by > 40 dB
+    # Linear phase with the delay removed: the passband tone lines up with the input's.
+    lp = np.corrcoef(y.data[0, 2000:6000], x[0, 2000:6000])[0, 1]
+    assert lp > 0.3
+
+
+def test_filter_taps_file_equals_convolution(tmp_path: Path) -> None:
+    x = np.random.default_rng(2).standard_normal((1, 400)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    taps = np.array([0.25, 0.5, 0.25, 0.1, -0.1], np.float64)
+    np.save(tmp_path / "taps.npy", taps)
+    result = invoke(
+        "filter",
+        tmp_path / "x.npy",
+        "-o",
+        tmp_path / "y.npy",
+        "--taps",
+        tmp_path / "taps.npy",
+        "--sample-rate",
+        "8000",
+    )
+    assert result.exit_code == 0, result.output
+    full = np.convolve(x[0].astype(np.float64), taps)  # delay (K-1)//2 = 2 removed
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy")[0], full[2 : 2 + 400], atol=1e-5)
+
+
+def test_filter_npy_without_rate_fails_that_file(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.ones((1, 50), np.float32))
+    result = invoke("filter", tmp_path / "x.npy", "-o", tmp_path / "y.npy", "--lowpass", "100")
+    assert result.exit_code == 1 and "--sample-rate" in result.stderr
+
+
+def test_filter_images(tmp_path: Path) -> None:
+    import nbxsig.filters as nf
+
+    img = np.random.default_rng(4).random((3, 20, 24)).astype(np.float32)
+    nio.write_image(tmp_path / "in/p.png", img)
+    nio.write_image(tmp_path / "in/q.png", img[:, :10])
+    result = invoke("filter", tmp_path / "in", "-o", tmp_path / "out", "--gaussian", "1.5")
+    assert result.exit_code == 0, result.output
+    src = torch.from_numpy(nio.read_image(tmp_path / "in/p.png"))[None]
+    ref = nf.gaussian_blur2d(src, (11, 11), (1.5, 1.5))[0].numpy()
+    np.testing.assert_allclose(nio.read_image(tmp_path / "out/p.png"), ref, atol=0.5 / 255 + 1e-6)
+    assert nio.read_image(tmp_path / "out/q.png").shape == (3, 10, 24)
+    for flag in (["--box", "3"], ["--sobel"], ["--unsharp", "1.0"]):
+        result = invoke("filter", tmp_path / "in/p.png", "-o", tmp_path / "o.jpg", "--overwrite", *flag)
+        assert result.exit_code == 0, result.output
+    result = invoke("filter", tmp_path / "in/p.png", "-o", tmp_path / "x.png", "--lowpass", "100")
+    assert result.exit_code == 1 and "not images" in result.stderr
+
+
+def test_resample_matches_torchaudio(tmp_path: Path) -> None:
+    import torchaudio.functional as AF
+
+    src = make_folder(tmp_path)
+    result = invoke(
+        "resample",
+        src,
+        "--glob",
+        "**/*.*",
+        "-o",
+        tmp_path / "out",
+        "--rate",
+        "22050",
+        "--sample-rate",
+        "16000",
+        "-j",
+        "0",
+    )
+    assert result.exit_code == 1  # the bad files
+    rows = manifest(tmp_path / "out/manifest.jsonl")
+    assert {n for n, r in rows.items() if r["status"] == "ok"} == GOOD
+    for name in ("a.wav", "c.wav", "d.npy"):
+        x = nio.read_signal(src / name, default_rate=RATE)
+        out = tmp_path / "out" / name
+        y = nio.read_audio(out).data if name.endswith(".wav") else np.load(out)
+        ref = AF.resample(torch.from_numpy(x.data).double(), RATE, 22050).numpy()
+        atol = 1e-6 if name != "c.wav" else 1 / 32768
+        np.testing.assert_allclose(y, ref, atol=atol + 1e-5)
+    assert nio.audio_info(tmp_path / "out/c.wav")["subtype"] == "PCM_16"  # subtype kept
+    assert nio.audio_info(tmp_path / "out/a.wav")["sample_rate"] == 22050
+
+
+def test_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    src = make_folder(tmp_path)
+    invoke("stft", src / "a.wav", "-o", tmp_path / "a.npz", "--n-fft", "64")
+    (tmp_path / "seg.json").write_text('[[0.01, 0.05], {"start": 0.08, "end": 0.1}]')
+    result = invoke(
+        "plot",
+        src / "a.wav",
+        src / "d.npy",
+        tmp_path / "a.npz",
+        src / "corrupt.wav",
+        "-o",
+        tmp_path / "plots",
+        "--segments",
+        tmp_path / "seg.json",
+        "-j",
+        "0",
+    )
+    assert result.exit_code == 1
+    pngs = sorted(p.relative_to(tmp_path / "plots").as_posix() for p in (tmp_path / "plots").rglob("*.png"))
+    assert pngs == ["a.png", "in/a.png", "in/d.png"]
+    from PIL import Image
+
+    with Image.open(tmp_path / "plots/in/a.png") as im:
+        assert im.format == "PNG" and im.width >= 600
+
+
+def test_bench_without_cuda_says_so() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this checks the message on a machine without CUDA")
+    result = CliRunner().invoke(main, ["bench", "core", "--quick"])
+    assert result.exit_code != 0
+    assert "needs a CUDA device" in str(result.exception) + result.output
+
+
+# --------------------------------------------------------------------------------------------
+# mel
+
+
+def test_mel_batched_equals_torchaudio_per_file(tmp_path: Path) -> None:
+    import torchaudio
+
+    src = make_folder(tmp_path)
+    result = invoke("mel", src, "-o", tmp_path / "out", "--batch-size", "8", "-j", "0", "--device", "cpu")
+    assert result.exit_code == 1  # the bad files
+    rows = manifest(tmp_path / "out/manifest.jsonl")
+    assert {n for n, r in rows.items() if r["status"] == "ok"} == GOOD
+    ref_mel = torchaudio.transforms.MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=80).double()
+    for name, rel in (("a.wav", "a.npy"), ("c.wav", "c.npy"), ("b.flac", "sub/b.npy"), ("d.npy", "d.npy")):
+        x = nio.read_signal(next(src.rglob(name)), default_rate=RATE)
+        got = np.load(tmp_path / "out" / rel)
+        ref = ref_mel(torch.from_numpy(x.data).double())
+        assert got.dtype == np.float32 and got.shape == tuple(ref.shape)
+        assert_close(torch.from_numpy(got).double(), ref, dtype="float32")
+
+
+def test_mel_log_with_resampling(tmp_path: Path) -> None:
+    import torchaudio
+
+    src = make_folder(tmp_path)
+    args = ["--log", "--sample-rate", "8000", "--n-fft", "256", "--hop-length", "64", "--n-mels", "40"]
+    result = invoke("mel", src / "a.wav", "-o", tmp_path / "a.npy", *args)
+    assert result.exit_code == 0, result.output
+    x = torch.from_numpy(nio.read_audio(src / "a.wav").data).double()
+    x8 = torchaudio.functional.resample(x, RATE, 8000)
+    ref_mel = torchaudio.transforms.MelSpectrogram(8000, n_fft=256, hop_length=64, n_mels=40).double()
+    ref = torch.log10(ref_mel(x8).clamp_min(1e-10))
+    got = torch.from_numpy(np.load(tmp_path / "a.npy")).double()
+    assert got.shape == ref.shape
+    assert (got - ref).abs().max() < 1e-3  # log10 of float32 power
+
+
+def test_mel_whisper_equals_per_file(tmp_path: Path) -> None:
+    import nbxsig.features as nfe
+
+    src = make_folder(tmp_path)
+    result = invoke("mel", src, "--glob", "*.wav", "-o", tmp_path / "out", "--whisper", "-j", "0")
+    assert result.exit_code == 1  # corrupt.wav, zero.wav
+    for name in ("a", "c"):
+        x = torch.from_numpy(nio.read_audio(src / f"{name}.wav").data).double()
+        ref = nfe.whisper_log_mel(x, backend="torch")
+        got = torch.from_numpy(np.load(tmp_path / f"out/{name}.npy")).double()
+        assert got.shape == ref.shape == (x.shape[0], 80, x.shape[-1] // 160)
+        assert_close(got, ref, dtype="float32")
+
+
+@pytest.mark.parametrize("command", ["stft", "mel", "istft"])
+def test_triton_backend_through_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """The batched calls the CLI makes (center=False on a padded stack) on the Triton kernels
+    (Triton's interpreter on CPU here, the GPU path on CUDA) equal torch's per-file results."""
+    import torchaudio
+
+    rng = np.random.default_rng(5)
+    for name, n in (("a", 700), ("b", 731)):
+        nio.write_audio(tmp_path / f"in/{name}.wav", 0.3 * rng.standard_normal((1, n)), RATE, subtype="FLOAT")
+    monkeypatch.setenv("NBXSIG_BACKEND", "triton")
+    if command == "stft":
+        result = invoke("stft", tmp_path / "in", "-o", tmp_path / "out", "--n-fft", "32", "-j", "0")
+    elif command == "mel":
+        args = ["--n-fft", "64", "--hop-length", "16", "--n-mels", "8"]
+        result = invoke("mel", tmp_path / "in", "-o", tmp_path / "out", *args, "-j", "0")
+    else:
+        spec = torch.randn(2, 17, 30, dtype=torch.complex64, generator=torch.Generator().manual_seed(3))
+        np.save(tmp_path / "s.npy", spec.numpy())
+        result = invoke("istft", tmp_path / "s.npy", "-o", tmp_path / "w.npy", "--n-fft", "32")
+    assert result.exit_code == 0, result.output
+    import sys
+
+    assert f"nbxsig.kernels.{'mel' if command == 'mel' else 'stft'}" in sys.modules  # Triton ran
+    if command == "istft":
+        ref = torch.istft(spec.to(torch.complex128), 32, 8, window=hann(32))
+        assert_close(torch.from_numpy(np.load(tmp_path / "w.npy")).double(), ref, dtype="float32")
+        return
+    for name in ("a", "b"):
+        x = torch.from_numpy(nio.read_audio(tmp_path / f"in/{name}.wav").data).double()
+        if command == "stft":
+            got = np.load(tmp_path / f"out/{name}.npz")["spec"]
+            ref = torch.stft(x, 32, 8, window=hann(32), return_complex=True)
+            assert_close(torch.from_numpy(got).to(torch.complex128), ref, dtype="float32")
+        else:
+            got = np.load(tmp_path / f"out/{name}.npy")
+            mel = torchaudio.transforms.MelSpectrogram(RATE, n_fft=64, hop_length=16, n_mels=8).double()
+            assert_close(torch.from_numpy(got).double(), mel(x), dtype="float32")

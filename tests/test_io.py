@@ -1,0 +1,225 @@
+"""nbxsig.io: decoding, refusals of bad files, atomic writers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from nbxsig import io as nio
+
+
+def _noise(generator_seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    return (np.random.default_rng(generator_seed).standard_normal(shape) * 0.2).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("name", "subtype", "atol"),
+    [
+        ("a.wav", "PCM_16", 1 / 32768),
+        ("a.wav", "FLOAT", 0.0),
+        ("a.flac", "PCM_24", 1 / 2**23),
+        ("a.wav", None, 1e-4),
+    ],
+    ids=["wav-pcm16", "wav-float", "flac-pcm24", "wav-default"],
+)
+def test_audio_round_trip(tmp_path: Path, name: str, subtype: str | None, atol: float) -> None:
+    data = _noise(1, (2, 1001))
+    path = tmp_path / name
+    nio.write_audio(path, data, 22050, subtype=subtype)
+    audio = nio.read_audio(path)
+    assert audio.sample_rate == 22050
+    assert audio.data.shape == (2, 1001) and audio.data.dtype == np.float32
+    assert audio.samples == 1001
+    assert audio.subtype == (subtype or "PCM_16")
+    np.testing.assert_allclose(audio.data, data, atol=atol, rtol=0)
+
+
+def test_pcm_writes_clip_instead_of_wrapping(tmp_path: Path) -> None:
+    path = tmp_path / "loud.wav"
+    nio.write_audio(path, np.array([[1.7, -3.0, 0.5]], dtype=np.float32), 8000, subtype="PCM_16")
+    got = nio.read_audio(path).data[0]
+    assert got[0] > 0.99 and got[1] <= -0.99 and abs(got[2] - 0.5) < 1e-4
+
+
+def test_bad_subtype_for_format_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(nio.InputFileError, match=r"FLOAT.*FLAC"):
+        nio.write_audio(tmp_path / "x.flac", np.zeros((1, 10)), 8000, subtype="FLOAT")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_audio_files_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "corrupt.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEnot really a wav file")
+    (tmp_path / "empty.flac").write_bytes(b"")
+    sf.write(tmp_path / "zero.wav", np.zeros((0, 1), np.float32), 16000)
+    sf.write(tmp_path / "nan.wav", np.full((10, 1), np.nan, np.float32), 16000, subtype="FLOAT")
+    cases = {
+        "corrupt.wav": "cannot decode as audio",
+        "empty.flac": "empty",
+        "zero.wav": "zero frames",
+        "nan.wav": "not finite",
+        "missing.wav": "no such file",
+    }
+    for name, message in cases.items():
+        with pytest.raises(nio.InputFileError, match=message) as info:
+            nio.read_audio(tmp_path / name)
+        assert name in str(info.value)
+    assert nio.read_audio(tmp_path / "zero.wav", allow_empty=True).data.shape == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("shape", "channels"), [((50,), 1), ((3, 50), 3), ((2, 3, 50), 6)], ids=["L", "C-L", "B-C-L"]
+)
+def test_read_signal_from_npy(tmp_path: Path, shape: tuple[int, ...], channels: int) -> None:
+    data = _noise(2, shape).astype(np.float64)
+    np.save(tmp_path / "w.npy", data)
+    audio = nio.read_signal(tmp_path / "w.npy", default_rate=12345)
+    assert audio.sample_rate == 12345 and audio.rate_assumed
+    assert audio.data.shape == (channels, 50) and audio.data.dtype == np.float32
+    np.testing.assert_allclose(audio.data.reshape(shape), data, rtol=1e-6)
+
+
+def test_read_signal_refusals(tmp_path: Path) -> None:
+    np.save(tmp_path / "complex.npy", np.ones(4, np.complex64))
+    np.save(tmp_path / "empty.npy", np.zeros((2, 0), np.float32))
+    np.save(tmp_path / "inf.npy", np.array([1.0, np.inf], np.float32))
+    np.savez(tmp_path / "z.npz", a=np.ones(3))
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    (tmp_path / "x.txt").write_text("hello")
+    cases = {
+        "complex.npy": "real array",
+        "empty.npy": "empty",
+        "inf.npy": "not finite",
+        "z.npz": "unsupported",
+        "bad.npy": "cannot load",
+        "x.txt": "unsupported",
+    }
+    for name, message in cases.items():
+        with pytest.raises(nio.InputFileError, match=message):
+            nio.read_signal(tmp_path / name, default_rate=16000)
+
+
+def test_object_arrays_are_not_unpickled(tmp_path: Path) -> None:
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(nio.InputFileError, match="cannot load"):
+        nio.read_array(tmp_path / "obj.npy")
+
+
+def test_npz_round_trip(tmp_path: Path) -> None:
+    spec = (_noise(3, (2, 5, 7)) + 1j * _noise(4, (2, 5, 7))).astype(np.complex64)
+    nio.write_npz(tmp_path / "s.npz", {"spec": spec, "n_fft": 8, "window": "hann"})
+    loaded = nio.read_array(tmp_path / "s.npz")
+    assert isinstance(loaded, dict)
+    np.testing.assert_array_equal(loaded["spec"], spec)
+    assert loaded["n_fft"].item() == 8 and loaded["window"].item() == "hann"
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4], ids=["gray", "rgb", "rgba"])
+def test_image_round_trip(tmp_path: Path, channels: int) -> None:
+    data = np.random.default_rng(5).random((channels, 9, 13)).astype(np.float32)
+    nio.write_image(tmp_path / "i.png", data)
+    back = nio.read_image(tmp_path / "i.png")
+    assert back.shape == (channels, 9, 13)
+    np.testing.assert_allclose(back, data, atol=0.5 / 255 + 1e-6)
+
+
+def test_corrupt_image_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 20)
+    with pytest.raises(nio.InputFileError, match="cannot decode as an image"):
+        nio.read_image(tmp_path / "x.png")
+
+
+def test_atomic_open_leaves_nothing_on_error(tmp_path: Path) -> None:
+    dest = tmp_path / "out.npy"
+    dest.write_bytes(b"old")
+    with pytest.raises(RuntimeError), nio.atomic_open(dest) as f:
+        f.write(b"partial")
+        raise RuntimeError("boom")
+    assert dest.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.npy"]
+
+
+def test_atomic_open_replaces_on_success(tmp_path: Path) -> None:
+    dest = tmp_path / "sub" / "out.bin"
+    with nio.atomic_open(dest) as f:
+        f.write(b"new")
+    assert dest.read_bytes() == b"new"
+    assert [p.name for p in dest.parent.iterdir()] == ["out.bin"]
+
+
+def test_atomic_open_under_a_regular_file_fails_cleanly(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError):
+        nio.write_npy(tmp_path / "file" / "out.npy", np.zeros(3))
+
+
+def test_remove_stale_temps(tmp_path: Path) -> None:
+    dest = tmp_path / "a[1].wav"
+    stale = nio.temp_sibling(dest)
+    stale.write_bytes(b"partial")
+    other = nio.temp_sibling(tmp_path / "b.wav")
+    other.write_bytes(b"partial")
+    assert nio.is_temp_name(stale.name) and not nio.is_temp_name(dest.name)
+    assert nio.remove_stale_temps(dest) == 1
+    assert not stale.exists() and other.exists()
+
+
+def test_kind_of() -> None:
+    assert [nio.kind_of(p) for p in ("a.WAV", "b.flac", "c.npz", "d.JPG", "e.txt")] == [
+        "audio",
+        "audio",
+        "array",
+        "image",
+        "unknown",
+    ]
+
+
+def test_import_without_soundfile() -> None:
+    """The GPU machine has no soundfile: importing nbxsig.io and writing arrays must still work."""
+    code = (
+        "import sys; sys.modules['soundfile'] = None\n"
+        "import numpy as np, tempfile, os\n"
+        "import nbxsig.io as nio\n"
+        "d = tempfile.mkdtemp(); nio.write_npy(os.path.join(d, 'x.npy'), np.ones(3))\n"
+        "print(nio.read_array(os.path.join(d, 'x.npy')).sum())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "3.0"
+
+
+def test_wav_without_soundfile_matches_soundfile(tmp_path: Path) -> None:
+    """The GPU machine's fallback decoder (stdlib wave) gives soundfile's samples for PCM WAV."""
+    data = _noise(9, (2, 301))
+    for subtype in ("PCM_16", "PCM_24", "PCM_32", "PCM_U8"):
+        nio.write_audio(tmp_path / f"{subtype}.wav", data, 8000, subtype=subtype)
+    code = (
+        "import sys, json; sys.modules['soundfile'] = None\n"
+        "import numpy as np, nbxsig.io as nio\n"
+        f"d = {str(tmp_path)!r}\n"
+        "out = {}\n"
+        "for s in ('PCM_16', 'PCM_24', 'PCM_32', 'PCM_U8'):\n"
+        "    a = nio.read_audio(f'{d}/{s}.wav'); np.save(f'{d}/{s}.npy', a.data)\n"
+        "    out[s] = [a.sample_rate, a.subtype, nio.audio_info(f'{d}/{s}.wav')['frames']]\n"
+        "try:\n"
+        "    nio.read_audio(f'{d}/PCM_16.npy')\n"
+        "except nio.InputFileError as e:\n"
+        "    out['error'] = str(e)\n"
+        "print(json.dumps(out))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert res.returncode == 0, res.stderr
+    import json
+
+    facts = json.loads(res.stdout)
+    for subtype in ("PCM_16", "PCM_24", "PCM_32", "PCM_U8"):
+        assert facts[subtype] == [8000, subtype, 301]
+        np.testing.assert_array_equal(
+            np.load(tmp_path / f"{subtype}.npy"), nio.read_audio(tmp_path / f"{subtype}.wav").data
+        )
+    assert "cannot decode as audio" in facts["error"]
