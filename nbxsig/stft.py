@@ -35,8 +35,9 @@ from torch import nn
 from ._dispatch import ENV_VAR, Backend, Op, choose_backend, interpreter_enabled, triton_installed
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
 from .errors import BackendUnavailableError, bad_type, bad_value
+from .streaming import StreamingISTFT, StreamingSTFT
 
-__all__ = ["ISTFT", "STFT", "istft", "spectrogram", "stft"]
+__all__ = ["ISTFT", "STFT", "StreamingISTFT", "StreamingSTFT", "istft", "spectrogram", "stft"]
 
 PAD_MODES = ("reflect", "constant", "replicate", "circular")
 

@@ -156,3 +156,13 @@ def test_gpu_streaming_istft_many_streams(cuda_device, generator):
     outs = [stream.push(spec_d[..., i : i + 48]) for i in range(0, spec.shape[-1], 48)]
     got = torch.cat([*outs, stream.flush()], dim=-1)
     assert_close(got, torch.istft(spec, 20, 5, window=window), **STREAM_TOL)
+
+
+def test_public_homes():
+    """The issue's API: the STFT streams live in nbxsig.stft, the mel stream in nbxsig.features."""
+    import nbxsig.features
+    import nbxsig.stft
+
+    assert nbxsig.stft.StreamingSTFT is StreamingSTFT
+    assert nbxsig.stft.StreamingISTFT is StreamingISTFT
+    assert nbxsig.features.StreamingMelSpectrogram is StreamingMelSpectrogram
