@@ -8,6 +8,15 @@ import sys
 
 from . import SUITES
 
+_MARKDOWN_TITLE = """# Benchmarks
+
+Written by `make bench` (`python -m nbxsig.bench all --markdown FILE`). Each table gives nbxsig's median
+time, the torch/torchaudio baseline measured in the same process, the ratio, GB/s from the fewest bytes
+the op must move, that as a fraction of a device-to-device copy measured in the same run, peak extra
+device memory beyond the output, and the relative error against the baseline.
+
+"""
+
 
 def run(suites: list[str], *, quick: bool = False, markdown: str | None = None) -> str:
     """Run the named suites on the current CUDA device and return the report (Markdown)."""
@@ -33,7 +42,7 @@ def run(suites: list[str], *, quick: bool = False, markdown: str | None = None) 
     report = "\n\n".join(sections) + "\n"
     if markdown:
         with open(markdown, "w", encoding="utf-8") as f:
-            f.write("# Benchmarks\n\nWritten by `make bench` (`python -m nbxsig.bench all`).\n\n" + report)
+            f.write(_MARKDOWN_TITLE + report)
     return report
 
 
