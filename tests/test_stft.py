@@ -496,7 +496,9 @@ def test_bad_input(call, error, message):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n_fft", "hop"), [(20, 5), (50, 12), (400, 160), (1024, 256), (2048, 512)], ids=str)
+@pytest.mark.parametrize(
+    ("n_fft", "hop"), [(7, 3), (20, 5), (32, 8), (50, 12), (400, 160), (1024, 256), (2048, 512)], ids=str
+)
 def test_cuda_matches_float64_definition(n_fft, hop, generator, cuda_device):
     x = random_tensor((3, 8 * n_fft + 17), generator=generator)
     w = torch.hann_window(n_fft)
@@ -531,12 +533,13 @@ def test_cuda_compile_inductor(generator, cuda_device):
     assert_close(f(x), x, dtype="float32", atol=2e-6)
 
 
-@pytest.mark.parametrize("fma", [True, False], ids=["fma", "dot"])
-def test_dense_kernel_variants(fma, monkeypatch, generator, device):
-    # Both inner-product forms of the dense kernels (FMA outer products and tl.dot) are exercised
-    # whatever the defaults, forward, inverse and both backward passes.
-    monkeypatch.setattr(K, "FWD_FMA_MAX_N", 64 if fma else 0)
-    monkeypatch.setattr(K, "OLA_FMA_MAX_N", 64 if fma else 0)
+@pytest.mark.parametrize("variant", ["unrolled", "fma", "dot"])
+def test_dense_kernel_variants(variant, monkeypatch, generator, device):
+    # Every form of the dense kernels (unrolled immediates, tiled FMA outer products, tiled tl.dot)
+    # is exercised whatever the defaults, forward, inverse and both backward passes.
+    monkeypatch.setattr(K, "DENSE_KERNEL", "unrolled" if variant == "unrolled" else "tiled")
+    monkeypatch.setattr(K, "FWD_FMA_MAX_N", 64 if variant == "fma" else 0)
+    monkeypatch.setattr(K, "OLA_FMA_MAX_N", 64 if variant == "fma" else 0)
     x = random_tensor((2, 83), generator=generator)
     w = torch.hann_window(20)
     spec = S.stft(x.to(device), 20, 5, window=w.to(device), backend="triton")
@@ -553,6 +556,43 @@ def test_dense_kernel_variants(fma, monkeypatch, generator, device):
     S.istft(sd, 20, 5, window=w.double(), backend="torch").square().sum().backward()
     assert_close(xg.grad, xd.grad, dtype="float32", rel_error=2e-6)
     assert_close(sg.grad, sd.grad, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.parametrize(
+    ("n_fft", "hop", "onesided", "pad_mode"),
+    [
+        (20, 5, False, "reflect"),
+        (9, 13, True, "replicate"),
+        (16, 2, True, "circular"),
+        (15, 4, False, "constant"),
+    ],
+    ids=["two-sided", "hop>n_fft", "tiled-ola-fallback", "odd-two-sided"],
+)
+def test_unrolled_kernel_gradients(n_fft, hop, onesided, pad_mode, generator, device):
+    # The unrolled overlap-add serves the stft gradient with the forward basis (two-sided: F = n_fft
+    # bins, sine terms of the upper half), hop > n_fft leaves gaps of zeros, and ceil(n_fft/hop) > 5
+    # falls back to the tiled kernel; the istft gradient is the unrolled forward with MODE 4.
+    x = random_tensor((2, 61), generator=generator)
+    w = torch.rand(n_fft, generator=generator) + 0.5
+    xg = x.clone().to(device).requires_grad_()
+    spec = S.stft(xg, n_fft, hop, window=w.to(device), onesided=onesided, pad_mode=pad_mode, backend="triton")
+    gs = random_tensor(tuple(spec.shape), generator=generator, dtype=torch.complex64)
+    torch.autograd.backward(spec, gs.to(device))
+    xd = x.detach().double().requires_grad_()
+    ref = S.stft(xd, n_fft, hop, window=w.double(), onesided=onesided, pad_mode=pad_mode, backend="torch")
+    torch.autograd.backward(ref, gs.to(torch.complex128))
+    assert_close(spec, ref, dtype="float32", rel_error=2e-6)
+    assert_close(xg.grad, xd.grad, dtype="float32", rel_error=2e-6)
+    if hop <= n_fft:
+        sg = spec.detach().clone().requires_grad_()
+        S.istft(
+            sg, n_fft, hop, window=w.to(device), onesided=onesided, length=61, backend="triton"
+        ).sum().backward()
+        sd = ref.detach().clone().requires_grad_()
+        S.istft(
+            sd, n_fft, hop, window=w.double(), onesided=onesided, length=61, backend="torch"
+        ).sum().backward()
+        assert_close(sg.grad, sd.grad, dtype="float32", rel_error=2e-6)
 
 
 def test_torch_backend_exports_to_onnx(tmp_path, generator):

@@ -115,7 +115,7 @@ def test_istft_fwd_bwd_half_input(generator, device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n_fft", "hop"), [(20, 5), (1024, 256)], ids=str)
+@pytest.mark.parametrize(("n_fft", "hop"), [(7, 2), (20, 5), (1024, 256)], ids=str)
 def test_cuda_gradient_parity(n_fft, hop, generator, cuda_device):
     x = random_tensor((2, 6 * n_fft), generator=generator)
     w = torch.hann_window(n_fft)

@@ -157,7 +157,7 @@ def cases(*, quick: bool = False) -> list[Case]:
         _stft_case(20, 5, 64, 240000, target="report", dtype=torch.bfloat16),
         _stft_case(400, 160, 64, 160000, target="report", dtype=torch.bfloat16),
     ]
-    for n_fft in (50, 64, 128):
+    for n_fft in (32, 50, 64, 128):
         for dense in (True, False):
             out.append(_probe(_stft_case(n_fft, n_fft // 4, 64, 160000), dense))
     return out

@@ -1,3 +1,5 @@
+# Triton's code generator builds tuples by concatenation only (it rejects starred expressions).
+# ruff: noqa: RUF005
 """STFT / inverse STFT as fused Triton kernels (the twins of :mod:`nbxsig.reference.stft`).
 
 Two ways to compute the transform, chosen per call by :func:`use_dense` (a pure function of n_fft):
@@ -33,6 +35,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -64,6 +67,38 @@ OLA_WARPS = 4
 # padding and is exact float32 (no precision split needed). The inverse measured faster with the dot.
 FWD_FMA_MAX_N = 32
 OLA_FMA_MAX_N = 0
+#: Dense-range kernel family: "unrolled" (the default: ``_stft_unrolled_kernel`` /
+#: ``_ola_unrolled_kernel``, one frame or output row per thread, the basis as compile-time FMA
+#: immediates) or "tiled" (``_frame_dft_kernel`` / ``_ola_dft_kernel`` with a basis tensor, FMA or
+#: tl.dot by ``*_FMA_MAX_N``; kept as the measured comparison and for the tests).
+DENSE_KERNEL = "unrolled"
+# Tiles of the unrolled kernels (frames / output rows per program, warps). See docs/spectral.md for
+# the sweep behind them. A launch whose grid would have fewer than UNR_MIN_PROGRAMS programs halves
+# its tile (down to 32) so a batch-1 call still spreads over every SM (132 on an H200).
+UNR_FWD_BLOCK = 256
+UNR_FWD_WARPS = 4
+UNR_OLA_BLOCK = 256
+UNR_OLA_WARPS = 4
+UNR_MIN_PROGRAMS = 1024
+# The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
+# these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
+# kernel takes the call.
+UNR_OLA_MAX_TERMS = 5
+UNR_OLA_MAX_HOP = 32
+
+
+#: Largest n_fft the unrolled kernels take (code size grows as n_fft²; the dense range is <= 32
+#: anyway, this guards the benchmark's dense-path probes at n_fft 64/128).
+UNR_MAX_N = 32
+
+
+def _unrolled_stft(n_fft: int) -> bool:
+    return DENSE_KERNEL == "unrolled" and n_fft <= UNR_MAX_N
+
+
+def _unrolled_ola(n_fft: int, hop: int) -> bool:
+    return _unrolled_stft(n_fft) and _cdiv(n_fft, hop) <= UNR_OLA_MAX_TERMS and hop <= UNR_OLA_MAX_HOP
+
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _MODE_SCALED = 4  # istft backward: constant padding, each sample scaled by 1/envelope
@@ -87,6 +122,29 @@ def _cdiv(a: int, b: int) -> int:
 
 def _p2(n: int, minimum: int = 1) -> int:
     return max(minimum, 1 << max(0, n - 1).bit_length())
+
+
+def _unrolled_block(block: int, rows: int, n_batch: int) -> int:
+    # Halve the tile while the grid is too small to occupy the GPU (batch-1 latency).
+    while block > 32 and _cdiv(rows, block) * n_batch < UNR_MIN_PROGRAMS:
+        block //= 2
+    return block
+
+
+def _launch_stft_unrolled(src, strides, L, pad, hop, T, window, inv, out, out_strides, scale, power, *,
+                          n_fft, n_bins, kind, mode, output):  # fmt: skip
+    block = _unrolled_block(UNR_FWD_BLOCK, T, src.shape[0])
+    grid = (_cdiv(T, block), src.shape[0])
+    win = window if window is not None else out
+    # A complex output's strides go in complex units (see the kernel); it is our own contiguous
+    # (B, F, T, 2) allocation, so every real stride but the last is even.
+    so = out_strides[:3] if output else tuple(s // 2 for s in out_strides[:3])
+    _stft_unrolled_kernel[grid](
+        src, strides[0], strides[1], L, pad, hop, T, win, inv if inv is not None else win, out,
+        so[0], so[1], so[2], scale, power,
+        N=n_fft, F=n_bins, KIND=kind, MODE=mode, HAS_WINDOW=window is not None, OUTPUT=output,
+        BLOCK_T=block, num_warps=UNR_FWD_WARPS,
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=64)
@@ -230,6 +288,213 @@ def _frame_dft_kernel(
         if OUTPUT == 2:
             mag2 = tl.exp2(tl.log2(mag2) * (0.5 * power))  # log2(0) = -inf → 0 for power > 0
         tl.store(out_ptr + o_off, mag2, mask=o_mask)
+
+
+@triton.constexpr_function
+def _coef(kind, part, n_fft, k, n):
+    """Basis entry ``(k, n)`` as a compile-time float32: it becomes an FMA immediate, no load.
+
+    kind 0: the forward basis (part 0 ``cos``, part 1 ``-sin``) of ``rdft_basis``; kind 1: the
+    inverse real-DFT basis of ``irdft_basis`` (Hermitian weight and ``1/N`` folded in). Angles are
+    reduced ``k·n mod N`` in integers first, as in :mod:`nbxsig.reference.dft`.
+    """
+    angle = ((k * n) % n_fft) * (2.0 * math.pi / n_fft)
+    v = math.cos(angle) if part == 0 else -math.sin(angle)
+    if kind == 1:
+        weight = 1.0 if k == 0 or 2 * k == n_fft else 2.0
+        v = v * weight / n_fft
+    return float(np.float32(v))
+
+
+@triton.constexpr_function
+def _coef_at(kind, part, n_fft, k, q, hop, r):
+    # _coef at n = q·hop + r, formed here: the interpreter turns in-kernel int arithmetic into tensors.
+    return _coef(kind, part, n_fft, k, q * hop + r)
+
+
+@triton.constexpr_function
+def _frame_offset(q, hop, r):
+    return q * hop + r  # an int the interpreter keeps as an int (see _coef_at)
+
+
+@triton.jit
+def _stft_unrolled_kernel(
+    src_ptr,
+    stride_sb,
+    stride_sl,
+    L,
+    pad,
+    hop,
+    T,
+    win_ptr,
+    inv_ptr,
+    out_ptr,
+    stride_ob,
+    stride_of,
+    stride_ot,
+    scale,
+    power,
+    N: tl.constexpr,
+    F: tl.constexpr,
+    KIND: tl.constexpr,
+    MODE: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    OUTPUT: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    """``X[b, k, t] = scale · Σ_n s_pad[b, t·hop + n] · w[n] · (C[k, n] + i S[k, n])`` for small N.
+
+    Each thread owns whole frames (a 1-D tile of ``BLOCK_T`` frames, no padding of F or N). The basis
+    is unrolled as compile-time immediates (``_coef``; KIND 0 forward, 1 inverse for the istft
+    gradient) and its symmetry halves the work: ``C[k, N-n] = C[k, n]``, ``S[k, N-n] = -S[k, n]``,
+    so ``Re = Σ C·(s_n + s_{N-n})`` and ``Im = Σ S·(s_n - s_{N-n})`` over ``n <= N/2``.
+    Each bin's row is one coalesced store: interleaved (re, im) pairs (OUTPUT 0), ``|X|²`` (1) or
+    ``|X|^power`` (2); ``stride_o*`` count complex elements for OUTPUT 0. MODE as in ``_load_signal``.
+    """
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    t = pid * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = t < T
+    row = b * stride_sb
+    base = t * hop
+    # Frame samples, windowed: s[n] for n in 0..N-1 (a tuple unrolled at compile time).
+    s = ()
+    for n in tl.static_range(N):
+        v = _load_signal(src_ptr, row, stride_sl, base + n, pad, L, t_ok, inv_ptr, MODE)
+        if HAS_WINDOW:
+            v = v * tl.load(win_ptr + n).to(tl.float32)
+        s = s + (v,)
+    # Even and odd parts: e[m] = s[m] + s[N-m], o[m] = s[m] - s[N-m] for 1 <= m < N/2;
+    # e[0] = s[0] and, for even N, e[N/2] = s[N/2] (their sine terms vanish).
+    e = (s[0],)
+    o = (s[0],)  # placeholder at m = 0, never used
+    for m in tl.static_range(1, (N + 1) // 2):
+        e = e + (s[m] + s[N - m],)
+        o = o + (s[m] - s[N - m],)
+    if N % 2 == 0:
+        e = e + (s[N // 2],)
+    c2 = tl.arange(0, 2)
+    for k in tl.static_range(F):
+        re = e[0] * _coef(KIND, 0, N, k, 0)
+        for m in tl.static_range(1, N // 2 + 1):
+            cr = _coef(KIND, 0, N, k, m)
+            if cr != 0.0:
+                re += e[m] * cr
+        im = tl.zeros((BLOCK_T,), dtype=tl.float32)
+        for m in tl.static_range(1, (N + 1) // 2):
+            ci = _coef(KIND, 1, N, k, m)
+            if ci != 0.0:
+                im += o[m] * ci
+        re = re * scale
+        im = im * scale
+        if OUTPUT == 0:
+            # (re, im) side by side in one thread, one 8-byte store per bin (256 B per warp). The
+            # strides arrive in complex units and are doubled here, so the compiler can prove the
+            # 8-byte alignment that the vector store needs.
+            both = tl.join(re, im)
+            pair = 2 * (b * stride_ob + k * stride_of + t.to(tl.int64) * stride_ot)
+            tl.store(out_ptr + pair[:, None] + c2[None, :], both, mask=t_ok[:, None])
+        else:
+            mag2 = re * re + im * im
+            if OUTPUT == 2:
+                mag2 = tl.exp2(tl.log2(mag2) * (0.5 * power))  # log2(0) = -inf → 0 for power > 0
+            off = b * stride_ob + k * stride_of + t.to(tl.int64) * stride_ot
+            tl.store(out_ptr + off, mag2, mask=t_ok)
+
+
+@triton.jit
+def _ola_unrolled_kernel(
+    src_ptr,
+    s0,
+    s1,
+    s2,
+    s3,
+    win_ptr,
+    out_ptr,
+    stride_ob,
+    T,
+    start,
+    n_out,
+    u_begin,
+    scale,
+    N: tl.constexpr,
+    F: tl.constexpr,
+    HOP: tl.constexpr,
+    KIND: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    DIVIDE: tl.constexpr,
+    BLOCK_U: tl.constexpr,
+):
+    """Overlap-add with the inverse transform fused in, for small N; each thread owns output rows.
+
+    Output row ``u`` holds the OLA samples ``p = u·HOP + r`` (``r < HOP``); frame ``t = u - q``
+    covers them at ``n = q·HOP + r`` for ``q < ceil(N/HOP)``, so
+    ``y[p] = scale · Σ_q w[n] · Σ_k (Re X[k, t]·C[k, n] + Im X[k, t]·S[k, n])`` and, with DIVIDE,
+    ``y[p] /= Σ_q w[n]²`` (valid frames only) where that exceeds NOLA_EPS. The basis (KIND 1 inverse
+    real DFT for istft, KIND 0 forward basis transposed for the stft gradient) is unrolled as
+    compile-time immediates; the spectrum ``src`` is read in its real layout (strides ``s0..s3`` =
+    b, f, t, re/im), consecutive threads reading consecutive frames (coalesced), the ``ceil(N/HOP) - 1``
+    overlapping frames of a neighbour row hitting L1. Output ``o = p - start`` is written for
+    ``0 <= o < n_out`` (zeros past the last frame: how a longer ``length`` pads). Deterministic.
+    """
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    u = u_begin + pid * BLOCK_U + tl.arange(0, BLOCK_U)
+    Q: tl.constexpr = (N + HOP - 1) // HOP
+    acc = ()
+    env = ()
+    for _r in tl.static_range(HOP):
+        acc = acc + (tl.zeros((BLOCK_U,), dtype=tl.float32),)
+        env = env + (tl.zeros((BLOCK_U,), dtype=tl.float32),)
+    src = src_ptr + b * s0
+    for q in tl.static_range(Q):
+        t = u - q
+        t_ok = (t >= 0) & (t < T)
+        x_re = ()
+        x_im = ()
+        for k in tl.static_range(F):
+            off = k * s1 + t.to(tl.int64) * s2
+            x_re = x_re + (tl.load(src + off, mask=t_ok, other=0.0).to(tl.float32),)
+            if k == 0 or 2 * k == N:
+                x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
+            else:
+                x_im = x_im + (tl.load(src + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
+        new_acc = ()
+        new_env = ()
+        for r in tl.static_range(HOP):
+            n = _frame_offset(q, HOP, r)
+            a = acc[r]
+            v = env[r]
+            if n < N:
+                frame = tl.zeros((BLOCK_U,), dtype=tl.float32)
+                for k in tl.static_range(F):
+                    cr = _coef_at(KIND, 0, N, k, q, HOP, r)
+                    if cr != 0.0:
+                        frame += x_re[k] * cr
+                    ci = _coef_at(KIND, 1, N, k, q, HOP, r)
+                    if ci != 0.0:
+                        frame += x_im[k] * ci
+                if HAS_WINDOW:
+                    w = tl.load(win_ptr + n).to(tl.float32)
+                    a += frame * w
+                    if DIVIDE:
+                        v += tl.where(t_ok, w * w, 0.0)
+                else:
+                    a += frame
+                    if DIVIDE:
+                        v += tl.where(t_ok, 1.0, 0.0)
+            new_acc = new_acc + (a,)
+            new_env = new_env + (v,)
+        acc = new_acc
+        env = new_env
+    ob = out_ptr + b * stride_ob
+    for r in tl.static_range(HOP):
+        y = acc[r] * scale
+        if DIVIDE:
+            ok = env[r] > _EPS
+            y = tl.where(ok, y / tl.where(ok, env[r], 1.0), y)
+        o = u.to(tl.int64) * HOP + r - start
+        tl.store(ob + o, y, mask=(o >= 0) & (o < n_out))
 
 
 @triton.jit
@@ -430,9 +695,15 @@ def stft_forward(
     win = window if window is not None else x
     kind = _output_kind(power)
     if use_dense(n_fft):
-        basis = _basis(n_fft, "fwd" if onesided else "fwd2", device)
         shape = (n_batch, n_bins, T, 2) if kind == 0 else (n_batch, n_bins, T)
         out = empty_output(shape, dtype=torch.float32, device=device)
+        if _unrolled_stft(n_fft):
+            _launch_stft_unrolled(
+                x, x.stride(), length, pad, hop, T, window, None, out, out.stride(), scale, float(power),
+                n_fft=n_fft, n_bins=n_bins, kind=0, mode=mode, output=kind,
+            )  # fmt: skip
+            return out
+        basis = _basis(n_fft, "fwd" if onesided else "fwd2", device)
         block_k = min(_p2(n_fft, 16), 64)
         block_f = min(_p2(n_bins, 16), 64)
         block_t = FWD_BLOCK_T
@@ -481,7 +752,7 @@ def _ola(
     strides: tuple[int, ...],
     *,
     source: int,
-    basis: torch.Tensor | None,
+    basis_kind: str | None,
     window: torch.Tensor | None,
     n_batch: int,
     n_fft: int,
@@ -493,10 +764,26 @@ def _ola(
     scale: float,
     divide: bool,
 ) -> torch.Tensor:
-    """Launch ``_ola_dft_kernel``: output ``(B, n_out)`` float32, sample ``o`` = OLA sample ``start + o``."""
+    """Overlap-add launcher: output ``(B, n_out)`` float32, sample ``o`` = OLA sample ``start + o``.
+
+    source 0 reads a real-layout spectrum and applies the basis ``basis_kind`` ("fwd"/"fwd2": the
+    forward basis transposed, "inv": the inverse real DFT); source 1 reads ``(B, T, N)`` frames."""
     out = empty_output((n_batch, n_out), dtype=torch.float32, device=src.device)
     if n_out == 0:
         return out
+    if source == 0 and _unrolled_ola(n_fft, hop):
+        u_begin = start // hop
+        rows = (start + n_out - 1) // hop + 1 - u_begin
+        block = _unrolled_block(UNR_OLA_BLOCK, rows, n_batch)
+        s = strides
+        _ola_unrolled_kernel[(_cdiv(rows, block), n_batch)](
+            src, s[0], s[1], s[2], s[3], window if window is not None else out, out, out.stride(0),
+            T, start, n_out, u_begin, scale,
+            N=n_fft, F=n_bins, HOP=hop, KIND=1 if basis_kind == "inv" else 0,
+            HAS_WINDOW=window is not None, DIVIDE=divide, BLOCK_U=block, num_warps=UNR_OLA_WARPS,
+        )  # fmt: skip
+        return out
+    basis = None if basis_kind is None else _basis(n_fft, basis_kind, src.device)
     if source == 0:
         # Fill the dot's N dimension (>= 16 columns) with S whole hops of output samples.
         block_c = _p2(hop, 16)
@@ -569,8 +856,8 @@ def stft_backward(
         window=window, n_batch=n_batch, n_fft=n_fft, hop=hop, T=T, start=start, n_out=n_out, divide=False
     )
     if use_dense(n_fft):
-        basis = _basis(n_fft, "fwd" if onesided else "fwd2", device)
-        gp = _ola(grad, grad.stride(), source=0, basis=basis, n_bins=n_bins, scale=scale, **common)
+        kind = "fwd" if onesided else "fwd2"
+        gp = _ola(grad, grad.stride(), source=0, basis_kind=kind, n_bins=n_bins, scale=scale, **common)
     else:
         g = torch.view_as_complex(grad.transpose(1, 2).contiguous())  # (B, T, F)
         if onesided:
@@ -580,7 +867,7 @@ def stft_backward(
             frames = torch.fft.irfft(g * halve, n=n_fft, norm="forward")
         else:
             frames = torch.fft.ifft(g, n=n_fft, norm="forward").real
-        gp = _ola(frames, frames.stride(), source=1, basis=None, n_bins=0, scale=scale, **common)
+        gp = _ola(frames, frames.stride(), source=1, basis_kind=None, n_bins=0, scale=scale, **common)
     return gp if direct else _fold_padding(gp, length, pad, pad_mode)
 
 
@@ -596,16 +883,15 @@ def istft_forward(
     """Real-layout spectrum ``(B, F_in, T, 2)`` → ``(B, n_out)`` float32 (``length < 0``: the default)."""
     from ..reference.stft import istft_range
 
-    device = check_launchable(spec, *(() if window is None else (window,)))
+    check_launchable(spec, *(() if window is None else (window,)))
     n_batch, _, T = spec.shape[:3]
     n_bins = n_fft // 2 + 1  # a two-sided input uses its first half, like torch.istft
     start, _, n_out = istft_range(n_fft, hop, T, center, None if length < 0 else length)
     common = dict(window=window, n_batch=n_batch, n_fft=n_fft, hop=hop, T=T, start=start, n_out=n_out)
     if use_dense(n_fft):
         scale = math.sqrt(n_fft) if normalized else 1.0
-        basis = _basis(n_fft, "inv", device)
         return _ola(
-            spec, spec.stride(), source=0, basis=basis, n_bins=n_bins, scale=scale, divide=True, **common
+            spec, spec.stride(), source=0, basis_kind="inv", n_bins=n_bins, scale=scale, divide=True, **common
         )
     if spec.dtype != torch.float32:
         spec = spec.float()  # cuFFT takes half-precision complex only for power-of-two sizes
@@ -613,7 +899,9 @@ def istft_forward(
         spec = spec.contiguous()  # view_as_complex needs interleaved pairs; rare (hand-made real layouts)
     x = torch.view_as_complex(spec[:, :n_bins]).transpose(1, 2)  # (B, T, F)
     frames = torch.fft.irfft(x, n=n_fft, norm="ortho" if normalized else "backward")  # (B, T, N)
-    return _ola(frames, frames.stride(), source=1, basis=None, n_bins=0, scale=1.0, divide=True, **common)
+    return _ola(
+        frames, frames.stride(), source=1, basis_kind=None, n_bins=0, scale=1.0, divide=True, **common
+    )
 
 
 def _inv_envelope(window: torch.Tensor | None, n_fft: int, hop: int, T: int, device) -> torch.Tensor:
@@ -659,6 +947,12 @@ def istft_backward(
         if n_bins_in > n_bins:
             out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
         scale = math.sqrt(n_fft) if normalized else 1.0
+        if _unrolled_stft(n_fft):
+            _launch_stft_unrolled(
+                grad, grad.stride(), n_out, start, hop, T, window, inv, out, out.stride(), scale, -1.0,
+                n_fft=n_fft, n_bins=n_bins, kind=1, mode=_MODE_SCALED, output=0,
+            )  # fmt: skip
+            return out
         basis = _basis(n_fft, "inv", device)
         block_t, block_k, block_f = FWD_BLOCK_T, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
         grid = (_cdiv(T, block_t), _cdiv(n_bins, block_f), n_batch)
