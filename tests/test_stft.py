@@ -533,11 +533,15 @@ def test_cuda_compile_inductor(generator, cuda_device):
     assert_close(f(x), x, dtype="float32", atol=2e-6)
 
 
-@pytest.mark.parametrize("variant", ["unrolled", "fma", "dot"])
+@pytest.mark.parametrize("variant", ["unrolled", "unrolled-unpaired-tile-store", "fma", "dot"])
 def test_dense_kernel_variants(variant, monkeypatch, generator, device):
-    # Every form of the dense kernels (unrolled immediates, tiled FMA outer products, tiled tl.dot)
-    # is exercised whatever the defaults, forward, inverse and both backward passes.
-    monkeypatch.setattr(K, "DENSE_KERNEL", "unrolled" if variant == "unrolled" else "tiled")
+    # Every form of the dense kernels (unrolled immediates with either load/store variant of the
+    # overlap-add, tiled FMA outer products, tiled tl.dot) is exercised whatever the defaults,
+    # forward, inverse and both backward passes.
+    unrolled = variant.startswith("unrolled")
+    monkeypatch.setattr(K, "DENSE_KERNEL", "unrolled" if unrolled else "tiled")
+    monkeypatch.setattr(K, "UNR_OLA_PAIRED", variant == "unrolled")
+    monkeypatch.setattr(K, "UNR_OLA_TILE_STORE", variant != "unrolled")
     monkeypatch.setattr(K, "FWD_FMA_MAX_N", 64 if variant == "fma" else 0)
     monkeypatch.setattr(K, "OLA_FMA_MAX_N", 64 if variant == "fma" else 0)
     x = random_tensor((2, 83), generator=generator)

@@ -75,11 +75,14 @@ DENSE_KERNEL = "unrolled"
 # Tiles of the unrolled kernels (frames / output rows per program, warps). See docs/spectral.md for
 # the sweep behind them. A launch whose grid would have fewer than UNR_MIN_PROGRAMS programs halves
 # its tile (down to 32) so a batch-1 call still spreads over every SM (132 on an H200).
-UNR_FWD_BLOCK = 256
+UNR_FWD_BLOCK = 128
 UNR_FWD_WARPS = 4
 UNR_OLA_BLOCK = 256
 UNR_OLA_WARPS = 4
-UNR_MIN_PROGRAMS = 1024
+UNR_MIN_PROGRAMS = 264
+#: Overlap-add variants (see ``_ola_unrolled_kernel``): 8-byte (re, im) loads; tile-assembled stores.
+UNR_OLA_PAIRED = True
+UNR_OLA_TILE_STORE = False
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
 # kernel takes the call.
@@ -124,16 +127,17 @@ def _p2(n: int, minimum: int = 1) -> int:
     return max(minimum, 1 << max(0, n - 1).bit_length())
 
 
-def _unrolled_block(block: int, rows: int, n_batch: int) -> int:
-    # Halve the tile while the grid is too small to occupy the GPU (batch-1 latency).
-    while block > 32 and _cdiv(rows, block) * n_batch < UNR_MIN_PROGRAMS:
+def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
+    # Halve the tile while the grid is too small to occupy the GPU (batch-1 latency), but never
+    # below one element per thread (smaller tiles leave lanes idle: measured 2.5× slower).
+    while block > 32 * warps and _cdiv(rows, block) * n_batch < UNR_MIN_PROGRAMS:
         block //= 2
     return block
 
 
 def _launch_stft_unrolled(src, strides, L, pad, hop, T, window, inv, out, out_strides, scale, power, *,
                           n_fft, n_bins, kind, mode, output):  # fmt: skip
-    block = _unrolled_block(UNR_FWD_BLOCK, T, src.shape[0])
+    block = _unrolled_block(UNR_FWD_BLOCK, T, src.shape[0], UNR_FWD_WARPS)
     grid = (_cdiv(T, block), src.shape[0])
     win = window if window is not None else out
     # A complex output's strides go in complex units (see the kernel); it is our own contiguous
@@ -423,6 +427,9 @@ def _ola_unrolled_kernel(
     KIND: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     DIVIDE: tl.constexpr,
+    PAIRED: tl.constexpr,
+    TILE_STORE: tl.constexpr,
+    HOP_P2: tl.constexpr,
     BLOCK_U: tl.constexpr,
 ):
     """Overlap-add with the inverse transform fused in, for small N; each thread owns output rows.
@@ -436,6 +443,11 @@ def _ola_unrolled_kernel(
     b, f, t, re/im), consecutive threads reading consecutive frames (coalesced), the ``ceil(N/HOP) - 1``
     overlapping frames of a neighbour row hitting L1. Output ``o = p - start`` is written for
     ``0 <= o < n_out`` (zeros past the last frame: how a longer ``length`` pads). Deterministic.
+
+    PAIRED: ``s0..s2`` count complex elements (the layout's real strides are all even, ``s3 = 1``),
+    so each (re, im) pair is one 8-byte load. TILE_STORE: the ``HOP`` samples of a row are assembled
+    into a ``(BLOCK_U, HOP_P2)`` tile and stored at once (consecutive lanes, consecutive samples)
+    instead of ``HOP`` stores strided by ``HOP`` samples.
     """
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -446,19 +458,26 @@ def _ola_unrolled_kernel(
     for _r in tl.static_range(HOP):
         acc = acc + (tl.zeros((BLOCK_U,), dtype=tl.float32),)
         env = env + (tl.zeros((BLOCK_U,), dtype=tl.float32),)
-    src = src_ptr + b * s0
+    c2 = tl.arange(0, 2)
     for q in tl.static_range(Q):
         t = u - q
         t_ok = (t >= 0) & (t < T)
         x_re = ()
         x_im = ()
         for k in tl.static_range(F):
-            off = k * s1 + t.to(tl.int64) * s2
-            x_re = x_re + (tl.load(src + off, mask=t_ok, other=0.0).to(tl.float32),)
-            if k == 0 or 2 * k == N:
-                x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
+            if PAIRED:
+                pair = 2 * (b * s0 + k * s1 + t.to(tl.int64) * s2)
+                xy = tl.load(src_ptr + pair[:, None] + c2[None, :], mask=t_ok[:, None], other=0.0)
+                re, im = tl.split(xy.to(tl.float32))
+                x_re = x_re + (re,)
+                x_im = x_im + (im,)
             else:
-                x_im = x_im + (tl.load(src + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
+                off = b * s0 + k * s1 + t.to(tl.int64) * s2
+                x_re = x_re + (tl.load(src_ptr + off, mask=t_ok, other=0.0).to(tl.float32),)
+                if k == 0 or 2 * k == N:
+                    x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
+                else:
+                    x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
         new_acc = ()
         new_env = ()
         for r in tl.static_range(HOP):
@@ -488,13 +507,21 @@ def _ola_unrolled_kernel(
         acc = new_acc
         env = new_env
     ob = out_ptr + b * stride_ob
+    rr = tl.arange(0, HOP_P2)
+    tile = tl.zeros((BLOCK_U, HOP_P2), dtype=tl.float32)
     for r in tl.static_range(HOP):
         y = acc[r] * scale
         if DIVIDE:
             ok = env[r] > _EPS
             y = tl.where(ok, y / tl.where(ok, env[r], 1.0), y)
-        o = u.to(tl.int64) * HOP + r - start
-        tl.store(ob + o, y, mask=(o >= 0) & (o < n_out))
+        if TILE_STORE:
+            tile = tl.where(rr[None, :] == r, y[:, None], tile)
+        else:
+            o = u.to(tl.int64) * HOP + r - start
+            tl.store(ob + o, y, mask=(o >= 0) & (o < n_out))
+    if TILE_STORE:
+        o2 = u.to(tl.int64)[:, None] * HOP + rr[None, :] - start
+        tl.store(ob + o2, tile, mask=(rr[None, :] < HOP) & (o2 >= 0) & (o2 < n_out))
 
 
 @triton.jit
@@ -774,13 +801,19 @@ def _ola(
     if source == 0 and _unrolled_ola(n_fft, hop):
         u_begin = start // hop
         rows = (start + n_out - 1) // hop + 1 - u_begin
-        block = _unrolled_block(UNR_OLA_BLOCK, rows, n_batch)
+        block = _unrolled_block(UNR_OLA_BLOCK, rows, n_batch, UNR_OLA_WARPS)
         s = strides
+        # (re, im) pairs as single 8-byte loads where the real layout allows it (a view_as_real of
+        # a complex tensor always does): strides then go in complex units.
+        paired = UNR_OLA_PAIRED and s[3] == 1 and not (s[0] % 2 or s[1] % 2 or s[2] % 2)
+        if paired:
+            s = (s[0] // 2, s[1] // 2, s[2] // 2, 1)
         _ola_unrolled_kernel[(_cdiv(rows, block), n_batch)](
             src, s[0], s[1], s[2], s[3], window if window is not None else out, out, out.stride(0),
             T, start, n_out, u_begin, scale,
             N=n_fft, F=n_bins, HOP=hop, KIND=1 if basis_kind == "inv" else 0,
-            HAS_WINDOW=window is not None, DIVIDE=divide, BLOCK_U=block, num_warps=UNR_OLA_WARPS,
+            HAS_WINDOW=window is not None, DIVIDE=divide, PAIRED=paired, TILE_STORE=UNR_OLA_TILE_STORE,
+            HOP_P2=_p2(hop), BLOCK_U=block, num_warps=UNR_OLA_WARPS,
         )  # fmt: skip
         return out
     basis = None if basis_kind is None else _basis(n_fft, basis_kind, src.device)
