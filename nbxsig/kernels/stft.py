@@ -4,12 +4,18 @@
 
 Two ways to compute the transform, chosen per call by :func:`use_dense` (a pure function of n_fft):
 
-* **dense** (small n_fft, the iSTFTNet/Kokoro heads): one kernel per direction does everything.
-  ``_frame_dft_kernel`` gathers frames straight from the signal (centre padding by index mapping,
-  no padded copy and no frame tensor), applies the window and multiplies by the DFT basis with
-  ``tl.dot``, writing complex64 interleaved. ``_ola_dft_kernel`` is the inverse: each program owns a
-  span of output samples, sums the inverse-DFT'd frames covering it (window applied), divides by the
-  window envelope computed on the fly and trims to ``length`` -- deterministic, no atomics.
+* **dense** (n_fft <= 32, the iSTFTNet/Kokoro heads): one kernel per direction does everything.
+  The default family is *unrolled* (``_stft_unrolled_kernel`` / ``_ola_unrolled_kernel``): each
+  thread owns whole frames (forward) or whole output rows of ``hop`` samples (inverse), the DFT
+  basis is unrolled as compile-time FMA immediates (``_coef``: no basis loads, no padding of F or
+  N to tensor-core tiles, exact float32), the forward halves its work with the basis' even/odd
+  symmetry, and frames are gathered straight from the signal by strides (centre padding by index
+  mapping, no padded copy, no frame tensor). The inverse sums the ``ceil(n_fft/hop)`` frames covering
+  each row, divides by the window envelope computed on the fly and trims to ``length`` --
+  deterministic, no atomics, no frame buffer. The older *tiled* family (``_frame_dft_kernel`` /
+  ``_ola_dft_kernel`` with a basis tensor, FMA outer products or ``tl.dot``) remains for the
+  shapes the unrolled kernels do not take (overlap-add with ``ceil(n_fft/hop) > 5`` or hop > 32)
+  and as the measured comparison (``DENSE_KERNEL = "tiled"``).
 * **fft** (large n_fft, where a dense N×N basis product loses to cuFFT at float32 accuracy): the
   transform is ``torch.fft`` and the fused framing (``_frame_kernel``) / overlap-add + envelope
   (``_ola_dft_kernel`` on frames) kernels sit around it.
@@ -18,11 +24,10 @@ Backward passes are the same kernels with other bases: the gradient of the STFT 
 ``Re(G·e^{+iθ})`` frames (forward basis transposed), the gradient of the iSTFT is a framing of
 ``grad / envelope`` followed by a DFT with the inverse basis.
 
-Precision follows ``torch.get_float32_matmul_precision()`` where a ``tl.dot`` is used: "highest"
-uses 3×TF32 split products on tensor cores (float32 accuracy, ~1e-7 relative), "high"/"medium" a
-single TF32 product (~1e-4..1e-3). The n_fft <= 32 forward (and every n_fft <= ``*_FMA_MAX_N``) uses
-FMA outer products instead, exact float32 at any setting. Everything accumulates in float32;
-float16/bfloat16 signals are upcast on load.
+Precision: the unrolled kernels are FMA in float32 at every matmul-precision setting. Where the
+tiled kernels use a ``tl.dot`` it follows ``torch.get_float32_matmul_precision()``: "highest" uses
+3×TF32 split products (float32 accuracy, ~1e-7 relative), "high"/"medium" a single TF32 product
+(~1e-4..1e-3). Everything accumulates in float32; float16/bfloat16 signals are upcast on load.
 
 ``torch.library`` custom ops (``nbxsig::stft``, ``nbxsig::stft_backward``, ``nbxsig::istft``,
 ``nbxsig::istft_backward``) with fake implementations wrap the launchers, so ``torch.compile``
@@ -72,15 +77,19 @@ OLA_FMA_MAX_N = 0
 #: immediates) or "tiled" (``_frame_dft_kernel`` / ``_ola_dft_kernel`` with a basis tensor, FMA or
 #: tl.dot by ``*_FMA_MAX_N``; kept as the measured comparison and for the tests).
 DENSE_KERNEL = "unrolled"
-# Tiles of the unrolled kernels (frames / output rows per program, warps). See docs/spectral.md for
-# the sweep behind them. A launch whose grid would have fewer than UNR_MIN_PROGRAMS programs halves
-# its tile (down to 32) so a batch-1 call still spreads over every SM (132 on an H200).
+# Tiles of the unrolled kernels (frames / output rows per program, warps), from a sweep on an H200
+# at n_fft=20 hop=5, 64×240000 float32 (docs/spectral.md lists every point): forward 92-95 µs for
+# 128/4, 256/4, 256/8, 512/8 (115 µs at 512/4: 152 registers); overlap-add flat at 209-212 µs over
+# five tiles before the paired loads, 151-156 µs after them. A launch whose grid would have fewer
+# than UNR_MIN_PROGRAMS programs (2 per SM of an H200) halves its tile, never below one row per
+# thread: batch-1 istft GPU time 12.4 µs at 376 programs of 128 rows vs 30.9 µs at 1501 of 32.
 UNR_FWD_BLOCK = 128
 UNR_FWD_WARPS = 4
-UNR_OLA_BLOCK = 256
+UNR_OLA_BLOCK = 128
 UNR_OLA_WARPS = 4
 UNR_MIN_PROGRAMS = 264
-#: Overlap-add variants (see ``_ola_unrolled_kernel``): 8-byte (re, im) loads; tile-assembled stores.
+#: Overlap-add variants (see ``_ola_unrolled_kernel``): 8-byte (re, im) loads (measured 212 → 151 µs
+#: at 64×240000); tile-assembled stores (measured no faster, 151 vs 151-154 µs: off by default).
 UNR_OLA_PAIRED = True
 UNR_OLA_TILE_STORE = False
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
