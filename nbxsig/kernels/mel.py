@@ -90,7 +90,7 @@ def _folded_frames(
     wa_ptr,
     wb_ptr,
     n_fft,
-    interior,
+    EDGE: tl.constexpr,
     PAD_MODE: tl.constexpr,
 ):
     """The folded, windowed frame tile ``(a + b, a − b)`` for columns ``k``: ``a = x[t·hop + k]·w[k]``,
@@ -100,13 +100,14 @@ def _folded_frames(
     # Column masks (not ``w != 0``: a zero window tap still turns an inf sample into NaN, as in torch).
     ka = (k <= n_fft // 2)[None, :]
     kb = ((k >= 1) & (2 * k < n_fft))[None, :]
-    if interior:
-        # Every sample of the tile lies inside the signal: no padding, 32-bit offsets from the
-        # tile's first sample (the host keeps (BLOCK_T·hop + n_fft)·stride < 2^31).
+    if not EDGE:
+        # Every sample of the launch's frames lies inside the signal: no padding, 32-bit offsets
+        # from the tile's first sample (the host keeps (BLOCK_T·hop + n_fft)·stride < 2^31), and no
+        # branch, so the compiler can pipeline these loads like the basis tiles.
         pa = rel[:, None] + k[None, :]
         pb = rel[:, None] + (n_fft - k)[None, :]
-        xa = tl.load(x_tile + pa * stride_xl, mask=ka, other=0.0)
-        xb = tl.load(x_tile + pb * stride_xl, mask=kb, other=0.0)
+        xa = tl.load(x_tile + pa * stride_xl, mask=t_ok[:, None] & ka, other=0.0)
+        xb = tl.load(x_tile + pb * stride_xl, mask=t_ok[:, None] & kb, other=0.0)
     else:
         # The first/last tiles: centre padding by index mapping, 64-bit sample positions.
         pos_a = start[:, None] + k[None, :]
@@ -146,7 +147,7 @@ def _mel_chunk(
     rel,
     start,
     t_ok,
-    interior,
+    EDGE: tl.constexpr,
     wa_ptr,
     wb_ptr,
     cos_ptr,
@@ -176,7 +177,7 @@ def _mel_chunk(
     for k0 in range(0, K_HALF, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         s, d = _folded_frames(
-            x_tile, x_row, stride_xl, length, rel, start, t_ok, k, wa_ptr, wb_ptr, n_fft, interior, PAD_MODE
+            x_tile, x_row, stride_xl, length, rel, start, t_ok, k, wa_ptr, wb_ptr, n_fft, EDGE, PAD_MODE
         )
         # The basis is zero-padded to (K_PAD, F_PAD): no mask needed on it.
         boffs = k[:, None] * F_PAD + f[None, :]
@@ -246,12 +247,15 @@ def _mel_kernel(
     stride_ot,
     peak_ptr,
     n_frames,
+    t_a,
+    t_b,
     hop,
     pad,
     n_fft,
     n_mels,
     power,
     floor,
+    EDGE: tl.constexpr,  # frames [0, t_a) and [t_b, n_frames) (padding by index mapping), else [t_a, t_b)
     PAD_MODE: tl.constexpr,
     POWER_MODE: tl.constexpr,  # 2: |X|², 1: |X|, 0: any other power
     HAS_FLOOR: tl.constexpr,
@@ -267,17 +271,23 @@ def _mel_kernel(
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    pid_t = tl.program_id(0)
+    pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
-    t0 = pid_t * BLOCK_T
+    if EDGE:
+        # Programs [0, n_head) take the head frames, the rest the tail frames.
+        n_head = tl.cdiv(t_a, BLOCK_T)
+        head = pid < n_head
+        t0 = tl.where(head, pid * BLOCK_T, t_b + (pid - n_head) * BLOCK_T)
+        t_end = tl.where(head, t_a, n_frames)
+    else:
+        t0 = t_a + pid * BLOCK_T
+        t_end = t_b
     t = t0 + tl.arange(0, BLOCK_T)
-    t_ok = t < n_frames
+    t_ok = t < t_end
     x_row = x_ptr + b * stride_xb
     # 64-bit sample positions: t·hop can pass 2^31 on hour-long signals.
     first = t0.to(tl.int64) * hop - pad
     start = first + tl.arange(0, BLOCK_T).to(tl.int64) * hop
-    last = first + (BLOCK_T - 1) * hop + n_fft  # the b-sample of column 0 reaches n_fft
-    interior = (first >= 0) & (last < length) & (t0 + BLOCK_T <= n_frames)
     x_tile = x_row + first * stride_xl
     rel = tl.arange(0, BLOCK_T) * hop
     acc1 = tl.zeros((BLOCK_T, M1), dtype=tl.float32)
@@ -297,7 +307,7 @@ def _mel_kernel(
             rel,
             start,
             t_ok,
-            interior,
+            EDGE,
             wa_ptr,
             wb_ptr,
             cos_ptr,
@@ -333,7 +343,7 @@ def _mel_kernel(
             rel,
             start,
             t_ok,
-            interior,
+            EDGE,
             wa_ptr,
             wb_ptr,
             cos_ptr,
@@ -368,7 +378,7 @@ def _mel_kernel(
             rel,
             start,
             t_ok,
-            interior,
+            EDGE,
             wa_ptr,
             wb_ptr,
             cos_ptr,
@@ -403,7 +413,7 @@ def _mel_kernel(
             rel,
             start,
             t_ok,
-            interior,
+            EDGE,
             wa_ptr,
             wb_ptr,
             cos_ptr,
@@ -465,6 +475,8 @@ _CONFIGS = [
 ]
 # Under the interpreter: one small config (tests swap in each of _CONFIGS' tile shapes).
 _INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 32, "BLOCK_K": 16}
+# The edge launch: a handful of frames per signal (ceil(pad / hop) at each end), so small tiles.
+_EDGE_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 64, "BLOCK_K": 16, "num_warps": 4, "num_stages": 2}
 # The host guarantees (_MAX_BLOCK_T·hop + n_fft)·stride < 2^31 for the interior tiles' 32-bit offsets.
 _MAX_BLOCK_T = 128
 _tuned = None
@@ -473,9 +485,9 @@ _tuned = None
 def _tuned_kernel():
     global _tuned  # built on first GPU use, never at import
     if _tuned is None:
-        _tuned = triton.autotune(_CONFIGS, key=["n_fft", "M_TOT", "F_PAD", "POWER_MODE", "PRECISION"])(
-            _mel_kernel
-        )
+        _tuned = triton.autotune(
+            _CONFIGS, key=["n_fft", "M_TOT", "F_PAD", "POWER_MODE", "PRECISION", "EDGE"]
+        )(_mel_kernel)
     return _tuned
 
 
@@ -619,17 +631,29 @@ def _launch(
         out,
         *out.stride(),
     )
-    scalars = (peak, n_frames, hop_length, pad, n_fft, n_mels, float(power), float(floor or 0.0))
-    if _config is not None or (interpreter_enabled() and device.type == "cpu"):
-        # One fixed config: autotuning under the interpreter would run every config (and the
-        # benchmark's sweep names configs explicitly).
-        config = dict(_config or _INTERPRETER_CONFIG)
-        meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
-        grid = (triton.cdiv(n_frames, config["BLOCK_T"]), batch)
-        _mel_kernel[grid](*common, *scalars, **args, **config, **meta)
-    else:
-        grid = lambda meta: (triton.cdiv(n_frames, meta["BLOCK_T"]), batch)
-        _tuned_kernel()[grid](*common, *scalars, **args)
+    # Frames [t_a, t_b) read only samples inside the signal (the b-sample of column 0 reaches
+    # t·hop − pad + n_fft): they go to the branch-free interior launch; the few frames at either
+    # end, which read centre padding, to a small launch that maps indices.
+    t_a = min(n_frames, -(-pad // hop_length))
+    t_b = max(t_a, min(n_frames, (length - 1 - n_fft + pad) // hop_length + 1))
+    scalars = (peak, n_frames, t_a, t_b, hop_length, pad, n_fft, n_mels, float(power), float(floor or 0.0))
+    interpreted = interpreter_enabled() and device.type == "cpu"
+    # One fixed config under the interpreter (autotuning there would run every config).
+    edge = dict(_INTERPRETER_CONFIG if interpreted else _EDGE_CONFIG)
+    edge_meta = {k: edge.pop(k) for k in ("num_warps", "num_stages") if k in edge}
+    edge_tiles = triton.cdiv(t_a, edge["BLOCK_T"]) + triton.cdiv(n_frames - t_b, edge["BLOCK_T"])
+    if edge_tiles:
+        _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
+    if t_b > t_a:
+        if _config is None and not interpreted:
+            grid = lambda meta: (triton.cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
+            _tuned_kernel()[grid](*common, *scalars, EDGE=False, **args)
+        else:
+            # A fixed config: the interpreter's, or one the benchmark's sweep names.
+            config = dict(_config or _INTERPRETER_CONFIG)
+            meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
+            grid = (triton.cdiv(t_b - t_a, config["BLOCK_T"]), batch)
+            _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
     if whisper:
         per_example = n_mels * n_frames
         block = 1024
