@@ -61,6 +61,7 @@ def _compile(jobs: list[tuple[str, dict]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--phase", choices=("compile", "time", "both"), default="both")
     args = parser.parse_args()
     import triton.testing
 
@@ -69,10 +70,12 @@ def main() -> None:
     work = [(p, c) for c in CANDIDATES for p in PRECISIONS]
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_compile, args=(work[i :: args.jobs],)) for i in range(args.jobs)]
-    for p in procs:
+    for p in procs if args.phase != "time" else ():
         p.start()
-    for p in procs:
+    for p in procs if args.phase != "time" else ():
         p.join()
+    if args.phase == "compile":
+        return
 
     device = torch.device("cuda")
     window, filters = _operands(device)
