@@ -467,11 +467,14 @@ def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
     tl.store(ptrs, ((tl.maximum(v, top) + 4.0) * 0.25).to(out_ptr.dtype.element_ty), mask=ok)
 
 
-# (BLOCK_T, BLOCK_F, BLOCK_K, warps, stages): PLACEHOLDER, measured below.
+# The interior launch's configs: the two fastest of the 10 that `python -m nbxsig.bench.mel_sweep`
+# timed on an H200 (n_fft 400, 80 mels, 64 × 30 s): T128 F128 K32 1574 µs at "high" (TF32), T128
+# F128 K16 2147 µs at "highest" (3xTF32); the 64-frame tiles ran 1.3-2× slower. Left out: 64-frame
+# tiles with BLOCK_F = 128 on 8 warps, which Triton 3.6 miscompiles at 3xTF32 (relative error 5.2 on
+# the GPU, correct under the interpreter; tests/test_features_gpu.py keeps a strict xfail on it).
 _CONFIGS = [
-    triton.Config({"BLOCK_T": 64, "BLOCK_F": 128, "BLOCK_K": 16}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK_T": 64, "BLOCK_F": 64, "BLOCK_K": 16}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_T": 128, "BLOCK_F": 64, "BLOCK_K": 16}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK_T": 128, "BLOCK_F": 128, "BLOCK_K": 16}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK_T": 128, "BLOCK_F": 128, "BLOCK_K": 32}, num_warps=8, num_stages=2),
 ]
 # Under the interpreter: one small config (tests swap in each of _CONFIGS' tile shapes).
 _INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 32, "BLOCK_K": 16}
@@ -661,17 +664,90 @@ def _launch(
     return out
 
 
+def mel_path(*, device_type: str, center: bool, pad_mode: str, n_fft: int, length: int) -> str:
+    """Which implementation the Triton backend runs: "fused" (this module's kernel) or "unfused"
+    (``nbxsig.stft.spectrogram``'s FFT path, then one mel matmul). Pure: no device queries.
+
+    Measured on an H200 (torch 2.11, triton 3.6; docs/features.md, ``python -m nbxsig.bench.mel_sweep``):
+    MelSpectrogram 16 kHz, n_fft 400, hop 160, 80 mels, 64 × 30 s fp32 -- unfused 869 µs ("high")
+    and 973 µs ("highest"), the best fused tile config 1574 µs and 2147 µs, torchaudio 1302 µs and
+    1408 µs. So on a GPU the unfused path runs wherever ``nbxsig.stft`` takes the call (it refuses
+    circular centre padding longer than the signal), and the fused kernel elsewhere: under the
+    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``.
+    """
+    if device_type != "cuda":
+        return "fused"
+    if center and pad_mode == "circular" and n_fft // 2 > length:
+        return "fused"
+    return "unfused"
+
+
+def _unfused(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop_length: int,
+    window: torch.Tensor,
+    filters: torch.Tensor,
+    power: float,
+    scale: float,
+    center: bool,
+    pad_mode: str,
+    floor: float | None,
+    log: str | None,
+    drop_last: bool,
+    whisper: bool,
+) -> torch.Tensor:
+    """The same function as :func:`_launch` from ``nbxsig.stft.spectrogram`` (Triton FFT path) and a
+    matmul: ``(M, F) @ (B, F, T)``, with the STFT's ``scale`` folded into the filters as
+    ``scale^power``. The matmul follows torch's fp32 matmul precision, like the fused dots."""
+    from .. import stft as nstft
+
+    spec = nstft.spectrogram(
+        x, n_fft, hop_length, window=window.detach().float(), power=power, center=center,
+        pad_mode=pad_mode, backend="triton",
+    )  # fmt: skip
+    if drop_last:
+        spec = spec[..., :-1]
+    fb = filters.detach().float() * (scale**power)
+    out = torch.matmul(fb.T, spec)
+    if floor is not None:
+        out.clamp_(min=floor)
+    if log == "log10":
+        out.log10_()
+    elif log == "ln":
+        out.log_()
+    elif log == "log2":
+        out.log2_()
+    if whisper:
+        # Whisper's floor at max − 8 with the maximum per example, then (x + 4) / 4.
+        top = out.amax(dim=(-2, -1), keepdim=True) - 8.0
+        out = torch.maximum(out, top).add_(4.0).mul_(0.25)
+    return out.to(x.dtype)
+
+
+def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) -> torch.Tensor:
+    path = _path or mel_path(
+        device_type=x.device.type, center=opts["center"], pad_mode=opts["pad_mode"], n_fft=opts["n_fft"],
+        length=x.shape[-1],
+    )  # fmt: skip
+    if path == "unfused":
+        check_launchable(x, window, filters)
+        return _unfused(x, window=window, filters=filters, **{k: v for k, v in opts.items() if k[0] != "_"})
+    return _launch(x, window=window, filters=filters, **opts)
+
+
 class _FusedMel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, window, filters, opts):
         ctx.save_for_backward(x, window, filters)
         ctx.opts = opts
-        return _launch(x, window=window, filters=filters, **opts)
+        return _run(x, window=window, filters=filters, **opts)
 
     @staticmethod
     def backward(ctx, grad):
         x, window, filters = ctx.saved_tensors
-        opts = {k: v for k, v in ctx.opts.items() if k not in ("_precision", "_config")}
+        opts = {k: v for k, v in ctx.opts.items() if not k.startswith("_")}
         with torch.enable_grad():
             # Recompute the torch twin in fp32 (at least) under autograd: no spectrum was stored.
             xd = x.detach().to(torch.promote_types(x.dtype, torch.float32)).requires_grad_(True)
@@ -697,6 +773,7 @@ def mel_spectrogram(
     whisper: bool = False,
     _precision: str | None = None,
     _config: dict | None = None,
+    _path: str | None = None,
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.mel.mel_spectrogram` on ``(B, L)`` input."""
     opts = dict(
@@ -712,7 +789,8 @@ def mel_spectrogram(
         whisper=whisper,
         _precision=_precision,
         _config=_config,
+        _path=_path,
     )
     if torch.is_grad_enabled() and x.requires_grad:
         return _FusedMel.apply(x, window, filters, opts)
-    return _launch(x, window=window, filters=filters, **opts)
+    return _run(x, window=window, filters=filters, **opts)
