@@ -1,4 +1,4 @@
-"""Fused waveform → (log-)mel Triton kernel (the twin of :mod:`nbxsig.reference.mel`).
+"""Waveform → (log-)mel on the Triton backend (the twin of :mod:`nbxsig.reference.mel`): a fused kernel.
 
 One program computes ``BLOCK_T`` frames of one signal and all of their mels::
 
@@ -9,17 +9,23 @@ One program computes ``BLOCK_T`` frames of one signal and all of their mels::
     mel[t, m]    = Σ_f P[t, f] · fb[f, m]                          (tl.dot, accumulated in registers)
     out[m, t]    = log(max(mel, floor))                            (optional)
 
-The frequency axis is walked in ``BLOCK_F`` chunks; each chunk's ``re``/``im`` tile lives only in
-registers and is folded into the mel accumulator at once, so neither the padded signal, the frames,
-the complex spectrum nor the power spectrogram ever exist in device memory: the kernel reads the
-waveform (from L1/L2, frames overlap) and writes mels. Whisper's "max − 8" floor needs the
-per-example maximum, which one ``atomic_max`` per program collects during the same pass; a second,
-elementwise pass applies the floor and ``(x + 4) / 4``.
+The frequency axis is walked in ``BLOCK_F`` chunks (the remainder in 64/32/16-bin chunks); each
+chunk's ``re``/``im`` tile lives only in registers and is folded into the mel accumulators at once,
+so neither the padded signal, the frames, the complex spectrum nor the power spectrogram ever exist
+in device memory. Frames that read only samples inside the signal run in a branch-free "interior"
+launch (32-bit offsets, pipelined loads); the few at each end, which read centre padding, in a
+small "edge" launch that maps indices. Whisper's "max − 8" floor needs the per-example maximum,
+which one ``atomic_max`` per program collects; a second, elementwise pass applies the floor and
+``(x + 4) / 4``.
 
-Dot precision follows ``torch.get_float32_matmul_precision()``: "highest" → 3xTF32 (split
-products, error ~fp32 rounding: the measured relative error is in docs/features.md), "high" and
-"medium" → single-pass TF32. The private ``_precision`` argument forces another choice ("ieee":
-CUDA-core fp32 FMA) for the benchmark's comparison rows.
+Dot precision follows ``torch.get_float32_matmul_precision()``: "highest" → 3xTF32 (operands split
+into TF32 hi + fp32 lo, three products), "high" and "medium" → TF32 with both operands rounded to
+nearest here (the tensor cores would truncate them, a bias). The private ``_precision`` argument
+forces another choice ("ieee": CUDA-core fp32 FMA).
+
+Which implementation runs: :func:`mel_path`. On a GPU, ``nbxsig.stft.spectrogram`` + one mel
+matmul (:func:`_unfused`) is measured faster than this kernel, so it is the auto path there; the
+kernel runs as ``_path="fused"`` and under the interpreter. docs/features.md has the numbers.
 
 Backward: the kernel stores nothing for autograd; :class:`_FusedMel` recomputes the torch twin
 under autograd in ``backward`` (its ``|X|^power`` has a finite, zero gradient where ``|X| = 0``).
