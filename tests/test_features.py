@@ -271,11 +271,20 @@ SMALL = dict(sample_rate=8000, n_fft=64, hop_length=16, n_mels=12)
         pytest.param(dict(power=0.7, pad_mode="replicate", norm="slaney"), id="power0.7-replicate"),
         pytest.param(dict(center=False, normalized=True, win_length=48), id="nocenter-win48"),
         pytest.param(dict(pad_mode="circular", mel_scale="slaney", n_fft=50, hop_length=13), id="circ-n50"),
+        # 40 samples, n_fft 64: every frame reads centre padding, so the edge launch does it all.
+        pytest.param(dict(length=40), id="short-all-edge-frames"),
+        # 11 mels = one 16-wide block; 20 = 16 + 16 (two accumulators); 40 = 32 + 16.
+        pytest.param(dict(n_mels=20), id="mels20-two-blocks"),
+        pytest.param(
+            dict(n_mels=40, n_fft=100, hop_length=25),
+            id="mels40-n100",
+            marks=pytest.mark.filterwarnings("ignore:At least one mel filterbank has all zero values"),
+        ),
     ],
 )
 def test_triton_mel_matches_float64(variant, device, generator):
     kw = {**SMALL, **variant}
-    x64 = random_tensor((2, 2, 331), generator=generator, dtype=F64)
+    x64 = random_tensor((2, 2, kw.pop("length", 331)), generator=generator, dtype=F64)
     expected = nf.mel_spectrogram(x64, backend="torch", **kw)
     got = nf.mel_spectrogram(x64.float().to(device), backend="triton", **kw)
     assert got.dtype == torch.float32 and got.shape == expected.shape
@@ -330,15 +339,126 @@ def test_triton_backward_matches_torch_and_is_finite(device, generator):
     assert_close(grads["triton"], grads["torch"], dtype="float32", rel_error=1e-5)
 
 
-@pytest.mark.parametrize("config", range(6), ids=lambda i: f"config{i}")
+@pytest.mark.parametrize("config", range(3), ids=lambda i: f"config{i}" if i < 2 else "edge-config")
 def test_triton_mel_every_autotune_config(config, device, generator, monkeypatch):
-    # The GPU autotunes over _CONFIGS; the interpreter runs one fixed config, so each config's tile
-    # shape is checked here (a BLOCK_F that overruns the padded basis would read garbage).
+    # The GPU autotunes the interior launch over _CONFIGS and runs the edge launch with _EDGE_CONFIG;
+    # the interpreter runs one fixed config for both, so each tile shape is checked here (a BLOCK_F
+    # that overran the padded basis, or a bin remainder chunk left out, would show).
     from nbxsig.kernels import mel as kmel
 
-    assert len(kmel._CONFIGS) == 6
-    monkeypatch.setattr(kmel, "_INTERPRETER_CONFIG", dict(kmel._CONFIGS[config].kwargs))
+    assert len(kmel._CONFIGS) == 2
+    configs = [dict(c.kwargs) for c in kmel._CONFIGS] + [
+        {k: v for k, v in kmel._EDGE_CONFIG.items() if k.startswith("BLOCK")}
+    ]
+    monkeypatch.setattr(kmel, "_INTERPRETER_CONFIG", configs[config])
     kw = dict(sample_rate=16000, n_fft=200, hop_length=80, n_mels=20)  # 101 bins: ragged for every BLOCK_F
     x = random_tensor((2, 800), generator=generator, dtype=F64)
     got = nf.mel_spectrogram(x.float().to(device), backend="triton", **kw)
     assert_close(got, nf.mel_spectrogram(x, backend="torch", **kw), dtype="float32", rel_error=1e-5)
+
+
+def test_mel_blocks_cover_the_mels_in_two_power_of_two_blocks():
+    from nbxsig.kernels.mel import mel_blocks
+
+    assert [mel_blocks(n) for n in (1, 12, 16, 20, 40, 80, 100, 128, 256)] == [
+        (16, 0), (16, 0), (16, 0), (16, 16), (32, 16), (64, 16), (64, 64), (128, 0), (256, 0)
+    ]  # fmt: skip
+
+
+def test_tf32_split_is_exact_and_rounds_to_nearest(generator):
+    from nbxsig.kernels.mel import _split_hi_lo
+
+    v = random_tensor((4096,), generator=generator) * torch.logspace(-20, 20, 4096)
+    hi, lo = _split_hi_lo(v)
+    assert ((hi.view(torch.int32) & 0x1FFF) == 0).all()  # a TF32 value: the 13 low mantissa bits are 0
+    assert torch.equal(hi + lo, v)  # the residual is exact in fp32
+    # Rounded to nearest: |lo| <= half a TF32 ulp = 2^-11 relative (truncation would allow 2^-10).
+    assert (lo.abs() <= v.abs() * 2.0**-11).all()
+
+
+def test_triton_mel_tf32_error_within_derived_bound(device, generator):
+    # The "tf32" path rounds both operands of every dot to TF32 (to nearest); the interpreter then
+    # multiplies those exact TF32 values in fp32, as the tensor cores do. The bound 7e-4 is derived
+    # in tests/test_features_gpu.py::test_gpu_mel_full_size (measured here: ~2.3e-4).
+    from nbxsig.kernels import mel as kmel
+
+    x = random_tensor((1, 1200), generator=generator, dtype=F64)
+    window = nf.prepare_window(None, 400, 400, torch.device("cpu"))
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=F64)
+    opts = dict(n_fft=400, hop_length=160, power=2.0, scale=1.0, center=True, pad_mode="reflect")
+    got = kmel.mel_spectrogram(
+        x.float().to(device), window=window.to(device), filters=filters.to(device), _precision="tf32", **opts
+    )
+    expected = nf.mel_spectrogram(x, n_fft=400, hop_length=160, n_mels=80, backend="torch")
+    rel = ((got.double().cpu() - expected).norm() / expected.norm()).item()
+    assert 2e-5 < rel < 7e-4  # TF32-sized (not fp32-sized: the rounding is really applied), within bound
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(dict(), id="power2-reflect"),
+        pytest.param(
+            dict(power=0.7, pad_mode="replicate", normalized=True, win_length=48), id="p0.7-norm-win48"
+        ),
+        pytest.param(dict(center=False, power=1.0), id="nocenter-power1"),
+        pytest.param(dict(floor=1e-6, log="ln"), id="log-ln"),
+    ],
+)
+def test_unfused_path_matches_float64(variant, device, generator):
+    # The path mel_path picks on a GPU (nbxsig.stft's FFT path + one matmul), forced here.
+    from nbxsig.features import _cached_filters, prepare_window, spec_scale
+    from nbxsig.kernels import mel as kmel
+
+    kw = {**SMALL, **variant}
+    x64 = random_tensor((3, 331), generator=generator, dtype=F64)
+    log_kw = {k: kw.pop(k) for k in ("floor", "log") if k in kw}
+    fn = nf.log_mel_spectrogram if log_kw else nf.mel_spectrogram
+    expected = fn(x64, backend="torch", **kw, **log_kw)
+    win_length = kw.get("win_length", kw["n_fft"])
+    window = prepare_window(None, win_length, kw["n_fft"], device)
+    filters = _cached_filters(kw["n_fft"] // 2 + 1, 0.0, 4000.0, kw["n_mels"], 8000, None, "htk", device)
+    got = kmel.mel_spectrogram(
+        x64.float().to(device),
+        n_fft=kw["n_fft"],
+        hop_length=kw["hop_length"],
+        window=window,
+        filters=filters,
+        power=kw.get("power", 2.0),
+        scale=spec_scale(kw.get("normalized", False), window, kw["n_fft"]),
+        center=kw.get("center", True),
+        pad_mode=kw.get("pad_mode", "reflect"),
+        _path="unfused",
+        **log_kw,
+    )
+    assert got.dtype == torch.float32
+    assert_close(got, expected, dtype="float32", rel_error=1e-5, atol=1e-5 if log_kw else None)
+
+
+def test_unfused_path_whisper_and_half_input(device, generator):
+    from nbxsig.features import _cached_filters, prepare_window
+    from nbxsig.kernels import mel as kmel
+
+    audio = 0.1 * random_tensor((2, 1600), generator=generator)
+    audio[1] *= 1e-3  # a quiet clip: its own floor (per-example maximum)
+    window = prepare_window(None, 400, 400, device)
+    filters = _cached_filters(201, 0.0, 8000.0, 80, 16000, "slaney", "slaney", device)
+    opts = dict(n_fft=400, hop_length=160, window=window, filters=filters, power=2.0, scale=1.0)
+    opts.update(center=True, pad_mode="reflect", floor=1e-10, log="log10", drop_last=True, whisper=True)
+    got = kmel.mel_spectrogram(audio.to(device), _path="unfused", **opts)
+    assert got.shape == (2, 80, 10)
+    for i in range(2):
+        assert_close(got[i], whisper_oracle(audio[i].double(), 80), atol=1e-5, rtol=1e-5)
+    half = kmel.mel_spectrogram(audio.half().to(device), _path="unfused", **opts)
+    assert half.dtype == torch.float16
+    assert_close(half, got, dtype=torch.float16)
+
+
+def test_mel_path_rule():
+    from nbxsig.kernels.mel import mel_path
+
+    common = dict(center=True, pad_mode="reflect", n_fft=400, length=16000)
+    assert mel_path(device_type="cuda", **common) == "unfused"
+    assert mel_path(device_type="cpu", **common) == "fused"  # the interpreter: the kernel under test
+    # nbxsig.stft refuses circular centre padding longer than the signal; the fused kernel takes it.
+    assert mel_path(device_type="cuda", center=True, pad_mode="circular", n_fft=400, length=150) == "fused"

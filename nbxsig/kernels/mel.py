@@ -1,4 +1,4 @@
-"""Fused waveform → (log-)mel Triton kernel (the twin of :mod:`nbxsig.reference.mel`).
+"""Waveform → (log-)mel on the Triton backend (the twin of :mod:`nbxsig.reference.mel`): a fused kernel.
 
 One program computes ``BLOCK_T`` frames of one signal and all of their mels::
 
@@ -9,17 +9,23 @@ One program computes ``BLOCK_T`` frames of one signal and all of their mels::
     mel[t, m]    = Σ_f P[t, f] · fb[f, m]                          (tl.dot, accumulated in registers)
     out[m, t]    = log(max(mel, floor))                            (optional)
 
-The frequency axis is walked in ``BLOCK_F`` chunks; each chunk's ``re``/``im`` tile lives only in
-registers and is folded into the mel accumulator at once, so neither the padded signal, the frames,
-the complex spectrum nor the power spectrogram ever exist in device memory: the kernel reads the
-waveform (from L1/L2, frames overlap) and writes mels. Whisper's "max − 8" floor needs the
-per-example maximum, which one ``atomic_max`` per program collects during the same pass; a second,
-elementwise pass applies the floor and ``(x + 4) / 4``.
+The frequency axis is walked in ``BLOCK_F`` chunks (the remainder in 64/32/16-bin chunks); each
+chunk's ``re``/``im`` tile lives only in registers and is folded into the mel accumulators at once,
+so neither the padded signal, the frames, the complex spectrum nor the power spectrogram ever exist
+in device memory. Frames that read only samples inside the signal run in a branch-free "interior"
+launch (32-bit offsets, pipelined loads); the few at each end, which read centre padding, in a
+small "edge" launch that maps indices. Whisper's "max − 8" floor needs the per-example maximum,
+which one ``atomic_max`` per program collects; a second, elementwise pass applies the floor and
+``(x + 4) / 4``.
 
-Dot precision follows ``torch.get_float32_matmul_precision()``: "highest" → 3xTF32 (split
-products, error ~fp32 rounding: the measured relative error is in docs/features.md), "high" and
-"medium" → single-pass TF32. The private ``_precision`` argument forces another choice ("ieee":
-CUDA-core fp32 FMA) for the benchmark's comparison rows.
+Dot precision follows ``torch.get_float32_matmul_precision()``: "highest" → 3xTF32 (operands split
+into TF32 hi + fp32 lo, three products), "high" and "medium" → TF32 with both operands rounded to
+nearest here (the tensor cores would truncate them, a bias). The private ``_precision`` argument
+forces another choice ("ieee": CUDA-core fp32 FMA).
+
+Which implementation runs: :func:`mel_path`. On a GPU, ``nbxsig.stft.spectrogram`` + one mel
+matmul (:func:`_unfused`) is measured faster than this kernel, so it is the auto path there; the
+kernel runs as ``_path="fused"`` and under the interpreter. docs/features.md has the numbers.
 
 Backward: the kernel stores nothing for autograd; :class:`_FusedMel` recomputes the torch twin
 under autograd in ``backward`` (its ``|X|^power`` has a finite, zero gradient where ``|X| = 0``).
@@ -46,104 +52,175 @@ _LN_2 = math.log(2.0)
 
 
 @triton.jit
-def _mel_kernel(
-    x_ptr,
-    stride_xb,
+def _tf32_hi(v):
+    """``v`` rounded to TF32 (10 mantissa bits, to nearest): exact in a TF32 dot, and ``v − hi`` is
+    exact in fp32."""
+    bits = v.to(tl.int32, bitcast=True)
+    return ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dot(a, b_ptrs, b_lo_ptrs, acc, PRECISION: tl.constexpr):
+    """``acc + a @ b`` for fp32 ``a`` and a basis/filter tile ``b`` stored as TF32 ``hi`` planes
+    (``b_ptrs``; with "ieee", the fp32 values) and fp32 residuals ``lo`` (``b_lo_ptrs``).
+
+    "tf32": ``a`` rounded to nearest TF32 here and ``b`` on the host, so the tensor cores see exact
+    TF32 operands and do not truncate them (truncation biases every product low by ~2^-11).
+    "tf32x3": ``a_hi·b_lo + a_lo·b_hi + a_hi·b_hi`` (small terms first), ~2^-21 relative per
+    product, i.e. fp32-class, in three TF32 dots. "ieee": CUDA-core fp32 FMAs.
+    """
+    b = tl.load(b_ptrs)
+    if PRECISION == "tf32x3":
+        a_hi = _tf32_hi(a)
+        a_lo = a - a_hi
+        acc = tl.dot(a_hi, tl.load(b_lo_ptrs), acc, input_precision="tf32")
+        acc = tl.dot(a_lo, b, acc, input_precision="tf32")
+        acc = tl.dot(a_hi, b, acc, input_precision="tf32")
+    elif PRECISION == "tf32":
+        acc = tl.dot(_tf32_hi(a), b, acc, input_precision="tf32")
+    else:
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def _folded_frames(
+    x_tile,
+    x_row,
     stride_xl,
     length,
-    win_ptr,
-    cos_ptr,
-    sin_ptr,
-    fb_ptr,
-    out_ptr,
-    stride_ob,
-    stride_om,
-    stride_ot,
-    peak_ptr,
-    n_frames,
-    hop,
-    pad,
+    rel,
+    start,
+    t_ok,
+    k,
+    wa_ptr,
+    wb_ptr,
     n_fft,
-    n_freq,
-    n_mels,
-    power,
-    floor,
+    EDGE: tl.constexpr,
     PAD_MODE: tl.constexpr,
-    POWER_MODE: tl.constexpr,  # 2: |X|², 1: |X|, 0: any other power
-    HAS_FLOOR: tl.constexpr,
-    LOG: tl.constexpr,  # 0 none, 1 log10, 2 ln, 3 log2
-    TRACK_PEAK: tl.constexpr,
-    K_PAD: tl.constexpr,
+):
+    """The folded, windowed frame tile ``(a + b, a − b)`` for columns ``k``: ``a = x[t·hop + k]·w[k]``,
+    ``b = x[t·hop + n − k]·w[n − k]`` (``wa``/``wb`` are zero where a column has no such sample)."""
+    wa = tl.load(wa_ptr + k)
+    wb = tl.load(wb_ptr + k)
+    # Column masks (not ``w != 0``: a zero window tap still turns an inf sample into NaN, as in torch).
+    ka = (k <= n_fft // 2)[None, :]
+    kb = ((k >= 1) & (2 * k < n_fft))[None, :]
+    if not EDGE:
+        # Every sample of the launch's frames lies inside the signal: no padding, 32-bit offsets
+        # from the tile's first sample (the host keeps (BLOCK_T·hop + n_fft)·stride < 2^31), and no
+        # branch, so the compiler can pipeline these loads like the basis tiles.
+        pa = rel[:, None] + k[None, :]
+        pb = rel[:, None] + (n_fft - k)[None, :]
+        xa = tl.load(x_tile + pa * stride_xl, mask=t_ok[:, None] & ka, other=0.0)
+        xb = tl.load(x_tile + pb * stride_xl, mask=t_ok[:, None] & kb, other=0.0)
+    else:
+        # The first/last tiles: centre padding by index mapping, 64-bit sample positions.
+        pos_a = start[:, None] + k[None, :]
+        pos_b = start[:, None] + (n_fft - k)[None, :]
+        ok_a = t_ok[:, None] & ka
+        ok_b = t_ok[:, None] & kb
+        if PAD_MODE == 0:
+            ok_a = ok_a & (pos_a >= 0) & (pos_a < length)
+            ok_b = ok_b & (pos_b >= 0) & (pos_b < length)
+        elif PAD_MODE == 1:
+            pos_a = tl.where(pos_a < 0, -pos_a, pos_a)
+            pos_a = tl.where(pos_a >= length, 2 * (length - 1) - pos_a, pos_a)
+            pos_b = tl.where(pos_b < 0, -pos_b, pos_b)
+            pos_b = tl.where(pos_b >= length, 2 * (length - 1) - pos_b, pos_b)
+        elif PAD_MODE == 2:
+            pos_a = tl.minimum(tl.maximum(pos_a, 0), length - 1)
+            pos_b = tl.minimum(tl.maximum(pos_b, 0), length - 1)
+        else:
+            pos_a = ((pos_a % length) + length) % length
+            pos_b = ((pos_b % length) + length) % length
+        xa = tl.load(x_row + pos_a * stride_xl, mask=ok_a, other=0.0)
+        xb = tl.load(x_row + pos_b * stride_xl, mask=ok_b, other=0.0)
+    xa = xa.to(tl.float32) * wa[None, :]
+    xb = xb.to(tl.float32) * wb[None, :]
+    return xa + xb, xa - xb
+
+
+@triton.jit
+def _mel_chunk(
+    acc1,
+    acc2,
+    f0,
+    x_tile,
+    x_row,
+    stride_xl,
+    length,
+    rel,
+    start,
+    t_ok,
+    EDGE: tl.constexpr,
+    wa_ptr,
+    wb_ptr,
+    cos_ptr,
+    cos_lo_ptr,
+    sin_ptr,
+    sin_lo_ptr,
+    fb_ptr,
+    fb_lo_ptr,
+    n_fft,
+    power,
+    PAD_MODE: tl.constexpr,
+    POWER_MODE: tl.constexpr,
+    K_HALF: tl.constexpr,
     F_PAD: tl.constexpr,
-    M_PAD: tl.constexpr,
+    M_TOT: tl.constexpr,
+    M1: tl.constexpr,
+    M2: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_F: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    pid_t = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
-    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    t_ok = t < n_frames
-    m = tl.arange(0, M_PAD)
-    x_row = x_ptr + b * stride_xb
-    # 64-bit sample positions: t·hop can pass 2^31 on hour-long batched signals.
-    start = t.to(tl.int64) * hop - pad
-    acc = tl.zeros((BLOCK_T, M_PAD), dtype=tl.float32)
-    # The basis and filters are padded to F_PAD, a multiple of every BLOCK_F in the config list;
-    # chunks past the last real bin are skipped (a uniform branch per program). A static loop
-    # bound keeps Triton's interpreter happy (it cannot take a runtime range bound with NumPy 2).
-    for f0 in range(0, F_PAD, BLOCK_F):
-        if f0 < n_freq:
-            f = f0 + tl.arange(0, BLOCK_F)
-            re = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
-            im = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
-            for k0 in range(0, K_PAD, BLOCK_K):
-                # Real-input symmetry halves the DFT: with a = x[k]·w[k] and b = x[n−k]·w[n−k],
-                # Re X[f] = Σ_{k<=n/2} (a + b) cos(2πfk/n) and Im X[f] = −Σ_{k<=n/2} (a − b) sin(2πfk/n),
-                # where b is left out at k = 0 and k = n/2 (those samples appear once).
-                k = k0 + tl.arange(0, BLOCK_K)
-                ka = k <= n_fft // 2
-                kb = (k >= 1) & (2 * k < n_fft)
-                wa = tl.load(win_ptr + k, mask=ka, other=0.0)
-                wb = tl.load(win_ptr + (n_fft - k), mask=kb, other=0.0)
-                pos_a = start[:, None] + k[None, :]
-                pos_b = start[:, None] + (n_fft - k)[None, :]
-                ok_a = t_ok[:, None] & ka[None, :]
-                ok_b = t_ok[:, None] & kb[None, :]
-                # Centre padding by index mapping: the padded signal is never materialised.
-                if PAD_MODE == 0:
-                    ok_a = ok_a & (pos_a >= 0) & (pos_a < length)
-                    ok_b = ok_b & (pos_b >= 0) & (pos_b < length)
-                elif PAD_MODE == 1:
-                    pos_a = tl.where(pos_a < 0, -pos_a, pos_a)
-                    pos_a = tl.where(pos_a >= length, 2 * (length - 1) - pos_a, pos_a)
-                    pos_b = tl.where(pos_b < 0, -pos_b, pos_b)
-                    pos_b = tl.where(pos_b >= length, 2 * (length - 1) - pos_b, pos_b)
-                elif PAD_MODE == 2:
-                    pos_a = tl.minimum(tl.maximum(pos_a, 0), length - 1)
-                    pos_b = tl.minimum(tl.maximum(pos_b, 0), length - 1)
-                else:
-                    pos_a = ((pos_a % length) + length) % length
-                    pos_b = ((pos_b % length) + length) % length
-                xa = tl.load(x_row + pos_a * stride_xl, mask=ok_a, other=0.0).to(tl.float32) * wa[None, :]
-                xb = tl.load(x_row + pos_b * stride_xl, mask=ok_b, other=0.0).to(tl.float32) * wb[None, :]
-                # The basis is zero-padded to (K_PAD, F_PAD): no mask needed on it.
-                boffs = k[:, None] * F_PAD + f[None, :]
-                re = tl.dot(xa + xb, tl.load(cos_ptr + boffs), re, input_precision=PRECISION)
-                im = tl.dot(xa - xb, tl.load(sin_ptr + boffs), im, input_precision=PRECISION)
-            p = re * re + im * im
-            if POWER_MODE == 1:
-                p = tl.sqrt(p)
-            elif POWER_MODE == 0:
-                p = tl.where(p > 0, tl.exp2(tl.log2(tl.where(p > 0, p, 1.0)) * (power * 0.5)), 0.0)
-            fb = tl.load(fb_ptr + f[:, None] * M_PAD + m[None, :])
-            acc = tl.dot(p, fb, acc, input_precision=PRECISION)
+    """Bins ``f0 .. f0 + BLOCK_F`` of the tile's frames, folded into the mel accumulators."""
+    f = f0 + tl.arange(0, BLOCK_F)
+    re = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
+    im = tl.zeros((BLOCK_T, BLOCK_F), dtype=tl.float32)
+    for k0 in range(0, K_HALF, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        s, d = _folded_frames(
+            x_tile, x_row, stride_xl, length, rel, start, t_ok, k, wa_ptr, wb_ptr, n_fft, EDGE, PAD_MODE
+        )
+        # The basis is zero-padded to (K_PAD, F_PAD): no mask needed on it.
+        boffs = k[:, None] * F_PAD + f[None, :]
+        re = _dot(s, cos_ptr + boffs, cos_lo_ptr + boffs, re, PRECISION)
+        im = _dot(d, sin_ptr + boffs, sin_lo_ptr + boffs, im, PRECISION)
+    p = re * re + im * im
+    if POWER_MODE == 1:
+        p = tl.sqrt(p)
+    elif POWER_MODE == 0:
+        p = tl.where(p > 0, tl.exp2(tl.log2(tl.where(p > 0, p, 1.0)) * (power * 0.5)), 0.0)
+    m1 = tl.arange(0, M1)
+    foffs = f[:, None] * M_TOT + m1[None, :]
+    acc1 = _dot(p, fb_ptr + foffs, fb_lo_ptr + foffs, acc1, PRECISION)
+    if M2 > 0:
+        m2 = M1 + tl.arange(0, M2)
+        foffs2 = f[:, None] * M_TOT + m2[None, :]
+        acc2 = _dot(p, fb_ptr + foffs2, fb_lo_ptr + foffs2, acc2, PRECISION)
+    return acc1, acc2
+
+
+@triton.jit
+def _store_mels(
+    acc,
+    m,
+    out_ptr,
+    b,
+    stride_ob,
+    stride_om,
+    stride_ot,
+    t,
+    t_ok,
+    n_mels,
+    floor,
+    HAS_FLOOR: tl.constexpr,
+    LOG: tl.constexpr,
+):
     ok_out = t_ok[:, None] & (m < n_mels)[None, :]
-    if TRACK_PEAK:
-        # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
-        peak = tl.max(tl.max(tl.where(ok_out, acc, 0.0), axis=1), axis=0)
-        tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
     if HAS_FLOOR:
         acc = tl.maximum(acc, floor)
     if LOG == 1:
@@ -154,6 +231,233 @@ def _mel_kernel(
         acc = tl.log2(acc)
     offs = b * stride_ob + m[None, :].to(tl.int64) * stride_om + t[:, None].to(tl.int64) * stride_ot
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=ok_out)
+
+
+@triton.jit
+def _mel_kernel(
+    x_ptr,
+    stride_xb,
+    stride_xl,
+    length,
+    wa_ptr,
+    wb_ptr,
+    cos_ptr,
+    cos_lo_ptr,
+    sin_ptr,
+    sin_lo_ptr,
+    fb_ptr,
+    fb_lo_ptr,
+    out_ptr,
+    stride_ob,
+    stride_om,
+    stride_ot,
+    peak_ptr,
+    n_frames,
+    t_a,
+    t_b,
+    hop,
+    pad,
+    n_fft,
+    n_mels,
+    power,
+    floor,
+    EDGE: tl.constexpr,  # frames [0, t_a) and [t_b, n_frames) (padding by index mapping), else [t_a, t_b)
+    PAD_MODE: tl.constexpr,
+    POWER_MODE: tl.constexpr,  # 2: |X|², 1: |X|, 0: any other power
+    HAS_FLOOR: tl.constexpr,
+    LOG: tl.constexpr,  # 0 none, 1 log10, 2 ln, 3 log2
+    TRACK_PEAK: tl.constexpr,
+    K_HALF: tl.constexpr,  # n_fft // 2 + 1 folded columns
+    F_PAD: tl.constexpr,  # bins rounded up to 16
+    M_TOT: tl.constexpr,
+    M1: tl.constexpr,  # mels in two power-of-two blocks: 80 = 64 + 16, not 128
+    M2: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    if EDGE:
+        # Programs [0, n_head) take the head frames, the rest the tail frames.
+        n_head = tl.cdiv(t_a, BLOCK_T)
+        head = pid < n_head
+        t0 = tl.where(head, pid * BLOCK_T, t_b + (pid - n_head) * BLOCK_T)
+        t_end = tl.where(head, t_a, n_frames)
+    else:
+        t0 = t_a + pid * BLOCK_T
+        t_end = t_b
+    t = t0 + tl.arange(0, BLOCK_T)
+    t_ok = t < t_end
+    x_row = x_ptr + b * stride_xb
+    # 64-bit sample positions: t·hop can pass 2^31 on hour-long signals.
+    first = t0.to(tl.int64) * hop - pad
+    start = first + tl.arange(0, BLOCK_T).to(tl.int64) * hop
+    x_tile = x_row + first * stride_xl
+    rel = tl.arange(0, BLOCK_T) * hop
+    acc1 = tl.zeros((BLOCK_T, M1), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_T, M2 if M2 > 0 else 16), dtype=tl.float32)
+    # Bins in BLOCK_F chunks, then the remainder (F_PAD is a multiple of 16) in power-of-two chunks:
+    # 201 bins = 128 + 64 + 16 computes 208 bins, not 256.
+    F_MAIN: tl.constexpr = (F_PAD // BLOCK_F) * BLOCK_F
+    for f0 in range(0, F_MAIN, BLOCK_F):
+        acc1, acc2 = _mel_chunk(
+            acc1,
+            acc2,
+            f0,
+            x_tile,
+            x_row,
+            stride_xl,
+            length,
+            rel,
+            start,
+            t_ok,
+            EDGE,
+            wa_ptr,
+            wb_ptr,
+            cos_ptr,
+            cos_lo_ptr,
+            sin_ptr,
+            sin_lo_ptr,
+            fb_ptr,
+            fb_lo_ptr,
+            n_fft,
+            power,
+            PAD_MODE,
+            POWER_MODE,
+            K_HALF,
+            F_PAD,
+            M_TOT,
+            M1,
+            M2,
+            BLOCK_T,
+            BLOCK_F,
+            BLOCK_K,
+            PRECISION,
+        )
+    REM: tl.constexpr = F_PAD - F_MAIN
+    if REM >= 64:
+        acc1, acc2 = _mel_chunk(
+            acc1,
+            acc2,
+            F_MAIN,
+            x_tile,
+            x_row,
+            stride_xl,
+            length,
+            rel,
+            start,
+            t_ok,
+            EDGE,
+            wa_ptr,
+            wb_ptr,
+            cos_ptr,
+            cos_lo_ptr,
+            sin_ptr,
+            sin_lo_ptr,
+            fb_ptr,
+            fb_lo_ptr,
+            n_fft,
+            power,
+            PAD_MODE,
+            POWER_MODE,
+            K_HALF,
+            F_PAD,
+            M_TOT,
+            M1,
+            M2,
+            BLOCK_T,
+            64,
+            BLOCK_K,
+            PRECISION,
+        )
+    if (REM % 64) >= 32:
+        acc1, acc2 = _mel_chunk(
+            acc1,
+            acc2,
+            F_MAIN + (REM // 64) * 64,
+            x_tile,
+            x_row,
+            stride_xl,
+            length,
+            rel,
+            start,
+            t_ok,
+            EDGE,
+            wa_ptr,
+            wb_ptr,
+            cos_ptr,
+            cos_lo_ptr,
+            sin_ptr,
+            sin_lo_ptr,
+            fb_ptr,
+            fb_lo_ptr,
+            n_fft,
+            power,
+            PAD_MODE,
+            POWER_MODE,
+            K_HALF,
+            F_PAD,
+            M_TOT,
+            M1,
+            M2,
+            BLOCK_T,
+            32,
+            BLOCK_K,
+            PRECISION,
+        )
+    if (REM % 32) >= 16:
+        acc1, acc2 = _mel_chunk(
+            acc1,
+            acc2,
+            F_MAIN + (REM // 32) * 32,
+            x_tile,
+            x_row,
+            stride_xl,
+            length,
+            rel,
+            start,
+            t_ok,
+            EDGE,
+            wa_ptr,
+            wb_ptr,
+            cos_ptr,
+            cos_lo_ptr,
+            sin_ptr,
+            sin_lo_ptr,
+            fb_ptr,
+            fb_lo_ptr,
+            n_fft,
+            power,
+            PAD_MODE,
+            POWER_MODE,
+            K_HALF,
+            F_PAD,
+            M_TOT,
+            M1,
+            M2,
+            BLOCK_T,
+            16,
+            BLOCK_K,
+            PRECISION,
+        )
+    m1 = tl.arange(0, M1)
+    if TRACK_PEAK:
+        # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
+        ok1 = t_ok[:, None] & (m1 < n_mels)[None, :]
+        peak = tl.max(tl.max(tl.where(ok1, acc1, 0.0), axis=1), axis=0)
+        if M2 > 0:
+            m2 = M1 + tl.arange(0, M2)
+            ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
+            peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
+        tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+    _store_mels(acc1, m1, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG)
+    if M2 > 0:
+        m2 = M1 + tl.arange(0, M2)
+        _store_mels(
+            acc2, m2, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+        )
 
 
 @triton.jit
@@ -169,53 +473,70 @@ def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
     tl.store(ptrs, ((tl.maximum(v, top) + 4.0) * 0.25).to(out_ptr.dtype.element_ty), mask=ok)
 
 
-# (BLOCK_T, BLOCK_F, BLOCK_K, warps, stages). Derived for n_fft=400, 80/128 mels: the mel
-# accumulator (BLOCK_T × M_PAD fp32) and two re/im tiles must stay in registers, which caps BLOCK_T at
-# 64 for 4 warps; with BLOCK_F = 32 the loop covers 224 bins for 201 (64: 256, 21% more dots).
+# The interior launch's configs: the two fastest of the 10 that `python -m nbxsig.bench.mel_sweep`
+# timed on an H200 (n_fft 400, 80 mels, 64 × 30 s): T128 F128 K32 1574 µs at "high" (TF32), T128
+# F128 K16 2147 µs at "highest" (3xTF32); the 64-frame tiles ran 1.3-2× slower. Left out: 64-frame
+# tiles with BLOCK_F = 128 on 8 warps, which Triton 3.6 miscompiles at 3xTF32 (relative error 5.2 on
+# the GPU, correct under the interpreter; tests/test_features_gpu.py keeps a strict xfail on it).
 _CONFIGS = [
-    triton.Config({"BLOCK_T": 64, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_T": 64, "BLOCK_F": 32, "BLOCK_K": 16}, num_warps=4, num_stages=3),
-    triton.Config({"BLOCK_T": 128, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK_T": 32, "BLOCK_F": 32, "BLOCK_K": 32}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_T": 64, "BLOCK_F": 64, "BLOCK_K": 32}, num_warps=8, num_stages=2),
-    # Fewer frequency chunks = fewer recomputations of the frame gather (its index arithmetic costs
-    # more issue slots than the tensor-core dots): 2 chunks of 128 bins instead of 7 of 32.
-    triton.Config({"BLOCK_T": 64, "BLOCK_F": 128, "BLOCK_K": 32}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK_T": 128, "BLOCK_F": 128, "BLOCK_K": 16}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK_T": 128, "BLOCK_F": 128, "BLOCK_K": 32}, num_warps=8, num_stages=2),
 ]
 # Under the interpreter: one small config (tests swap in each of _CONFIGS' tile shapes).
-_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16, "BLOCK_K": 16}
-# Every config's BLOCK_F divides this: the packed basis/filters are padded to a multiple of it.
-_F_ALIGN = 128
+_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 32, "BLOCK_K": 16}
+# The edge launch: a handful of frames per signal (ceil(pad / hop) at each end), so small tiles.
+_EDGE_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 64, "BLOCK_K": 16, "num_warps": 4, "num_stages": 2}
+# The host guarantees (_MAX_BLOCK_T·hop + n_fft)·stride < 2^31 for the interior tiles' 32-bit offsets.
+_MAX_BLOCK_T = 128
 _tuned = None
 
 
 def _tuned_kernel():
     global _tuned  # built on first GPU use, never at import
     if _tuned is None:
-        _tuned = triton.autotune(_CONFIGS, key=["n_fft", "M_PAD", "F_PAD", "POWER_MODE", "PRECISION"])(
-            _mel_kernel
-        )
+        _tuned = triton.autotune(
+            _CONFIGS, key=["n_fft", "M_TOT", "F_PAD", "POWER_MODE", "PRECISION", "EDGE"]
+        )(_mel_kernel)
     return _tuned
 
 
 def dot_precision(device: torch.device) -> str:
-    """The tl.dot input precision for fp32 operands, from torch's matmul precision setting."""
+    """The dot precision for fp32 operands, from torch's matmul precision setting: "tf32x3" (split
+    operands, 3 TF32 products) for "highest", "tf32" otherwise; "ieee" off the GPU."""
     if device.type != "cuda":
         return "ieee"  # the interpreter computes dots in numpy fp32 regardless
     return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
+def mel_blocks(n_mels: int) -> tuple[int, int]:
+    """Mels as two power-of-two blocks ``(M1, M2)`` (``M2 = 0``: one block), each >= 16 (the dot's
+    minimum): 80 → (64, 16) and 128 → (128, 0), so 80 mels cost 80 columns of dots, not 128."""
+    m1 = max(16, 1 << (n_mels.bit_length() - 1))
+    rest = n_mels - m1
+    return m1, (0 if rest <= 0 else max(16, triton.next_power_of_2(rest)))
+
+
+def _split_hi_lo(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``v`` = ``hi`` (TF32, rounded to nearest) + ``lo`` (the exact residual): the kernel's
+    ``_tf32_hi`` on the host, for the operands that are the same in every program."""
+    bits = v.float().contiguous().view(torch.int32)
+    hi = ((bits + 0x1000) & -8192).view(torch.float32)
+    return hi, v.float() - hi
+
+
 _PACK_CACHE: OrderedDict = OrderedDict()
 
 
-def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: float, k_pad, f_pad, m_pad):
-    """The window (fp32, ``n_fft``), the half DFT basis ``(K_PAD, F_PAD)`` ×2 for ``k = 0..n_fft//2``
-    (scale folded in, zero-padded) and the filters ``(F_PAD, M_PAD)``, cached per operands.
+def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: float, k_pad, f_pad, m_tot, m1):
+    """The folded window columns ``wa[k] = w[k]`` (k <= n/2) and ``wb[k] = w[n − k]`` (0 < k < n/2),
+    zero-padded to ``K_PAD``; the half DFT basis ``(K_PAD, F_PAD)`` for cos and sin (scale folded
+    in, zero-padded) and the filters ``(F_PAD, M_TOT)`` (columns ``M1..`` hold mels ``M1..``), each as
+    TF32 ``hi`` + fp32 ``lo`` planes; cached per operands.
 
     The key holds the operand tensors themselves (not only their addresses), so an entry can never
     be served for a different tensor that reused the memory; ``_version`` catches in-place edits.
     """
-    key = (id(window), window._version, id(filters), filters._version, n_fft, scale, k_pad, f_pad, m_pad)
+    key = (id(window), window._version, id(filters), filters._version, n_fft, scale, k_pad, f_pad, m_tot)
     hit = _PACK_CACHE.get(key)
     if hit is not None and hit[0] is window and hit[1] is filters:
         _PACK_CACHE.move_to_end(key)
@@ -223,16 +544,24 @@ def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: floa
     device = window.device
     n_freq = n_fft // 2 + 1
     half = n_fft // 2 + 1
+    w = window.double()
+    wa = torch.zeros(k_pad, dtype=torch.float64, device=device)
+    wb = torch.zeros(k_pad, dtype=torch.float64, device=device)
+    wa[:half] = w[:half]
+    k = torch.arange(1, (n_fft + 1) // 2, device=device)  # 0 < k < n/2
+    wb[k] = w[n_fft - k]
     basis = rdft_basis(n_fft, dtype=torch.float64, device=device)[:, :, :half] * scale  # (2, F, half)
     planes = torch.zeros(2, k_pad, f_pad, dtype=torch.float64, device=device)
     planes[:, :half, :n_freq] = basis.transpose(1, 2)
-    fb = torch.zeros(f_pad, m_pad, dtype=torch.float32, device=device)
-    fb[:n_freq, : filters.shape[1]] = filters.float()
+    fb = torch.zeros(f_pad, m_tot, dtype=torch.float64, device=device)
+    fb[:n_freq, : filters.shape[1]] = filters.double()
+    cos, sin, fb = planes[0].float(), planes[1].float(), fb.float()
     packed = (
-        window.float().contiguous(),
-        planes[0].float().contiguous(),
-        planes[1].float().contiguous(),
-        fb,
+        wa.float(),
+        wb.float(),
+        (cos, *_split_hi_lo(cos)),
+        (sin, *_split_hi_lo(sin)),
+        (fb, *_split_hi_lo(fb)),
     )
     _PACK_CACHE[key] = (window, filters, packed)
     if len(_PACK_CACHE) > 8:
@@ -256,16 +585,28 @@ def _launch(
     drop_last: bool,
     whisper: bool,
     _precision: str | None = None,
+    _config: dict | None = None,
 ) -> torch.Tensor:
     device = check_launchable(x, window, filters)
     batch, length = x.shape
+    if (_MAX_BLOCK_T * hop_length + n_fft) * abs(x.stride(1)) >= 2**31:
+        # A huge sample stride would overflow the interior tiles' 32-bit offsets (never seen for
+        # real inputs: it takes a last-dimension stride of ~2^31 / 20 000 elements).
+        x = x.contiguous()
     pad = n_fft // 2 if center else 0
     n_frames = 1 + (length + 2 * pad - n_fft) // hop_length - (1 if drop_last else 0)
     n_mels = filters.shape[1]
-    k_pad = triton.cdiv(n_fft // 2 + 1, 32) * 32
-    f_pad = triton.cdiv(n_fft // 2 + 1, _F_ALIGN) * _F_ALIGN
-    m_pad = max(16, triton.next_power_of_2(n_mels))
-    win, cos, sin, fb = _packed(window, filters, n_fft, scale, k_pad, f_pad, m_pad)
+    half = n_fft // 2 + 1
+    k_pad = triton.cdiv(half, 32) * 32
+    f_pad = triton.cdiv(half, 16) * 16
+    m1, m2 = mel_blocks(n_mels)
+    m_tot = m1 + m2
+    precision = _precision or dot_precision(device)
+    wa, wb, *planes = _packed(window, filters, n_fft, scale, k_pad, f_pad, m_tot, m1)
+    # (fp32, hi, lo) per operand: "ieee" reads the fp32 values, the TF32 paths hi (+ lo).
+    (cos, cos_hi, cos_lo), (sin, sin_hi, sin_lo), (fb, fb_hi, fb_lo) = planes
+    if precision != "ieee":
+        cos, sin, fb = cos_hi, sin_hi, fb_hi
     out = empty_output((batch, n_mels, n_frames), dtype=x.dtype, device=device)
     peak = torch.zeros(batch if whisper else 1, dtype=torch.int32, device=device)
     if n_frames <= 0:
@@ -276,20 +617,52 @@ def _launch(
         HAS_FLOOR=floor is not None,
         LOG=_LOGS[log],
         TRACK_PEAK=whisper,
-        K_PAD=k_pad,
+        K_HALF=half,
         F_PAD=f_pad,
-        M_PAD=m_pad,
-        PRECISION=_precision or dot_precision(device),
+        M_TOT=m_tot,
+        M1=m1,
+        M2=m2,
+        PRECISION=precision,
     )
-    common = (x, x.stride(0), x.stride(1), length, win, cos, sin, fb, out, *out.stride(), peak)
-    scalars = (n_frames, hop_length, pad, n_fft, n_fft // 2 + 1, n_mels, float(power), float(floor or 0.0))
-    if interpreter_enabled() and device.type == "cpu":
-        # One fixed small config: autotuning under the interpreter would run every config.
-        grid = (triton.cdiv(n_frames, _INTERPRETER_CONFIG["BLOCK_T"]), batch)
-        _mel_kernel[grid](*common, *scalars, **args, **_INTERPRETER_CONFIG)
-    else:
-        grid = lambda meta: (triton.cdiv(n_frames, meta["BLOCK_T"]), batch)
-        _tuned_kernel()[grid](*common, *scalars, **args)
+    common = (
+        x,
+        x.stride(0),
+        x.stride(1),
+        length,
+        wa,
+        wb,
+        cos,
+        cos_lo,
+        sin,
+        sin_lo,
+        fb,
+        fb_lo,
+        out,
+        *out.stride(),
+    )
+    # Frames [t_a, t_b) read only samples inside the signal (the b-sample of column 0 reaches
+    # t·hop − pad + n_fft): they go to the branch-free interior launch; the few frames at either
+    # end, which read centre padding, to a small launch that maps indices.
+    t_a = min(n_frames, -(-pad // hop_length))
+    t_b = max(t_a, min(n_frames, (length - 1 - n_fft + pad) // hop_length + 1))
+    scalars = (peak, n_frames, t_a, t_b, hop_length, pad, n_fft, n_mels, float(power), float(floor or 0.0))
+    interpreted = interpreter_enabled() and device.type == "cpu"
+    # One fixed config under the interpreter (autotuning there would run every config).
+    edge = dict(_INTERPRETER_CONFIG if interpreted else _EDGE_CONFIG)
+    edge_meta = {k: edge.pop(k) for k in ("num_warps", "num_stages") if k in edge}
+    edge_tiles = triton.cdiv(t_a, edge["BLOCK_T"]) + triton.cdiv(n_frames - t_b, edge["BLOCK_T"])
+    if edge_tiles:
+        _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
+    if t_b > t_a:
+        if _config is None and not interpreted:
+            grid = lambda meta: (triton.cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
+            _tuned_kernel()[grid](*common, *scalars, EDGE=False, **args)
+        else:
+            # A fixed config: the interpreter's, or one the benchmark's sweep names.
+            config = dict(_config or _INTERPRETER_CONFIG)
+            meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
+            grid = (triton.cdiv(t_b - t_a, config["BLOCK_T"]), batch)
+            _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
     if whisper:
         per_example = n_mels * n_frames
         block = 1024
@@ -297,17 +670,90 @@ def _launch(
     return out
 
 
+def mel_path(*, device_type: str, center: bool, pad_mode: str, n_fft: int, length: int) -> str:
+    """Which implementation the Triton backend runs: "fused" (this module's kernel) or "unfused"
+    (``nbxsig.stft.spectrogram``'s FFT path, then one mel matmul). Pure: no device queries.
+
+    Measured on an H200 (torch 2.11, triton 3.6; docs/features.md, ``python -m nbxsig.bench.mel_sweep``):
+    MelSpectrogram 16 kHz, n_fft 400, hop 160, 80 mels, 64 × 30 s fp32 -- unfused 869 µs ("high")
+    and 973 µs ("highest"), the best fused tile config 1574 µs and 2147 µs, torchaudio 1302 µs and
+    1408 µs. So on a GPU the unfused path runs wherever ``nbxsig.stft`` takes the call (it refuses
+    circular centre padding longer than the signal), and the fused kernel elsewhere: under the
+    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``.
+    """
+    if device_type != "cuda":
+        return "fused"
+    if center and pad_mode == "circular" and n_fft // 2 > length:
+        return "fused"
+    return "unfused"
+
+
+def _unfused(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop_length: int,
+    window: torch.Tensor,
+    filters: torch.Tensor,
+    power: float,
+    scale: float,
+    center: bool,
+    pad_mode: str,
+    floor: float | None,
+    log: str | None,
+    drop_last: bool,
+    whisper: bool,
+) -> torch.Tensor:
+    """The same function as :func:`_launch` from ``nbxsig.stft.spectrogram`` (Triton FFT path) and a
+    matmul: ``(M, F) @ (B, F, T)``, with the STFT's ``scale`` folded into the filters as
+    ``scale^power``. The matmul follows torch's fp32 matmul precision, like the fused dots."""
+    from .. import stft as nstft
+
+    spec = nstft.spectrogram(
+        x, n_fft, hop_length, window=window.detach().float(), power=power, center=center,
+        pad_mode=pad_mode, backend="triton",
+    )  # fmt: skip
+    if drop_last:
+        spec = spec[..., :-1]
+    fb = filters.detach().float() * (scale**power)
+    out = torch.matmul(fb.T, spec)
+    if floor is not None:
+        out.clamp_(min=floor)
+    if log == "log10":
+        out.log10_()
+    elif log == "ln":
+        out.log_()
+    elif log == "log2":
+        out.log2_()
+    if whisper:
+        # Whisper's floor at max − 8 with the maximum per example, then (x + 4) / 4.
+        top = out.amax(dim=(-2, -1), keepdim=True) - 8.0
+        out = torch.maximum(out, top).add_(4.0).mul_(0.25)
+    return out.to(x.dtype)
+
+
+def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) -> torch.Tensor:
+    path = _path or mel_path(
+        device_type=x.device.type, center=opts["center"], pad_mode=opts["pad_mode"], n_fft=opts["n_fft"],
+        length=x.shape[-1],
+    )  # fmt: skip
+    if path == "unfused":
+        check_launchable(x, window, filters)
+        return _unfused(x, window=window, filters=filters, **{k: v for k, v in opts.items() if k[0] != "_"})
+    return _launch(x, window=window, filters=filters, **opts)
+
+
 class _FusedMel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, window, filters, opts):
         ctx.save_for_backward(x, window, filters)
         ctx.opts = opts
-        return _launch(x, window=window, filters=filters, **opts)
+        return _run(x, window=window, filters=filters, **opts)
 
     @staticmethod
     def backward(ctx, grad):
         x, window, filters = ctx.saved_tensors
-        opts = {k: v for k, v in ctx.opts.items() if k != "_precision"}
+        opts = {k: v for k, v in ctx.opts.items() if not k.startswith("_")}
         with torch.enable_grad():
             # Recompute the torch twin in fp32 (at least) under autograd: no spectrum was stored.
             xd = x.detach().to(torch.promote_types(x.dtype, torch.float32)).requires_grad_(True)
@@ -332,6 +778,8 @@ def mel_spectrogram(
     drop_last: bool = False,
     whisper: bool = False,
     _precision: str | None = None,
+    _config: dict | None = None,
+    _path: str | None = None,
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.mel.mel_spectrogram` on ``(B, L)`` input."""
     opts = dict(
@@ -346,7 +794,9 @@ def mel_spectrogram(
         drop_last=drop_last,
         whisper=whisper,
         _precision=_precision,
+        _config=_config,
+        _path=_path,
     )
     if torch.is_grad_enabled() and x.requires_grad:
         return _FusedMel.apply(x, window, filters, opts)
-    return _launch(x, window=window, filters=filters, **opts)
+    return _run(x, window=window, filters=filters, **opts)
