@@ -51,6 +51,10 @@ _BANK_MIN_FILTERS = 16
 # The fused band filters (ROWS-1+KH) input rows per ROWS output rows, KW loads each: cheap for short
 # kernels, ~2x the two-pass work at 31 taps (cost model; the bench measures both forms at 5 and 31 taps).
 _FUSED_SEP_MAX_TAPS = 8
+# 2-D kernels up to this many taps (J = 1) run fully unrolled (_dw_static_kernel): compiled offline for
+# sm_90, 3×3 takes ~1 s and issues 2x fewer instructions per tile than the looped band (weights loaded once,
+# no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
+_STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
 
 
@@ -401,6 +405,108 @@ def _dw_kernel(
 
 
 @triton.jit
+def _static_tap(
+    a, w_row, xv, cmask, i: tl.constexpr, k: tl.constexpr, w_ts, KH: tl.constexpr, KW: tl.constexpr
+):
+    """``a += w[i, k] · xv`` when ``0 <= i < KH`` (decided at compile time: no zero-weight multiply-adds)."""
+    if i >= 0 and i < KH:
+        a += tl.load(w_row + (i * KW + k) * w_ts, mask=cmask, other=0.0)[:, None] * xv
+    return a
+
+
+@triton.jit
+def _static_band(
+    a0, a1, a2, a3, a4, a5, a6, a7, x_base, w_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh, sxw,
+    stride_w, top, left, w_rs, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
+    BOUNDARY: tl.constexpr, MAP_W: tl.constexpr,
+):  # fmt: skip
+    """``_rows`` with the band and the taps unrolled at compile time (short kernels, ``J = 1``): every
+    tap an output row does not reach is skipped at compile time, and a tap's weight load has a
+    compile-time offset, so the compiler keeps the ``KH·KW`` weights in registers instead of reloading
+    them for every (band row, column tap, output row)."""
+    c_off = (co // DIV).to(tl.int64) * sxc
+    w_row = w_ptr + co * w_rs
+    for d in tl.static_range((ROWS - 1) * STRIDE_H + KH):
+        ridx, rok = _map_index(h0 * STRIDE_H + (d - top), H, BOUNDARY)
+        x_row = x_base + c_off[:, None] + ridx.to(tl.int64) * sxh
+        rm = cmask[:, None] & rok
+        for k in tl.static_range(KW):
+            col = ow * stride_w + (k - left)
+            if MAP_W:
+                col, cok = _map_index(col, W, BOUNDARY)
+                cm = wmask & cok
+            else:
+                cm = wmask
+            xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+            a0 = _static_tap(a0, w_row, xv, cmask, d, k, w_ts, KH, KW)
+            if ROWS > 1:
+                a1 = _static_tap(a1, w_row, xv, cmask, d - STRIDE_H, k, w_ts, KH, KW)
+            if ROWS > 2:
+                a2 = _static_tap(a2, w_row, xv, cmask, d - 2 * STRIDE_H, k, w_ts, KH, KW)
+                a3 = _static_tap(a3, w_row, xv, cmask, d - 3 * STRIDE_H, k, w_ts, KH, KW)
+            if ROWS > 4:
+                a4 = _static_tap(a4, w_row, xv, cmask, d - 4 * STRIDE_H, k, w_ts, KH, KW)
+                a5 = _static_tap(a5, w_row, xv, cmask, d - 5 * STRIDE_H, k, w_ts, KH, KW)
+                a6 = _static_tap(a6, w_row, xv, cmask, d - 6 * STRIDE_H, k, w_ts, KH, KW)
+                a7 = _static_tap(a7, w_row, xv, cmask, d - 7 * STRIDE_H, k, w_ts, KH, KW)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
+def _dw_static_kernel(
+    x_ptr, w_ptr, y_ptr, CO, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, stride_w, top,
+    left, w_rs, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, BOUNDARY: tl.constexpr,
+    BLOCK_C: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """``_dw_kernel`` (``J = 1``) with everything unrolled at compile time (``_static_band``), for kernels
+    up to ``_STATIC_MAX_TAPS`` taps."""
+    n_wt = tl.cdiv(WO, BLOCK_W)
+    h0 = (tl.program_id(0) // n_wt) * ROWS
+    pid_w = tl.program_id(0) % n_wt
+    co = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    n = tl.program_id(2).to(tl.int64)
+    cmask = co < CO
+    wmask = ow < WO
+    x_base = x_ptr + n * sxn
+    a0 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a1 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a3 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a4 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a5 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a6 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a7 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    first = pid_w * BLOCK_W * stride_w - left
+    last = (pid_w * BLOCK_W + BLOCK_W - 1) * stride_w + KW - 1 - left
+    if (first >= 0) & (last < W):
+        a0, a1, a2, a3, a4, a5, a6, a7 = _static_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, x_base, w_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh,
+            sxw, stride_w, top, left, w_rs, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, False,
+        )  # fmt: skip
+    else:
+        a0, a1, a2, a3, a4, a5, a6, a7 = _static_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, x_base, w_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh,
+            sxw, stride_w, top, left, w_rs, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, True,
+        )  # fmt: skip
+    y_base = n * syn + (co.to(tl.int64) * syc)[:, None] + (ow * syw)[None, :]
+    mask = cmask[:, None] & wmask[None, :]
+    _store_row(y_ptr, y_base, a0, 0, h0, HO, syh, mask)
+    if ROWS > 1:
+        _store_row(y_ptr, y_base, a1, 1, h0, HO, syh, mask)
+    if ROWS > 2:
+        _store_row(y_ptr, y_base, a2, 2, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a3, 3, h0, HO, syh, mask)
+    if ROWS > 4:
+        _store_row(y_ptr, y_base, a4, 4, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a5, 5, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a6, 6, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a7, 7, h0, HO, syh, mask)
+
+
+@triton.jit
 def _acc_band(
     a0, a1, a2, a3, a4, a5, a6, a7, hv, wy_row, d, cmask, w_ts,
     KH: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
@@ -730,11 +836,11 @@ def _forward(
     boundary: str,
     out_dtype: torch.dtype,
     out: torch.Tensor | None = None,
-    config: tuple[int, int, int, int] | None = None,
+    config: tuple[int, int, int, int, bool] | None = None,
 ) -> torch.Tensor:
-    """Launch ``_dw_kernel``; ``w`` is float32 ``(co·j, kh, kw)`` contiguous. ``out``: a preallocated
-    output (any strides); ``config``: ``(BLOCK_C, ROWS, BLOCK_W, num_warps)`` instead of :func:`_tiles`'
-    choice (the benchmark's tile variants)."""
+    """Launch ``_dw_kernel`` (or ``_dw_static_kernel``); ``w`` is float32 ``(co·j, kh, kw)`` contiguous.
+    ``out``: a preallocated output (any strides); ``config``: ``(BLOCK_C, ROWS, BLOCK_W, num_warps,
+    static)`` instead of the default choice (the benchmark's variants)."""
     check_launchable(x, w)
     kh, kw = w.shape[1], w.shape[2]
     y = _like_format(x, (x.shape[0], co, ho, wo), out_dtype) if out is None else out
@@ -745,7 +851,11 @@ def _forward(
         if stride[1] == 1:
             _launch_toeplitz(x, w, y, div=div, left=left, boundary=boundary)
             return y
-    bc, rows, bw, warps = (*_tiles(x, co, ho, wo, kh), 4) if config is None else config
+    if config is None:
+        bc, rows, bw = _tiles(x, co, ho, wo, kh)
+        warps, static = 4, j == 1 and kh * kw <= _STATIC_MAX_TAPS
+    else:
+        bc, rows, bw, warps, static = config
     if bc > 1:
         # channels_last tiles read BLOCK_C channels' taps at once: taps-major layout makes that a contiguous
         # vector load (row-major taps made it BLOCK_C scattered lines per tap: measured 0.17-0.47x of cuDNN
@@ -755,6 +865,14 @@ def _forward(
     else:
         w_rs, w_ts = kh * kw, 1
     grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
+    if static:
+        _dw_static_kernel[grid](
+            x, w, y, co, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), stride[1], top,
+            left, w_rs, w_ts,
+            KH=kh, KW=kw, STRIDE_H=stride[0], BOUNDARY=_BOUNDARY_CODE[boundary], BLOCK_C=bc, ROWS=rows,
+            BLOCK_W=bw, num_warps=warps,
+        )  # fmt: skip
+        return y
     _dw_kernel[grid](
         x, w, y, co, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), stride[1], top, left,
         w_rs, w_ts,
