@@ -247,18 +247,18 @@ def test_separable_is_full_kernel(backend, boundary, generator, device):
 
 @pytest.mark.parametrize(
     ("layout", "boundary", "budget_planes"),
-    [("nchw", "reflect", 1), ("channels_last", "zeros", 3), ("nchw", "circular", 100)],
+    [("nchw", "reflect", 1), ("channels_last", "circular", 100)],
     ids=lambda v: str(v),
 )
 def test_separable_forward_paths_are_reference(layout, boundary, budget_planes, generator, device):
     """Gradient-free separable calls: the fused one-pass kernel and the two-pass form over plane chunks
-    (one plane, a chunk of channels, everything) equal the float64 reference, with a channel multiplier
+    (one plane per chunk, everything in one chunk) equal the float64 reference, with a channel multiplier
     and strides; the public call (short taps: fused) too."""
     from nbxsig.kernels import depthwise as dk
 
-    x = random_tensor((2, 3, 8, 13), generator=generator, dtype=torch.float64)
-    wy = random_tensor((6, 4), generator=generator, dtype=torch.float64)
-    wx = random_tensor((6, 5), generator=generator, dtype=torch.float64)
+    x = random_tensor((2, 2, 7, 11), generator=generator, dtype=torch.float64)
+    wy = random_tensor((4, 4), generator=generator, dtype=torch.float64)
+    wx = random_tensor((4, 5), generator=generator, dtype=torch.float64)
     pads, stride = (1, 2, 2, 2), (2, 1)
     ref = nf.depthwise_conv2d(x, (wy, wx), stride=stride, padding=pads, boundary=boundary, backend="torch")
     xt = x.float().to(device)
@@ -283,7 +283,7 @@ def test_static_and_looped_stencils_agree_with_reference(layout, generator, devi
     """The fully unrolled stencil (<= 9 taps) and the looped band on one strided, multiplier call."""
     from nbxsig.kernels import depthwise as dk
 
-    x = random_tensor((1, 2, 9, 11), generator=generator, dtype=torch.float64)
+    x = random_tensor((1, 2, 5, 11), generator=generator, dtype=torch.float64)
     w = random_tensor((4, 3, 3), generator=generator, dtype=torch.float64)
     ref = nf.depthwise_conv2d(x, w, stride=(2, 1), padding=(1, 1, 1, 1), boundary="reflect", backend="torch")
     xt = x.float().to(device)

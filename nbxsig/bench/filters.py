@@ -16,6 +16,8 @@ from .. import filters as nf
 from ..kernels import depthwise as dk
 from ._harness import Case
 
+_BLUR_SHAPE = (8, 3, 2048, 2048)
+
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
@@ -135,9 +137,15 @@ def _resample_case(orig: int, new: int, dev, quick: bool) -> Case:
     )
 
 
+def _chunk_label(budget: int | None) -> str:
+    if budget is None:
+        return ""
+    return " unchunked" if budget >= 1 << 40 else f" chunk {budget >> 20} MB"
+
+
 def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, dev) -> list[Case]:
     g = torch.Generator(device=dev).manual_seed(3)
-    x = torch.rand(8, 3, 2048, 2048, device=dev, generator=g)
+    x = torch.rand(*_BLUR_SHAPE, device=dev, generator=g)
     g1 = nf.gaussian_kernel1d(k, sigma).float().to(dev)
     p = k // 2
     if separable_baseline:
@@ -153,15 +161,15 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
         def baseline():
             return F.conv2d(F.pad(x, (p, p, p, p), mode="reflect"), w2, groups=3)
 
-    name = f"gaussian_blur2d {k}×{k} reflect fp32 8×3×2048×2048"
-    wy = g1[None].expand(3, k).contiguous()
+    name = f"gaussian_blur2d {k}×{k} reflect fp32 {'×'.join(map(str, _BLUR_SHAPE))}"
+    taps = g1[None].expand(3, k).contiguous()
     pads = (p, p, p, p)
 
     def variant(form, arg):
         if form == "fused":
-            return lambda: dk._separable_fused(x, wy, wy, stride=(1, 1), pads=pads, boundary="reflect")
+            return lambda: dk._separable_fused(x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect")
         return lambda: dk._separable_chunked(
-            x, wy, wy, stride=(1, 1), pads=pads, boundary="reflect", budget=arg
+            x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect", budget=arg
         )
 
     forms = [("fused", None), ("two-pass", 32 << 20), ("two-pass", 1 << 40)]
@@ -180,7 +188,7 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
         )
     ] + [
         Case(
-            name=f"{name} {form}" + (f" chunk {min(arg, 1 << 30) >> 20} MB" if arg else "") + " (variant)",
+            name=f"{name} {form}{_chunk_label(arg)} (variant)",
             run=variant(form, arg),
             bytes_moved=2 * x.numel() * 4,
             check=lambda form=form, arg=arg: _rel(
