@@ -304,7 +304,8 @@ def test_auto_dispatch_rule_for_channels_last():
     rule = nf._cudnn_is_faster
     same3, same7 = (1, 1, 1, 1), (3, 3, 3, 3)
     assert rule(channels_last=True, dtype=torch.float16, kh=7, kw=7, pads=same7, boundary="zeros")
-    assert rule(channels_last=True, dtype=torch.float32, kh=3, kw=3, pads=same3, boundary="zeros")
+    assert rule(channels_last=True, dtype=torch.float32, kh=5, kw=5, pads=(2, 2, 2, 2), boundary="zeros")
+    assert not rule(channels_last=True, dtype=torch.float32, kh=3, kw=3, pads=same3, boundary="zeros")
     assert not rule(channels_last=True, dtype=torch.float32, kh=7, kw=7, pads=same7, boundary="zeros")
     assert not rule(channels_last=False, dtype=torch.float16, kh=7, kw=7, pads=same7, boundary="zeros")
     assert not rule(channels_last=True, dtype=torch.float16, kh=7, kw=7, pads=same7, boundary="reflect")
