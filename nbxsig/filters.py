@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from functools import lru_cache
 from typing import Any
 
 import torch
 from torch import nn
 
-from ._dispatch import Backend, Op
+from ._dispatch import ENV_VAR, Backend, Op
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
 from .errors import bad_value
 from .filter_design import (
@@ -303,7 +304,54 @@ def depthwise_conv2d(
     _out_len("x.shape[-2]", x.shape[2], kh, pads[0], pads[1], sy)
     _out_len("x.shape[-1]", x.shape[3], kw, pads[2], pads[3], sx)
     chosen = op.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
+    if (
+        chosen == "triton"
+        and backend is None
+        and not os.environ.get(ENV_VAR)
+        and op is _DW2D
+        and _cudnn_is_faster(
+            channels_last=_is_channels_last(x), dtype=x.dtype, kh=kh, kw=kw, pads=pads, boundary=boundary
+        )
+    ):
+        chosen = "torch"
     return op(x, *args, stride=(sy, sx), pads=pads, boundary=boundary, backend=chosen)
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    """Channels contiguous (the kernels' test for a channels_last tile)."""
+    return x.dim() == 4 and x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
+
+
+def _cudnn_is_faster(
+    *,
+    channels_last: bool,
+    dtype: torch.dtype,
+    kh: int,
+    kw: int,
+    pads: tuple[int, int, int, int],
+    boundary: str,
+) -> bool:
+    """The auto dispatch's size rule for :func:`depthwise_conv2d` (pure; no device query): True where the
+    torch path (cuDNN called on the input directly) was measured faster than the Triton stencil, so
+    ``backend=None`` takes it. Only channels_last inputs with zero padding of equal sides qualify (the
+    torch path then is one cuDNN call with no copy); NCHW stays on Triton (2-3.6x faster than cuDNN).
+
+    Measured on the H200 (docs/filters.md, 32×64×512×512 and 8×384×128×128, the stencil's time vs cuDNN
+    channels_last): float16 at 7×7 0.65x and 0.52x (cuDNN's half channels_last kernels run at ~650 GB/s;
+    bfloat16 and other half sizes follow float16, unmeasured), float32 3×3 1.16x (unrolled stencil),
+    5×5 0.98x, 7×7 1.45x.
+    """
+    if not channels_last or boundary != "zeros" or pads[0] != pads[1] or pads[2] != pads[3]:
+        return False
+    if dtype in (torch.float16, torch.bfloat16):
+        return True
+    return _CUDNN_FP32_TAPS[0] <= kh * kw <= _CUDNN_FP32_TAPS[1]
+
+
+# float32 channels_last, 32×64×512×512 on the H200 (c11f37e): 3×3 the unrolled stencil 1.16x cuDNN, 5×5 the
+# looped band 0.98x, 7×7 1.45x. The band's time grows ~118 µs per tap there, cuDNN's ~243 µs: crossover near
+# 26 taps. So cuDNN from 10 (above the unrolled stencil's 9) to 25 taps.
+_CUDNN_FP32_TAPS = (10, 25)
 
 
 def fir_filter(
@@ -412,6 +460,21 @@ def _gaussian_bank(
     return (ky, kx), gy, gx, len(pairs) > 1
 
 
+@lru_cache(maxsize=64)
+def _shared_gaussian_taps(
+    ky: int, kx: int, sy: float, sx: float, channels: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel 1-D Gaussians on ``device``, cached (read-only; never handed to the caller). Building
+    them is a host-to-device copy that waits for the GPU, after which the launches' host time shows as
+    idle GPU time: on the H200 a 5×5 blur of 8×3×2048×2048 took 1040 µs per call this way against 688 µs
+    for the kernel alone."""
+    gy, gx = gaussian_kernel1d(ky, sy), gaussian_kernel1d(kx, sx)
+    return (
+        gy.to(device=device, dtype=dtype).expand(channels, ky).contiguous(),
+        gx.to(device=device, dtype=dtype).expand(channels, kx).contiguous(),
+    )
+
+
 def gaussian_blur2d(
     input: torch.Tensor,
     kernel_size: tuple[int, int] | int,
@@ -436,14 +499,19 @@ def gaussian_blur2d(
     """
     x = _check_image(input)
     boundary = _kornia_border(border_type)
-    _, gy, gx, per_batch = _gaussian_bank(kernel_size, sigma, x)
     b, c, h, w = x.shape
+    if isinstance(sigma, (tuple, list)) and len(sigma) == 2 and not isinstance(sigma[0], torch.Tensor):
+        (ky, kx), sy, sx = _pair("kernel_size", kernel_size), float(sigma[0]), float(sigma[1])
+        gy, gx, per_batch = None, None, False
+        xs, (wy, wx) = x, _shared_gaussian_taps(ky, kx, sy, sx, c, x.device, _wdtype(x))
+    else:
+        _, gy, gx, per_batch = _gaussian_bank(kernel_size, sigma, x)
     if per_batch:
         # Fold the batch into channels: each image gets its own kernel row.
         xs = x.reshape(1, b * c, h, w)
         wy = gy.repeat_interleave(c, 0).to(device=x.device, dtype=_wdtype(x))
         wx = gx.repeat_interleave(c, 0).to(device=x.device, dtype=_wdtype(x))
-    else:
+    elif gy is not None:
         xs, wy, wx = x, _per_channel(gy[0], c, x), _per_channel(gx[0], c, x)
     if separable:
         y = depthwise_conv2d(xs, (wy, wx), boundary=boundary, backend=backend)

@@ -245,6 +245,73 @@ def test_separable_is_full_kernel(backend, boundary, generator, device):
     assert_close(sep, full, dtype=dtype)
 
 
+@pytest.mark.parametrize(
+    ("layout", "boundary", "budget_planes"),
+    [("nchw", "reflect", 1), ("channels_last", "circular", 100)],
+    ids=lambda v: str(v),
+)
+def test_separable_forward_paths_are_reference(layout, boundary, budget_planes, generator, device):
+    """Gradient-free separable calls: the fused one-pass kernel and the two-pass form over plane chunks
+    (one plane per chunk, everything in one chunk) equal the float64 reference, with a channel multiplier
+    and strides; the public call (short taps: fused) too."""
+    from nbxsig.kernels import depthwise as dk
+
+    x = random_tensor((1, 2, 7, 11), generator=generator, dtype=torch.float64)
+    wy = random_tensor((4, 4), generator=generator, dtype=torch.float64)
+    wx = random_tensor((4, 5), generator=generator, dtype=torch.float64)
+    pads, stride = (1, 2, 2, 2), (2, 1)
+    ref = nf.depthwise_conv2d(x, (wy, wx), stride=stride, padding=pads, boundary=boundary, backend="torch")
+    xt = x.float().to(device)
+    if layout == "channels_last":
+        xt = xt.to(memory_format=torch.channels_last)
+    wyt, wxt = wy.float().to(device), wx.float().to(device)
+    plane = ref.shape[2] * x.shape[3] * 4 * 2  # float32 intermediate of one input channel (M = 2)
+    kw = dict(stride=stride, pads=pads, boundary=boundary)
+    with torch.no_grad():
+        fused = dk._separable_fused(xt, wyt, wxt, **kw)
+        chunked = dk._separable_chunked(xt, wyt, wxt, budget=budget_planes * plane, **kw)
+        public = nf.depthwise_conv2d(
+            xt, (wyt, wxt), stride=stride, padding=pads, boundary=boundary, backend="triton"
+        )
+    for y in (fused, chunked, public):
+        assert_close(y, ref, dtype=torch.float32)
+        assert y.is_contiguous(memory_format=torch.channels_last) == (layout == "channels_last")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_static_and_looped_stencils_agree_with_reference(layout, generator, device):
+    """The fully unrolled stencil (<= 9 taps) and the looped band on one strided, multiplier call."""
+    from nbxsig.kernels import depthwise as dk
+
+    x = random_tensor((1, 2, 5, 11), generator=generator, dtype=torch.float64)
+    w = random_tensor((4, 3, 3), generator=generator, dtype=torch.float64)
+    ref = nf.depthwise_conv2d(x, w, stride=(2, 1), padding=(1, 1, 1, 1), boundary="reflect", backend="torch")
+    xt = x.float().to(device)
+    if layout == "channels_last":
+        xt = xt.to(memory_format=torch.channels_last)
+    bc = 4 if layout == "channels_last" else 1
+    for static in (True, False):
+        y = dk._forward(
+            xt, w.float().to(device), co=4, ho=ref.shape[2], wo=ref.shape[3], div=2, j=1, stride=(2, 1),
+            top=1, left=1, boundary="reflect", out_dtype=torch.float32, config=(bc, 4, 16, 4, static),
+        )  # fmt: skip
+        assert_close(y, ref, dtype=torch.float32)
+
+
+def test_auto_dispatch_rule_for_channels_last():
+    """Pure size rule: channels_last with equal zero padding goes to cuDNN where it was measured faster;
+    NCHW, other boundaries and asymmetric padding never do."""
+    rule = nf._cudnn_is_faster
+    same3, same7 = (1, 1, 1, 1), (3, 3, 3, 3)
+    assert rule(channels_last=True, dtype=torch.float16, kh=7, kw=7, pads=same7, boundary="zeros")
+    assert rule(channels_last=True, dtype=torch.float32, kh=5, kw=5, pads=(2, 2, 2, 2), boundary="zeros")
+    assert not rule(channels_last=True, dtype=torch.float32, kh=3, kw=3, pads=same3, boundary="zeros")
+    assert not rule(channels_last=True, dtype=torch.float32, kh=7, kw=7, pads=same7, boundary="zeros")
+    assert not rule(channels_last=False, dtype=torch.float16, kh=7, kw=7, pads=same7, boundary="zeros")
+    assert not rule(channels_last=True, dtype=torch.float16, kh=7, kw=7, pads=same7, boundary="reflect")
+    assert not rule(channels_last=True, dtype=torch.float16, kh=4, kw=4, pads=(1, 2, 1, 2), boundary="zeros")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_conv2d_triton_half_precision(dtype, generator, device):
     x = random_tensor((1, 2, 8, 13), generator=generator).to(dtype)
@@ -478,6 +545,33 @@ def test_gpu_conv2d_large(layout, dtype, generator, cuda_device):
     ref = torch.nn.functional.conv2d(x.double(), w.double()[:, None], padding=3, groups=64)
     y = nf.depthwise_conv2d(x, w, backend="triton")
     assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("k", [3, 5, 7])
+def test_gpu_channels_last_auto_dispatch(k, dtype, generator, cuda_device):
+    """What backend=None gives a channels_last call (the stencil or cuDNN by the size rule), and the
+    torch path on CUDA (cuDNN on the input directly), against float64."""
+    x = random_tensor((2, 64, 33, 70), generator=generator).to(dtype).to(cuda_device)
+    x = x.to(memory_format=torch.channels_last)
+    w = (random_tensor((64, k, k), generator=generator) / k).to(cuda_device)
+    ref = torch.nn.functional.conv2d(x.double(), w.double()[:, None], padding=k // 2, groups=64)
+    for backend in (None, "torch"):
+        y = nf.depthwise_conv2d(x, w, backend=backend)
+        assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+        assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [5, 31])
+def test_gpu_gaussian_blur_fused_and_chunked(k, generator, cuda_device):
+    x = random_tensor((2, 3, 300, 517), generator=generator).to(cuda_device)
+    ref = nf.gaussian_blur2d(x.double(), k, (1.5, 2.5), backend="torch")
+    assert_close(nf.gaussian_blur2d(x, k, (1.5, 2.5), backend="triton"), ref, dtype=torch.float32)
+    assert_close(
+        nf.gaussian_blur2d(x.half(), k, (1.5, 2.5), backend="triton"), ref, dtype=torch.float16, atol=4e-3
+    )
 
 
 @pytest.mark.gpu

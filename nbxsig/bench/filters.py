@@ -16,13 +16,18 @@ from .. import filters as nf
 from ..kernels import depthwise as dk
 from ._harness import Case
 
+_BLUR_SHAPE = (8, 3, 2048, 2048)
+
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev) -> Case:
+def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> list[Case]:
+    """The Triton stencil (``backend="triton"``), for channels_last also the auto dispatch (what a user
+    gets: the stencil or cuDNN by :func:`nbxsig.filters._cudnn_is_faster`), and tile variants
+    ``(BLOCK_C, ROWS, BLOCK_W, num_warps, static)`` of the stencil."""
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(n, c, h, w, device=dev, dtype=torch.float32, generator=g).to(dtype)
     if layout == "channels_last":
@@ -31,18 +36,51 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev) -> Case:
     w_torch = wt.to(dtype)[:, None]
     name = f"depthwise2d {str(dtype)[6:]} {layout} {n}×{c}×{h}×{w} k={k}"
 
-    def check() -> float:
+    def check(backend) -> float:
         ref = F.conv2d(x[:1].double(), wt.double()[:, None], padding=k // 2, groups=c)
-        return _rel(nf.depthwise_conv2d(x[:1], wt, backend="triton"), ref)
+        return _rel(nf.depthwise_conv2d(x[:1], wt, backend=backend), ref)
 
-    return Case(
-        name=name,
-        run=lambda: nf.depthwise_conv2d(x, wt, backend="triton"),
-        baseline=lambda: F.conv2d(x, w_torch, padding=k // 2, groups=c),
-        bytes_moved=2 * x.numel() * x.element_size(),
-        target=target,
-        check=check,
-    )
+    def variant(cfg):
+        def run():
+            return dk._forward(
+                x, wt, co=c, ho=h, wo=w, div=1, j=1, stride=(1, 1), top=k // 2, left=k // 2,
+                boundary="zeros", out_dtype=x.dtype, config=cfg,
+            )  # fmt: skip
+
+        return run
+
+    bytes_moved = 2 * x.numel() * x.element_size()
+    out = [
+        Case(
+            name=name,
+            run=lambda: nf.depthwise_conv2d(x, wt, backend="triton"),
+            baseline=lambda: F.conv2d(x, w_torch, padding=k // 2, groups=c),
+            bytes_moved=bytes_moved,
+            target=target,
+            check=lambda: check("triton"),
+        )
+    ]
+    if layout == "channels_last":
+        out.append(
+            Case(
+                name=f"{name} auto dispatch",
+                run=lambda: nf.depthwise_conv2d(x, wt),
+                baseline=lambda: F.conv2d(x, w_torch, padding=k // 2, groups=c),
+                bytes_moved=bytes_moved,
+                target=target,
+                check=lambda: check(None),
+            )
+        )
+    for cfg in variants:
+        tile = f"C{cfg[0]} R{cfg[1]} W{cfg[2]} w{cfg[3]}{' static' if cfg[4] else ''}"
+        out.append(
+            Case(
+                name=f"{name} tile {tile} (variant)",
+                run=variant(cfg),
+                bytes_moved=bytes_moved,
+            )
+        )
+    return out
 
 
 def _fir_case(k: int, *, path: str, target: str, dev, quick: bool) -> Case:
@@ -99,9 +137,15 @@ def _resample_case(orig: int, new: int, dev, quick: bool) -> Case:
     )
 
 
-def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, dev) -> Case:
+def _chunk_label(budget: int | None) -> str:
+    if budget is None:
+        return ""
+    return " unchunked" if budget >= 1 << 40 else f" chunk {budget >> 20} MB"
+
+
+def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, dev) -> list[Case]:
     g = torch.Generator(device=dev).manual_seed(3)
-    x = torch.rand(8, 3, 2048, 2048, device=dev, generator=g)
+    x = torch.rand(*_BLUR_SHAPE, device=dev, generator=g)
     g1 = nf.gaussian_kernel1d(k, sigma).float().to(dev)
     p = k // 2
     if separable_baseline:
@@ -117,30 +161,67 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
         def baseline():
             return F.conv2d(F.pad(x, (p, p, p, p), mode="reflect"), w2, groups=3)
 
-    return Case(
-        name=f"gaussian_blur2d {k}×{k} reflect fp32 8×3×2048×2048",
-        run=lambda: nf.gaussian_blur2d(x, k, (sigma, sigma), backend="triton"),
-        baseline=baseline,
-        bytes_moved=2 * x.numel() * 4,
-        target=target,
-        check=lambda: _rel(
-            nf.gaussian_blur2d(x[:1], k, (sigma, sigma), backend="triton"),
-            nf.gaussian_blur2d(x[:1].double(), k, (sigma, sigma), backend="torch"),
-        ),
-        notes="baseline: pad + separable F.conv2d" if separable_baseline else "baseline: pad + F.conv2d",
-    )
+    name = f"gaussian_blur2d {k}×{k} reflect fp32 {'×'.join(map(str, _BLUR_SHAPE))}"
+    taps = g1[None].expand(3, k).contiguous()
+    pads = (p, p, p, p)
+
+    def variant(form, arg):
+        if form == "fused":
+            return lambda: dk._separable_fused(x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect")
+        return lambda: dk._separable_chunked(
+            x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect", budget=arg
+        )
+
+    forms = [("fused", None), ("two-pass", 32 << 20), ("two-pass", 1 << 40)]
+    return [
+        Case(
+            name=name,
+            run=lambda: nf.gaussian_blur2d(x, k, (sigma, sigma), backend="triton"),
+            baseline=baseline,
+            bytes_moved=2 * x.numel() * 4,
+            target=target,
+            check=lambda: _rel(
+                nf.gaussian_blur2d(x[:1], k, (sigma, sigma), backend="triton"),
+                nf.gaussian_blur2d(x[:1].double(), k, (sigma, sigma), backend="torch"),
+            ),
+            notes="baseline: pad + separable F.conv2d" if separable_baseline else "baseline: pad + F.conv2d",
+        )
+    ] + [
+        Case(
+            name=f"{name} {form}{_chunk_label(arg)} (variant)",
+            run=variant(form, arg),
+            bytes_moved=2 * x.numel() * 4,
+            check=lambda form=form, arg=arg: _rel(
+                variant(form, arg)()[:1],
+                nf.gaussian_blur2d(x[:1].double(), k, (sigma, sigma), backend="torch"),
+            ),
+        )
+        for form, arg in forms
+    ]
 
 
 def cases(*, quick: bool = False) -> list[Case]:
     dev = torch.device("cuda")
     big = (8, 64, 512, 512) if quick else (32, 64, 512, 512)
     out = []
-    for layout in ("nchw", "channels_last"):
-        tgt = (lambda t: t) if layout == "nchw" else (lambda t: "≥ 1× (never slower)")
-        out.append(_conv2d_cases(*big, 3, torch.float32, layout, tgt("≥ 3.5×"), dev))
-        out.append(_conv2d_cases(*big, 7, torch.float32, layout, tgt("≥ 8×"), dev))
-        out.append(_conv2d_cases(*big, 7, torch.float16, layout, tgt("≥ 10×"), dev))
-        out.append(_conv2d_cases(8, 384, 128, 128, 7, torch.float16, layout, tgt("≥ 4×"), dev))
+    # Variants: (BLOCK_C, ROWS, BLOCK_W, num_warps, static). The defaults are _tiles' choice.
+    cl = "channels_last"
+    ncl = "never slower"
+    out += _conv2d_cases(*big, 3, torch.float32, cl, f"≥ 1× ({ncl})", dev, [(64, 4, 8, 4, False)])
+    out += _conv2d_cases(*big, 5, torch.float32, cl, f"≥ 1× ({ncl})", dev)
+    out += _conv2d_cases(
+        *big, 7, torch.float32, cl, f"≥ 1× ({ncl})", dev, [(32, 4, 16, 4, False), (64, 8, 8, 4, False)]
+    )
+    out += _conv2d_cases(
+        *big, 7, torch.float16, cl, f"≥ 1× ({ncl})", dev, [(32, 4, 16, 4, False), (64, 4, 16, 8, False)]
+    )
+    out += _conv2d_cases(8, 384, 128, 128, 7, torch.float16, cl, f"≥ 1× ({ncl})", dev, [(64, 8, 8, 4, False)])
+    out += _blur_case(5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev)
+    out += _blur_case(31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev)
+    out += _conv2d_cases(*big, 3, torch.float32, "nchw", "≥ 3.5×", dev, [(1, 4, 512, 4, False)])
+    out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, [(1, 8, 512, 4, False)])
+    out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, [(1, 8, 512, 4, False)])
+    out += _conv2d_cases(8, 384, 128, 128, 7, torch.float16, "nchw", "≥ 4×", dev, [(1, 8, 128, 4, False)])
     out.append(_fir_case(129, path="tensor-core", target="≥ 6×", dev=dev, quick=quick))
     if not quick:
         out.append(_fir_case(129, path="direct", target="crossover", dev=dev, quick=quick))
@@ -168,6 +249,4 @@ def cases(*, quick: bool = False) -> list[Case]:
     )
     for orig, new in ((44100, 16000), (16000, 44100), (48000, 22050)):
         out.append(_resample_case(orig, new, dev, quick))
-    out.append(_blur_case(31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev))
-    out.append(_blur_case(5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev))
     return out

@@ -46,6 +46,16 @@ _UNROLL_MAX = 8
 # the Toeplitz product ~3·(128 + K) tensor-core MACs); the bench suite measures both paths at 33/65/129 taps.
 _DOT_MIN_TAPS = 48
 _BANK_MIN_FILTERS = 16
+# Separable filters without gradients: up to this many taps per side in one fused pass (``_sep_kernel``),
+# longer ones as two passes over plane chunks with at most _SEP_CHUNK_BYTES of float32 intermediate.
+# The fused band filters (ROWS-1+KH) input rows per ROWS output rows, KW loads each: cheap for short
+# kernels, ~2x the two-pass work at 31 taps (cost model; the bench measures both forms at 5 and 31 taps).
+_FUSED_SEP_MAX_TAPS = 8
+# 2-D kernels up to this many taps (J = 1) run fully unrolled (_dw_static_kernel): compiled offline for
+# sm_90, 3×3 takes ~1 s and issues 2x fewer instructions per tile than the looped band (weights loaded once,
+# no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
+_STATIC_MAX_TAPS = 9
+_SEP_CHUNK_BYTES = 32 << 20
 
 
 @triton.jit
@@ -395,6 +405,237 @@ def _dw_kernel(
 
 
 @triton.jit
+def _static_tap(
+    a, w_row, xv, cmask, i: tl.constexpr, k: tl.constexpr, w_ts, KH: tl.constexpr, KW: tl.constexpr
+):
+    """``a += w[i, k] · xv`` when ``0 <= i < KH`` (decided at compile time: no zero-weight multiply-adds)."""
+    if i >= 0 and i < KH:
+        a += tl.load(w_row + (i * KW + k) * w_ts, mask=cmask, other=0.0)[:, None] * xv
+    return a
+
+
+@triton.jit
+def _static_band(
+    a0, a1, a2, a3, a4, a5, a6, a7, x_base, w_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh, sxw,
+    stride_w, top, left, w_rs, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
+    BOUNDARY: tl.constexpr, MAP_W: tl.constexpr,
+):  # fmt: skip
+    """``_rows`` with the band and the taps unrolled at compile time (short kernels, ``J = 1``): every
+    tap an output row does not reach is skipped at compile time, and a tap's weight load has a
+    compile-time offset, so the compiler keeps the ``KH·KW`` weights in registers instead of reloading
+    them for every (band row, column tap, output row)."""
+    c_off = (co // DIV).to(tl.int64) * sxc
+    w_row = w_ptr + co * w_rs
+    for d in tl.static_range((ROWS - 1) * STRIDE_H + KH):
+        ridx, rok = _map_index(h0 * STRIDE_H + (d - top), H, BOUNDARY)
+        x_row = x_base + c_off[:, None] + ridx.to(tl.int64) * sxh
+        rm = cmask[:, None] & rok
+        for k in tl.static_range(KW):
+            col = ow * stride_w + (k - left)
+            if MAP_W:
+                col, cok = _map_index(col, W, BOUNDARY)
+                cm = wmask & cok
+            else:
+                cm = wmask
+            xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+            a0 = _static_tap(a0, w_row, xv, cmask, d, k, w_ts, KH, KW)
+            if ROWS > 1:
+                a1 = _static_tap(a1, w_row, xv, cmask, d - STRIDE_H, k, w_ts, KH, KW)
+            if ROWS > 2:
+                a2 = _static_tap(a2, w_row, xv, cmask, d - 2 * STRIDE_H, k, w_ts, KH, KW)
+                a3 = _static_tap(a3, w_row, xv, cmask, d - 3 * STRIDE_H, k, w_ts, KH, KW)
+            if ROWS > 4:
+                a4 = _static_tap(a4, w_row, xv, cmask, d - 4 * STRIDE_H, k, w_ts, KH, KW)
+                a5 = _static_tap(a5, w_row, xv, cmask, d - 5 * STRIDE_H, k, w_ts, KH, KW)
+                a6 = _static_tap(a6, w_row, xv, cmask, d - 6 * STRIDE_H, k, w_ts, KH, KW)
+                a7 = _static_tap(a7, w_row, xv, cmask, d - 7 * STRIDE_H, k, w_ts, KH, KW)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
+def _dw_static_kernel(
+    x_ptr, w_ptr, y_ptr, CO, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, stride_w, top,
+    left, w_rs, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, BOUNDARY: tl.constexpr,
+    BLOCK_C: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """``_dw_kernel`` (``J = 1``) with everything unrolled at compile time (``_static_band``), for kernels
+    up to ``_STATIC_MAX_TAPS`` taps."""
+    n_wt = tl.cdiv(WO, BLOCK_W)
+    h0 = (tl.program_id(0) // n_wt) * ROWS
+    pid_w = tl.program_id(0) % n_wt
+    co = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    n = tl.program_id(2).to(tl.int64)
+    cmask = co < CO
+    wmask = ow < WO
+    x_base = x_ptr + n * sxn
+    a0 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a1 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a3 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a4 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a5 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a6 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a7 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    first = pid_w * BLOCK_W * stride_w - left
+    last = (pid_w * BLOCK_W + BLOCK_W - 1) * stride_w + KW - 1 - left
+    if (first >= 0) & (last < W):
+        a0, a1, a2, a3, a4, a5, a6, a7 = _static_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, x_base, w_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh,
+            sxw, stride_w, top, left, w_rs, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, False,
+        )  # fmt: skip
+    else:
+        a0, a1, a2, a3, a4, a5, a6, a7 = _static_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, x_base, w_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh,
+            sxw, stride_w, top, left, w_rs, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, True,
+        )  # fmt: skip
+    y_base = n * syn + (co.to(tl.int64) * syc)[:, None] + (ow * syw)[None, :]
+    mask = cmask[:, None] & wmask[None, :]
+    _store_row(y_ptr, y_base, a0, 0, h0, HO, syh, mask)
+    if ROWS > 1:
+        _store_row(y_ptr, y_base, a1, 1, h0, HO, syh, mask)
+    if ROWS > 2:
+        _store_row(y_ptr, y_base, a2, 2, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a3, 3, h0, HO, syh, mask)
+    if ROWS > 4:
+        _store_row(y_ptr, y_base, a4, 4, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a5, 5, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a6, 6, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a7, 7, h0, HO, syh, mask)
+
+
+@triton.jit
+def _acc_band(
+    a0, a1, a2, a3, a4, a5, a6, a7, hv, wy_row, d, cmask, w_ts,
+    KH: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
+    """Add the filtered input row ``hv`` (band row ``d``) into the output rows it reaches:
+    ``a_r += wy[d - r·sy] · hv`` (zero weight outside ``0..KH-1``)."""
+    if ROWS > 0:
+        a0 += tl.load(wy_row + d * w_ts, mask=cmask & (d < KH), other=0.0)[:, None] * hv
+    if ROWS > 1:
+        i1 = d - STRIDE_H
+        a1 += tl.load(wy_row + i1 * w_ts, mask=cmask & (i1 >= 0) & (i1 < KH), other=0.0)[:, None] * hv
+    if ROWS > 2:
+        i2 = d - 2 * STRIDE_H
+        a2 += tl.load(wy_row + i2 * w_ts, mask=cmask & (i2 >= 0) & (i2 < KH), other=0.0)[:, None] * hv
+        i3 = d - 3 * STRIDE_H
+        a3 += tl.load(wy_row + i3 * w_ts, mask=cmask & (i3 >= 0) & (i3 < KH), other=0.0)[:, None] * hv
+    if ROWS > 4:
+        i4 = d - 4 * STRIDE_H
+        a4 += tl.load(wy_row + i4 * w_ts, mask=cmask & (i4 >= 0) & (i4 < KH), other=0.0)[:, None] * hv
+        i5 = d - 5 * STRIDE_H
+        a5 += tl.load(wy_row + i5 * w_ts, mask=cmask & (i5 >= 0) & (i5 < KH), other=0.0)[:, None] * hv
+        i6 = d - 6 * STRIDE_H
+        a6 += tl.load(wy_row + i6 * w_ts, mask=cmask & (i6 >= 0) & (i6 < KH), other=0.0)[:, None] * hv
+        i7 = d - 7 * STRIDE_H
+        a7 += tl.load(wy_row + i7 * w_ts, mask=cmask & (i7 >= 0) & (i7 < KH), other=0.0)[:, None] * hv
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
+def _sep_band(
+    a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh,
+    sxw, stride_w, top, left, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
+    BOUNDARY: tl.constexpr, MAP_W: tl.constexpr, UNROLL: tl.constexpr,
+):  # fmt: skip
+    """The fused separable band: each input row of the band is filtered along the row once
+    (``hv = Σ_k wx[k] · x̃[row, w·sx + k - left]``, ``KW`` loads) and added into every output row it
+    reaches with its column tap -- ``(ROWS-1)·sy + KH`` row filters per ``ROWS`` output rows, no
+    intermediate image."""
+    c_off = (co // DIV).to(tl.int64) * sxc
+    wy_row = wy_ptr + co
+    wx_row = wx_ptr + co
+    for d in range((ROWS - 1) * STRIDE_H + KH):
+        ridx, rok = _map_index(h0 * STRIDE_H + (d - top), H, BOUNDARY)
+        x_row = x_base + c_off[:, None] + ridx.to(tl.int64) * sxh
+        rm = cmask[:, None] & rok
+        hv = tl.zeros(a0.shape, dtype=tl.float32)
+        if UNROLL:
+            for k in tl.static_range(KW):
+                col = ow * stride_w + (k - left)
+                if MAP_W:
+                    col, cok = _map_index(col, W, BOUNDARY)
+                    cm = wmask & cok
+                else:
+                    cm = wmask
+                xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+                hv += tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
+        else:
+            for k in range(KW):
+                col = ow * stride_w + (k - left)
+                if MAP_W:
+                    col, cok = _map_index(col, W, BOUNDARY)
+                    cm = wmask & cok
+                else:
+                    cm = wmask
+                xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+                hv += tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
+        a0, a1, a2, a3, a4, a5, a6, a7 = _acc_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, hv, wy_row, d, cmask, w_ts, KH, STRIDE_H, ROWS
+        )
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
+def _sep_kernel(
+    x_ptr, wy_ptr, wx_ptr, y_ptr, CO, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, stride_w,
+    top, left, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, BOUNDARY: tl.constexpr,
+    UNROLL: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """Separable depthwise correlation in one pass (forward only):
+    ``y[n, o, h, w] = Σ_i wy[o, i] Σ_k wx[o, k] · x̃[n, o // DIV, h·sy + i - top, w·sx + k - left]``.
+    Same tiling as ``_dw_kernel``; taps are float32 ``(KH, CO)`` / ``(KW, CO)`` taps-major (``w_ts = CO``),
+    so a channel vector of one tap is one contiguous load."""
+    n_wt = tl.cdiv(WO, BLOCK_W)
+    h0 = (tl.program_id(0) // n_wt) * ROWS
+    pid_w = tl.program_id(0) % n_wt
+    co = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    n = tl.program_id(2).to(tl.int64)
+    cmask = co < CO
+    wmask = ow < WO
+    x_base = x_ptr + n * sxn
+    a0 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a1 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a3 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a4 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a5 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a6 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    a7 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    first = pid_w * BLOCK_W * stride_w - left
+    last = (pid_w * BLOCK_W + BLOCK_W - 1) * stride_w + KW - 1 - left
+    if (first >= 0) & (last < W):
+        a0, a1, a2, a3, a4, a5, a6, a7 = _sep_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W, DIV,
+            sxc, sxh, sxw, stride_w, top, left, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, False, UNROLL,
+        )  # fmt: skip
+    else:
+        a0, a1, a2, a3, a4, a5, a6, a7 = _sep_band(
+            a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W, DIV,
+            sxc, sxh, sxw, stride_w, top, left, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, True, UNROLL,
+        )  # fmt: skip
+    y_base = n * syn + (co.to(tl.int64) * syc)[:, None] + (ow * syw)[None, :]
+    mask = cmask[:, None] & wmask[None, :]
+    _store_row(y_ptr, y_base, a0, 0, h0, HO, syh, mask)
+    if ROWS > 1:
+        _store_row(y_ptr, y_base, a1, 1, h0, HO, syh, mask)
+    if ROWS > 2:
+        _store_row(y_ptr, y_base, a2, 2, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a3, 3, h0, HO, syh, mask)
+    if ROWS > 4:
+        _store_row(y_ptr, y_base, a4, 4, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a5, 5, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a6, 6, h0, HO, syh, mask)
+        _store_row(y_ptr, y_base, a7, 7, h0, HO, syh, mask)
+
+
+@triton.jit
 def _wgrad_kernel(
     x_ptr,
     g_ptr,
@@ -566,9 +807,11 @@ def _tiles(x: torch.Tensor, co: int, ho: int, wo: int, kh: int) -> tuple[int, in
     if x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous():  # channels_last: channels contiguous
         bc = min(64, max(2, _next_pow2(co)))
         return bc, min(rows, 4), min(_next_pow2(wo), max(2, 512 // bc))
-    # 128 columns: on a 512-wide image half the tiles are interior and skip the column mapping (at 512 every
-    # tile touched an edge; the H200 run at 9ca6223 used 512).
-    return 1, rows, min(128 if wo >= 256 and ho > 1 else 512, max(16, _next_pow2(wo)))
+    # 512 columns (4 per thread at 4 warps): measured on the H200, 128-column tiles (e7e6e3a, which let
+    # interior tiles skip the column mapping) were 1.2-1.8x slower than 512 (9ca6223): 2544 vs 1414 us for
+    # fp32 k=3, 7464 vs 6402 us for fp32 k=7 on 32x64x512x512 -- the per-tile row mapping, weight loads and
+    # launch overhead dominate the column mapping they saved.
+    return 1, rows, min(512, max(16, _next_pow2(wo)))
 
 
 def _like_format(x: torch.Tensor, shape: tuple[int, int, int, int], dtype: torch.dtype) -> torch.Tensor:
@@ -592,11 +835,15 @@ def _forward(
     left: int,
     boundary: str,
     out_dtype: torch.dtype,
+    out: torch.Tensor | None = None,
+    config: tuple[int, int, int, int, bool] | None = None,
 ) -> torch.Tensor:
-    """Launch ``_dw_kernel``; ``w`` is float32 ``(co·j, kh, kw)`` contiguous."""
+    """Launch ``_dw_kernel`` (or ``_dw_static_kernel``); ``w`` is float32 ``(co·j, kh, kw)`` contiguous.
+    ``out``: a preallocated output (any strides); ``config``: ``(BLOCK_C, ROWS, BLOCK_W, num_warps,
+    static)`` instead of the default choice (the benchmark's variants)."""
     check_launchable(x, w)
     kh, kw = w.shape[1], w.shape[2]
-    y = _like_format(x, (x.shape[0], co, ho, wo), out_dtype)
+    y = _like_format(x, (x.shape[0], co, ho, wo), out_dtype) if out is None else out
     if x.shape[2] == 1 and kh == 1 and j == 1 and kw >= _DOT_MIN_TAPS:
         if div >= _BANK_MIN_FILTERS:
             _launch_bank(x, w, y, m=div, stride=stride[1], left=left, boundary=boundary)
@@ -604,7 +851,11 @@ def _forward(
         if stride[1] == 1:
             _launch_toeplitz(x, w, y, div=div, left=left, boundary=boundary)
             return y
-    bc, rows, bw = _tiles(x, co, ho, wo, kh)
+    if config is None:
+        bc, rows, bw = _tiles(x, co, ho, wo, kh)
+        warps, static = 4, j == 1 and kh * kw <= _STATIC_MAX_TAPS
+    else:
+        bc, rows, bw, warps, static = config
     if bc > 1:
         # channels_last tiles read BLOCK_C channels' taps at once: taps-major layout makes that a contiguous
         # vector load (row-major taps made it BLOCK_C scattered lines per tap: measured 0.17-0.47x of cuDNN
@@ -614,11 +865,19 @@ def _forward(
     else:
         w_rs, w_ts = kh * kw, 1
     grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
+    if static:
+        _dw_static_kernel[grid](
+            x, w, y, co, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), stride[1], top,
+            left, w_rs, w_ts,
+            KH=kh, KW=kw, STRIDE_H=stride[0], BOUNDARY=_BOUNDARY_CODE[boundary], BLOCK_C=bc, ROWS=rows,
+            BLOCK_W=bw, num_warps=warps,
+        )  # fmt: skip
+        return y
     _dw_kernel[grid](
         x, w, y, co, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), stride[1], top, left,
         w_rs, w_ts,
         KH=kh, KW=kw, J=j, STRIDE_H=stride[0], BOUNDARY=_BOUNDARY_CODE[boundary], UNROLL=kw <= _UNROLL_MAX,
-        BLOCK_C=bc, ROWS=rows, BLOCK_W=bw, num_warps=4,
+        BLOCK_C=bc, ROWS=rows, BLOCK_W=bw, num_warps=warps,
     )  # fmt: skip
     return y
 
@@ -742,6 +1001,63 @@ def depthwise_conv2d(
     return _DepthwiseConv2d.apply(x, weight, tuple(stride), tuple(pads), boundary)
 
 
+def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
+    """One launch of ``_sep_kernel`` (forward only)."""
+    top, bottom, left, right = pads
+    co, kh, kw = wy.shape[0], wy.shape[1], wx.shape[1]
+    ho = (x.shape[2] + top + bottom - kh) // stride[0] + 1
+    wo = (x.shape[3] + left + right - kw) // stride[1] + 1
+    y = _like_format(x, (x.shape[0], co, ho, wo), x.dtype)
+    # Taps-major float32 taps (a few KB): one tap's channel vector is one contiguous load.
+    wyt = wy.detach().to(torch.float32).t().contiguous()
+    wxt = wx.detach().to(torch.float32).t().contiguous()
+    check_launchable(x, wyt, wxt)
+    bc, rows, bw, warps = (*_tiles(x, co, ho, wo, kh), 4) if config is None else config
+    grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
+    _sep_kernel[grid](
+        x, wyt, wxt, y, co, x.shape[2], x.shape[3], ho, wo, co // x.shape[1], *x.stride(), *y.stride(),
+        stride[1], top, left, co,
+        KH=kh, KW=kw, STRIDE_H=stride[0], BOUNDARY=_BOUNDARY_CODE[boundary], UNROLL=kw <= _UNROLL_MAX,
+        BLOCK_C=bc, ROWS=rows, BLOCK_W=bw, num_warps=warps,
+    )  # fmt: skip
+    return y
+
+
+def _separable_chunked(x, wy, wx, *, stride, pads, boundary, budget):
+    """Column pass then row pass (forward only), over chunks of (image, channels) planes so the float32
+    intermediate stays within ``budget`` bytes (at least one plane): the whole-image intermediate was 403 MB
+    extra for 8×3×2048×2048 float32, and a chunk this small can stay in L2 between the passes."""
+    top, bottom, left, right = pads
+    n, c, h, w = x.shape
+    co, kh, kw = wy.shape[0], wy.shape[1], wx.shape[1]
+    m = co // c
+    hm = (h + top + bottom - kh) // stride[0] + 1
+    wo = (w + left + right - kw) // stride[1] + 1
+    y = _like_format(x, (n, co, hm, wo), x.dtype)
+    wy32 = wy.detach().to(torch.float32).unsqueeze(2).contiguous()
+    wx32 = wx.detach().to(torch.float32).unsqueeze(1).contiguous()
+    per_plane = hm * w * 4 * m
+    planes = max(1, budget // per_plane)
+    if planes >= c:
+        spans = [(n0, min(n, n0 + planes // c), 0, c) for n0 in range(0, n, planes // c)]
+    else:
+        spans = [(i, i + 1, c0, min(c, c0 + planes)) for i in range(n) for c0 in range(0, c, planes)]
+    n1, c1 = spans[0][1] - spans[0][0], spans[0][3] - spans[0][2]
+    mid_all = _like_format(x, (n1, c1 * m, hm, w), torch.float32)
+    for a, b, c0, c1 in spans:
+        xs = x[a:b, c0:c1]
+        mid = mid_all[: b - a, : (c1 - c0) * m]
+        _forward(
+            xs, wy32[c0 * m : c1 * m], co=(c1 - c0) * m, ho=hm, wo=w, div=m, j=1, stride=(stride[0], 1),
+            top=top, left=0, boundary=boundary, out_dtype=torch.float32, out=mid,
+        )  # fmt: skip
+        _forward(
+            mid, wx32[c0 * m : c1 * m], co=(c1 - c0) * m, ho=hm, wo=wo, div=1, j=1, stride=(1, stride[1]),
+            top=0, left=left, boundary=boundary, out_dtype=x.dtype, out=y[a:b, c0 * m : c1 * m],
+        )  # fmt: skip
+    return y
+
+
 def depthwise_conv2d_separable(
     x: torch.Tensor,
     weight_y: torch.Tensor,
@@ -751,10 +1067,23 @@ def depthwise_conv2d_separable(
     pads: tuple[int, int, int, int],
     boundary: str,
 ) -> torch.Tensor:
-    """Triton twin of :func:`nbxsig.reference.depthwise.depthwise_conv2d_separable`: a column pass into a
-    float32 intermediate (keeps float16 inputs at float32 accuracy between the passes), then a row pass.
-    Each pass is one launch of the stencil kernel; gradients compose through both."""
+    """Triton twin of :func:`nbxsig.reference.depthwise.depthwise_conv2d_separable`.
+
+    Without gradients: short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) run fused in one pass
+    (``_sep_kernel``: no intermediate, float32 between the passes), longer ones as a column pass then a
+    row pass over plane chunks (``_separable_chunked``: a float32 intermediate of at most
+    ``_SEP_CHUNK_BYTES``). With gradients: a column pass into a float32 intermediate (keeps float16 inputs
+    at float32 accuracy between the passes), then a row pass, each one launch of the stencil kernel;
+    gradients compose through both."""
     top, bottom, left, right = pads
+    if not (
+        torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
+    ):
+        if max(weight_y.shape[1], weight_x.shape[1]) <= _FUSED_SEP_MAX_TAPS:
+            return _separable_fused(x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary)
+        return _separable_chunked(
+            x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary, budget=_SEP_CHUNK_BYTES
+        )
     mid = _DepthwiseConv2d.apply(
         x.to(torch.float32) if x.dtype != torch.float32 else x,
         weight_y.unsqueeze(2),

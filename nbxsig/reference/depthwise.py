@@ -78,9 +78,15 @@ def depthwise_conv2d(
     ``x`` (N, C, H, W); ``weight`` (C·M, kh, kw); ``pads = (top, bottom, left, right)``; ``x̃`` is ``x``
     extended by ``boundary``. Output (N, C·M, H', W') in ``x``'s dtype.
     """
-    dtype = _compute_dtype(x.dtype)
     c = x.shape[1]
     top, bottom, left, right = pads
+    if x.is_cuda and boundary == "zeros" and top == bottom and left == right:
+        # cuDNN straight on x: no extended copy, x's memory format kept (its channels_last kernels are
+        # what the auto dispatch routes channels_last calls to); float16/bfloat16 are multiplied and summed
+        # in float32 by cuDNN (PyTorch sets a float32 math type for half convolutions), the taps are
+        # rounded to x's dtype.
+        return F.conv2d(x, weight.to(x.dtype).unsqueeze(1), stride=stride, padding=(top, left), groups=c)
+    dtype = _compute_dtype(x.dtype)
     xe = _extend(_extend(x.to(dtype), 2, top, bottom, boundary), 3, left, right, boundary)
     y = F.conv2d(xe, weight.to(dtype).unsqueeze(1), stride=stride, groups=c)
     return y.to(x.dtype)
