@@ -104,19 +104,22 @@ def _lane_tree(acc, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.co
 
 
 @triton.jit
-def _nibble(words, hi, i: tl.constexpr):
-    """Nibble ``i`` of each word times ``2^(4·(i mod 5))``, as float32, exactly.
+def _nibble(words, hi, magic, i: tl.constexpr):
+    """Nibble ``i`` of each word times ``2^(4j)`` as float32, exactly (``j = i``, or ``i - 3`` for i ≥ 5).
 
     No int→float conversion (16 per clock per SM on sm_80/sm_90, a quarter of the float adds) and
     no shift per nibble: the nibble is masked *in place* and OR-ed into the mantissa of 2^23, then
     2^23 is subtracted -- one LOP3 and one FADD. Nibbles 0-4 (bits 0-19) fit the 23-bit mantissa
-    where they are; nibbles 5-7 come from ``hi = words >> 20`` (one shift per word). The caller
-    scales by ``scale·2^(-4·(i mod 5))``, so the product is still exactly ``q·scale``.
+    where they are; nibbles 5-7 come from ``hi = words >> 12`` (one shift per word), at bits 8-19.
+    The caller scales by ``scale·2^(-4j)`` for the nibble's position ``j``, so the product is still
+    exactly ``q·scale``. ``magic`` is
+    0x4B000000 passed as a kernel argument: as a register operand the mask and the OR fold into one
+    LOP3 (SASS LOP3 takes one immediate; with both constants immediate ptxas emits two).
     """
     if i < 5:  # noqa: SIM108 -- a constexpr branch reads clearer than a ternary in a kernel
-        bits = (words & (0xF << (4 * i))) | 0x4B000000
+        bits = (words & (0xF << (4 * i))) | magic
     else:
-        bits = (hi & (0xF << (4 * (i - 5)))) | 0x4B000000
+        bits = (hi & (0xF << (4 * (i - 3)))) | magic
     return bits.to(tl.float32, bitcast=True) - 8388608.0
 
 
@@ -140,6 +143,7 @@ def _int4_gemv_kernel(
     stride_sn,
     stride_om,
     stride_on,
+    magic,
     N_ROWS: tl.constexpr,
     GROUP_ROWS: tl.constexpr,
     SPLIT_ROWS: tl.constexpr,
@@ -161,42 +165,38 @@ def _int4_gemv_kernel(
     # BLOCK_R); otherwise one per packed row.
     SCALE_PER_STEP: tl.constexpr = GROUP_ROWS % BLOCK_R == 0
     EVEN_R: tl.constexpr = (N_ROWS % SPLIT_ROWS == 0) and (SPLIT_ROWS % BLOCK_R == 0)
-    acc = tl.zeros((BLOCK_M, BLOCK_R, BLOCK_N), dtype=tl.float32)
+    # One row of x: a 2-D accumulator, so x needs no layout conversion (3-D costs shared memory).
+    if BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_R, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_R, BLOCK_N), dtype=tl.float32)
     row0 = sp * SPLIT_ROWS
     for j in range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R):
         start = row0 + j * BLOCK_R
         row = start + r
         row_mask = row < N_ROWS
-        if EVEN_R and EVEN_N:
-            tile_mask = None
-        elif EVEN_R:
-            tile_mask = n_mask[None, :]
-        elif EVEN_N:
-            tile_mask = row_mask[:, None]
-        else:
-            tile_mask = row_mask[:, None] & n_mask[None, :]
+        tile_mask = row_mask[:, None] & n_mask[None, :]
         # int64 row offsets: (K/8)·N words can pass 2^31 for very large layers.
-        words = tl.load(
-            packed_ptr + row.to(tl.int64)[:, None] * stride_pr + n[None, :] * stride_pn,
-            mask=tile_mask,
-            other=0,
-        )
-        hi = words >> 20
-        if SCALE_PER_STEP:
-            s_off = (start // GROUP_ROWS).to(tl.int64) * stride_sg + n * stride_sn
-            # A step wholly past K (the last split's tail) must not read past the scale rows.
-            if EVEN_R and EVEN_N:
-                s_mask = None
-            elif EVEN_R:
-                s_mask = n_mask
-            else:
-                s_mask = n_mask & (start < N_ROWS)
-            scale = tl.load(scales_ptr + s_off, mask=s_mask, other=0.0).to(tl.float32)[None, :]
-            low = tl.load(mins_ptr + s_off, mask=s_mask, other=0.0).to(tl.float32)[None, :]
+        w_ptrs = packed_ptr + row.to(tl.int64)[:, None] * stride_pr + n[None, :] * stride_pn
+        if EVEN_R and EVEN_N:  # noqa: SIM108 -- no masks at all: plain 128-bit loads
+            words = tl.load(w_ptrs)
         else:
-            s_off = (row // GROUP_ROWS).to(tl.int64)[:, None] * stride_sg + n[None, :] * stride_sn
-            scale = tl.load(scales_ptr + s_off, mask=tile_mask, other=0.0).to(tl.float32)
-            low = tl.load(mins_ptr + s_off, mask=tile_mask, other=0.0).to(tl.float32)
+            words = tl.load(w_ptrs, mask=tile_mask, other=0)
+        hi = words >> 12  # nibbles 5-7 to bits 8-19: masked in place like nibbles 2-4
+        if SCALE_PER_STEP:
+            s_ptrs = (start // GROUP_ROWS).to(tl.int64) * stride_sg + n * stride_sn
+            if EVEN_R and EVEN_N:
+                scale = tl.load(scales_ptr + s_ptrs).to(tl.float32)[None, :]
+                low = tl.load(mins_ptr + s_ptrs).to(tl.float32)[None, :]
+            else:
+                # A step wholly past K (the last split's tail) must not read past the scale rows.
+                s_mask = n_mask & (start < N_ROWS)
+                scale = tl.load(scales_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)[None, :]
+                low = tl.load(mins_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)[None, :]
+        else:
+            s_ptrs = (row // GROUP_ROWS).to(tl.int64)[:, None] * stride_sg + n[None, :] * stride_sn
+            scale = tl.load(scales_ptr + s_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
+            low = tl.load(mins_ptr + s_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
         # scale·2^(-4i): exact (a power-of-two step; fp16 scales stay normal in float32).
         s1 = scale * 0.0625
         s2 = scale * 0.00390625
@@ -205,21 +205,31 @@ def _int4_gemv_kernel(
         x_mask = m_mask[:, None] & row_mask[None, :]
         k0 = row.to(tl.int64) * 8
         for i in tl.static_range(8):
-            q = _nibble(words, hi, i)
-            if i % 5 == 0:
+            q = _nibble(words, hi, magic, i)
+            j = i if i < 5 else i - 3  # the nibble's position in words (i < 5) or hi
+            if j == 0:
                 w = tl.fma(q, scale, low)
-            elif i % 5 == 1:
+            elif j == 1:
                 w = tl.fma(q, s1, low)
-            elif i % 5 == 2:
+            elif j == 2:
                 w = tl.fma(q, s2, low)
-            elif i % 5 == 3:
+            elif j == 3:
                 w = tl.fma(q, s3, low)
             else:
                 w = tl.fma(q, s4, low)
-            xv = tl.load(
-                x_ptr + m[:, None] * stride_xm + (k0 + i)[None, :] * stride_xk, mask=x_mask, other=0.0
-            )
-            acc = acc + xv.to(tl.float32)[:, :, None] * w[None, :, :]
+            if BLOCK_M == 1:
+                if EVEN_R:
+                    xv = tl.load(x_ptr + (k0 + i) * stride_xk)
+                else:
+                    xv = tl.load(x_ptr + (k0 + i) * stride_xk, mask=row_mask, other=0.0)
+                acc = acc + xv.to(tl.float32)[:, None] * w
+            else:
+                xv = tl.load(
+                    x_ptr + m[:, None] * stride_xm + (k0 + i)[None, :] * stride_xk, mask=x_mask, other=0.0
+                )
+                acc = acc + xv.to(tl.float32)[:, :, None] * w[None, :, :]
+    if BLOCK_M == 1:
+        acc = tl.reshape(acc, (1, BLOCK_R, BLOCK_N))
     part = _lane_tree(acc, BLOCK_M, BLOCK_R, BLOCK_N)
     out_mask = m_mask[:, None] & n_mask[None, :]
     out_off = m[:, None] * stride_om + n[None, :] * stride_on
@@ -358,6 +368,7 @@ def int4_gemv(
         scales.stride(1),
         out.stride(0),
         out.stride(1),
+        0x4B000000,  # the exponent bits of 2^23 (see _nibble)
         # K is a constexpr: a model has a handful of distinct K, a known trip count lets the compiler
         # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
         N_ROWS=rows,
