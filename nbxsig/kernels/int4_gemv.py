@@ -184,15 +184,17 @@ def _int4_gemv_kernel(
             words = tl.load(w_ptrs, mask=tile_mask, other=0)
         hi = words >> 12  # nibbles 5-7 to bits 8-19: masked in place like nibbles 2-4
         if SCALE_PER_STEP:
-            s_ptrs = (start // GROUP_ROWS).to(tl.int64) * stride_sg + n * stride_sn
+            # The step's one scale row, loaded straight into the words' layout (a 1-D load would be
+            # converted through shared memory with barriers; these repeated addresses hit L1).
+            s_ptrs = (start // GROUP_ROWS).to(tl.int64) * stride_sg + n[None, :] * stride_sn + 0 * r[:, None]
             if EVEN_R and EVEN_N:
-                scale = tl.load(scales_ptr + s_ptrs).to(tl.float32)[None, :]
-                low = tl.load(mins_ptr + s_ptrs).to(tl.float32)[None, :]
+                scale = tl.load(scales_ptr + s_ptrs).to(tl.float32)
+                low = tl.load(mins_ptr + s_ptrs).to(tl.float32)
             else:
                 # A step wholly past K (the last split's tail) must not read past the scale rows.
-                s_mask = n_mask & (start < N_ROWS)
-                scale = tl.load(scales_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)[None, :]
-                low = tl.load(mins_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)[None, :]
+                s_mask = (n_mask & (start < N_ROWS))[None, :] & (r < BLOCK_R)[:, None]
+                scale = tl.load(scales_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)
+                low = tl.load(mins_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)
         else:
             s_ptrs = (row // GROUP_ROWS).to(tl.int64)[:, None] * stride_sg + n[None, :] * stride_sn
             scale = tl.load(scales_ptr + s_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
