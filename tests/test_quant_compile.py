@@ -56,7 +56,8 @@ for b, t, d, has_len, has_bias in shapes:
     build(KA._split_kernel, attn,
           dict(HAS_LEN=has_len, HAS_BIAS=has_bias, MASK_T=has_len or t % cfg.split != 0,
                EVEN_D=d == cfg.block_d, IEEE=False, N_SPLITS=cfg.n_splits, SPLIT=cfg.split,
-               BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv, MERGE_G=4, BLOCK_S=bs,
+               BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
+               MERGE_G=4, BLOCK_S=bs,
                CHUNK=min(bs, 16)),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 print("compiled")
