@@ -126,7 +126,7 @@ def test_gemv_config_splits_large_layers():
         cfg = K.gemv_config(m, k, n, 128)
         rows, splits = k // 8, cfg.n_splits(k // 8)
         assert cfg == K.gemv_config(m, k, n, 128)
-        assert 1 < splits <= 32 and cfg.split_rows % cfg.block_r == 0
+        assert 1 < splits <= 64 and cfg.split_rows % cfg.block_r == 0 and rows % cfg.split_rows == 0
         assert (splits - 1) * cfg.split_rows < rows <= splits * cfg.split_rows
     assert K.gemv_config(1, 64, 8, 64).n_splits(8) == 1  # too small to split
 

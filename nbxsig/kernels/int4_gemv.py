@@ -33,7 +33,7 @@ from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
 _TARGET_PROGRAMS = 1024  # ~8 per SM on a 132-SM H100/H200: enough loads in flight, short tails
-_MAX_SPLITS = 32
+_MAX_SPLITS = 64
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,12 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
     ``BLOCK_N = 128`` columns per tile: a warp reads one row of 128 int32 words (512 contiguous
     bytes, four words = one 128-bit load per thread). ``BLOCK_R`` lanes shrink as ``m`` grows so the
     ``m × BLOCK_R × BLOCK_N`` float32 partial sums stay at 16 registers per thread. K is split into
-    ranges of whole ``BLOCK_R`` steps so that the grid has about ``_TARGET_PROGRAMS`` programs
-    (at most 32 splits, at least 2 steps per split). The split depends on the shape only, never on
-    the GPU, so the result is the same on every device. With ``k``/``n`` left at 0 no split is made.
+    ranges of whole ``BLOCK_R`` steps so the grid has about ``_TARGET_PROGRAMS`` programs: at least
+    2 steps per split, at most 64 splits, and at most ``K / (64·BLOCK_M)`` so the float32 partials
+    stay under 1/8 of the weight's bytes. A split count that divides the steps evenly is preferred
+    (within a factor 2 of the target): the kernel then compiles without row masks (~14% fewer
+    instructions in its loop). The split depends on the shape only, never on the GPU, so the result
+    is the same on every device. With ``k``/``n`` left at 0 no split is made.
     """
     block_m = max(1, triton.next_power_of_2(m))
     block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
@@ -66,11 +69,18 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
     split_rows = 0
     if rows and n:
         tiles = -(-n // block_n)
-        want = min(_MAX_SPLITS, max(1, -(-_TARGET_PROGRAMS // tiles)))
         steps = -(-rows // block_r)
-        per_split = max(2, -(-steps // want))
-        if per_split < steps:
-            split_rows = per_split * block_r
+        most = min(_MAX_SPLITS, k // (64 * block_m), steps // 2)
+        want = min(most, max(1, -(-_TARGET_PROGRAMS // tiles)))
+        splits = 0
+        if rows % block_r == 0:
+            even = [s for s in range(1, most + 1) if steps % s == 0 and 2 * s >= want and s <= 2 * want]
+            if even:
+                splits = min(even, key=lambda s: (max(s / want, want / s), -s))
+        if splits > 1:
+            split_rows = steps // splits * block_r
+        elif want > 1:
+            split_rows = -(-steps // want) * block_r
     return GemvConfig(block_m, block_r, block_n, num_warps=4, num_stages=2, split_rows=split_rows)
 
 
