@@ -48,7 +48,7 @@ deq = {"packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16", "out_pt
 build(KG._dequant_kernel, deq, dict(N_ROWS=512, GROUP_ROWS=16, BLOCK_R=16, BLOCK_N=128), num_warps=4)
 
 attn = {n: "*fp16" for n in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr", "out_ptr")}
-attn.update(len_ptr="*i32", acc_ptr="*fp32", ml_ptr="*fp32", count_ptr="*i32", qk_scale="fp32")
+attn.update(len_ptr="*i32", acc_ptr="*fp32", count_ptr="*i32", qk_scale="fp32")
 shapes = [(1, 4096, 128, False, False), (16, 4096, 128, True, True), (1, 100, 129, True, False)]
 for b, t, d, has_len, has_bias in shapes:
     cfg = KA.split_config(b, 8, 4, t, d, d)

@@ -86,7 +86,7 @@ def _split_kernel(
     len_ptr,
     bias_ptr,
     acc_ptr,
-    ml_ptr,
+    ml_offset,
     out_ptr,
     count_ptr,
     T,
@@ -128,6 +128,7 @@ def _split_kernel(
 ):
     bh = tl.program_id(0)
     sp = tl.program_id(1)
+    ml_ptr = acc_ptr + ml_offset  # the (max, sum) pairs follow the partial outputs in one buffer
     b = (bh // Hkv).to(tl.int64)
     h = (bh % Hkv).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
@@ -290,16 +291,22 @@ def _merge(
     )
 
 
-_CONFIGS: dict[tuple[int, ...], SplitConfig] = {}
+_PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
 
 
-def _config(b: int, hkv: int, g: int, t: int, d: int, dv: int) -> SplitConfig:
-    """:func:`split_config`, memoised: the launcher runs once per layer per token."""
-    key = (b, hkv, g, t, d, dv)
-    cfg = _CONFIGS.get(key)
-    if cfg is None:
-        cfg = _CONFIGS[key] = split_config(b, hkv, g, t, d, dv)
-    return cfg
+def _plan(b: int, hkv: int, g: int, t: int, d: int, dv: int, config: SplitConfig | None) -> tuple:
+    """``(config, MERGE_G, BLOCK_S, CHUNK)`` for a shape, memoised: the launcher runs once per layer
+    per token, and Triton's ``next_power_of_2`` is a slow Python call."""
+    key = (b, hkv, g, t, d, dv, config)
+    plan = _PLANS.get(key)
+    if plan is None:
+        cfg = config or split_config(b, hkv, g, t, d, dv)
+        merge_g = triton.next_power_of_2(g)
+        block_s = triton.next_power_of_2(cfg.n_splits)
+        # The merge holds MERGE_G × CHUNK × BLOCK_DV floats: about 64 registers per thread.
+        chunk = max(1, min(block_s, (64 * 32 * cfg.num_warps) // (merge_g * cfg.block_dv)))
+        plan = _PLANS[key] = (cfg, merge_g, block_s, chunk)
+    return plan
 
 
 def decode_attention(
@@ -317,7 +324,7 @@ def decode_attention(
     hkv, t, dv = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
     g = hq // hkv
     device = check_launchable(q, k_cache, v_cache, *(x for x in (lengths, bias) if x is not None))
-    cfg = config or _config(b, hkv, g, t, d, dv)
+    cfg, merge_g, block_s, chunk = _plan(b, hkv, g, t, d, dv, config)
     n_splits = cfg.n_splits
     out = empty_output((b, hq, dv), dtype=q.dtype, device=device)
     if n_splits > 1:
@@ -325,25 +332,20 @@ def decode_attention(
         # merge reads is written first, so plain torch.empty is right here.
         n_acc = b * hq * n_splits * cfg.block_dv
         scratch = torch.empty(n_acc + 2 * b * hq * n_splits, dtype=torch.float32, device=device)
-        acc, ml = scratch[:n_acc], scratch[n_acc:]
         counts = zeroed_counters(b * hkv, device)
     else:
-        acc = ml = counts = out  # never touched with one split
+        n_acc, scratch, counts = 0, out, out  # never touched with one split
     bias_strides = (0, 0)
     if bias is not None:
         bias_strides = (0 if bias.shape[0] == 1 else bias.stride(0), bias.stride(1))
-    merge_g = triton.next_power_of_2(g)
-    block_s = triton.next_power_of_2(n_splits)
-    # The merge holds MERGE_G × CHUNK × BLOCK_DV floats: about 64 registers per thread.
-    chunk = max(1, min(block_s, (64 * 32 * cfg.num_warps) // (merge_g * cfg.block_dv)))
     _split_kernel[(b * hkv, n_splits)](
         q,
         k_cache,
         v_cache,
         lengths if lengths is not None else q,
         bias if bias is not None else q,
-        acc,
-        ml,
+        scratch,
+        n_acc,
         out,
         counts,
         t,

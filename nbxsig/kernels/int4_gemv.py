@@ -314,7 +314,7 @@ def dequantize_kn(
     device = check_launchable(packed, scales, mins)
     out = empty_output((rows * 8, n), dtype=dtype, device=device)
     block_r, block_n = 16, 128
-    _dequant_kernel[(triton.cdiv(rows, block_r), triton.cdiv(n, block_n))](
+    _dequant_kernel[(-(-rows // block_r), -(-n // block_n))](
         packed,
         scales,
         mins,
@@ -347,13 +347,7 @@ def int4_gemv(
     m, k = x.shape
     n = packed.shape[1]
     device = check_launchable(x, packed, scales, mins, *(() if bias is None else (bias,)))
-    cfg = config or _config(m, k, n, group_size)
-    rows = k // 8
-    n_splits = cfg.n_splits(rows)
-    split_rows = rows if n_splits == 1 else cfg.split_rows
-    if n_splits > 1 and split_rows % cfg.block_r:
-        raise ValueError(f"split_rows={split_rows} must be a multiple of block_r={cfg.block_r}")
-    tiles = triton.cdiv(n, cfg.block_n)
+    cfg, n_splits, split_rows, tiles = _plan(m, k, n, group_size, config)
     out = empty_output((m, n), dtype=x.dtype, device=device)
     if n_splits > 1:
         # Scratch: every element a later read touches is written first, so plain empty is right.
@@ -383,7 +377,7 @@ def int4_gemv(
         0x4B000000,  # the exponent bits of 2^23 (see _nibble)
         # K is a constexpr: a model has a handful of distinct K, a known trip count lets the compiler
         # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
-        N_ROWS=rows,
+        N_ROWS=k // 8,
         GROUP_ROWS=group_size // 8,
         SPLIT_ROWS=split_rows,
         N_SPLITS=n_splits,
@@ -400,16 +394,26 @@ def int4_gemv(
     return out
 
 
-_CONFIGS: dict[tuple[int, int, int, int], GemvConfig] = {}
+_PLANS: dict[tuple, tuple[GemvConfig, int, int, int]] = {}
 
 
-def _config(m: int, k: int, n: int, group_size: int) -> GemvConfig:
-    """:func:`gemv_config`, memoised: the launcher runs once per layer per token."""
-    key = (m, k, n, group_size)
-    cfg = _CONFIGS.get(key)
-    if cfg is None:
-        cfg = _CONFIGS[key] = gemv_config(m, k, n, group_size)
-    return cfg
+def _plan(
+    m: int, k: int, n: int, group_size: int, config: GemvConfig | None
+) -> tuple[GemvConfig, int, int, int]:
+    """``(config, n_splits, split_rows, column tiles)`` for a shape, memoised: the launcher runs once
+    per layer per token, and this host work (Triton's ``cdiv``/``next_power_of_2`` are slow Python
+    calls) would otherwise be repeated every time."""
+    key = (m, k, n, group_size, config)
+    plan = _PLANS.get(key)
+    if plan is None:
+        cfg = config or gemv_config(m, k, n, group_size)
+        rows = k // 8
+        n_splits = cfg.n_splits(rows)
+        split_rows = rows if n_splits == 1 else cfg.split_rows
+        if n_splits > 1 and split_rows % cfg.block_r:
+            raise ValueError(f"split_rows={split_rows} must be a multiple of block_r={cfg.block_r}")
+        plan = _PLANS[key] = (cfg, n_splits, split_rows, -(-n // cfg.block_n))
+    return plan
 
 
 def int4_linear(
