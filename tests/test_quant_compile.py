@@ -26,12 +26,14 @@ from nbxsig.kernels import decode_attention as KA, int4_gemv as KG
 def build(kernel, pointers, constexprs, **options):
     signature = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in kernel.arg_names}
     try:
-        triton.compile(ASTSource(kernel, signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32),
-                       options=options)
+        compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", 90, 32), options=options)
     except RuntimeError as err:
         if "ptxas" in str(err).lower():
             sys.exit(77)  # no ptxas here: nothing to check
         raise
+    # An H100/H200 block gets at most 227 KB of shared memory (checked only at launch otherwise).
+    assert compiled.metadata.shared <= 227 * 1024, (kernel.__name__, constexprs, compiled.metadata.shared)
 
 gemv = {"x_ptr": "*bf16", "packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16",
         "bias_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32"}
