@@ -29,7 +29,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import launch
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
@@ -342,47 +341,41 @@ def decode_attention(
     bias_strides = (0, 0)
     if bias is not None:
         bias_strides = (0 if bias.shape[0] == 1 else bias.stride(0), bias.stride(1))
-    launch(
-        _split_kernel,
-        (b * hkv, n_splits),
-        (
-            q,
-            k_cache,
-            v_cache,
-            lengths if lengths is not None else q,
-            bias if bias is not None else q,
-            scratch,
-            n_acc,
-            out,
-            counts,
-            t,
-            d,
-            dv,
-            g,
-            hkv,
-            scale * LOG2E,
-            *q.stride(),
-            *k_cache.stride(),
-            *v_cache.stride(),
-            *bias_strides,
-            *out.stride(),
-        ),
-        dict(
-            HAS_LEN=lengths is not None,
-            HAS_BIAS=bias is not None,
-            MASK_T=lengths is not None or t % cfg.split != 0,
-            EVEN_D=d == cfg.block_d and dv == cfg.block_dv,
-            IEEE=q.dtype == torch.float32,  # float32 in, float32 accuracy out: no TF32 for the dots
-            N_SPLITS=n_splits,
-            SPLIT=cfg.split,
-            BLOCK_T=cfg.block_t,
-            BLOCK_G=cfg.block_g,
-            BLOCK_D=cfg.block_d,
-            BLOCK_DV=cfg.block_dv,
-            MERGE_G=merge_g,
-            BLOCK_S=block_s,
-            CHUNK=chunk,
-        ),
+    _split_kernel[(b * hkv, n_splits)](
+        q,
+        k_cache,
+        v_cache,
+        lengths if lengths is not None else q,
+        bias if bias is not None else q,
+        scratch,
+        n_acc,
+        out,
+        counts,
+        t,
+        d,
+        dv,
+        g,
+        hkv,
+        scale * LOG2E,
+        *q.stride(),
+        *k_cache.stride(),
+        *v_cache.stride(),
+        *bias_strides,
+        *out.stride(),
+        HAS_LEN=lengths is not None,
+        HAS_BIAS=bias is not None,
+        MASK_T=lengths is not None or t % cfg.split != 0,
+        EVEN_D=d == cfg.block_d and dv == cfg.block_dv,
+        IEEE=q.dtype == torch.float32,  # float32 in, float32 accuracy out: no TF32 for the dots
+        N_SPLITS=n_splits,
+        SPLIT=cfg.split,
+        BLOCK_T=cfg.block_t,
+        BLOCK_G=cfg.block_g,
+        BLOCK_D=cfg.block_d,
+        BLOCK_DV=cfg.block_dv,
+        MERGE_G=merge_g,
+        BLOCK_S=block_s,
+        CHUNK=chunk,
         num_warps=cfg.num_warps,
         # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
         num_stages=cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2),

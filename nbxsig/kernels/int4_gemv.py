@@ -28,7 +28,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import launch
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
@@ -356,43 +355,37 @@ def int4_gemv(
         counts = zeroed_counters(tiles, device)
     else:
         part = counts = out  # never read with one split
-    launch(
-        _int4_gemv_kernel,
-        (tiles, n_splits),
-        (
-            x,
-            packed,
-            scales,
-            mins,
-            bias if bias is not None else out,  # never read without HAS_BIAS
-            out,
-            part,
-            counts,
-            m,
-            n,
-            x.stride(0),
-            x.stride(1),
-            packed.stride(0),
-            packed.stride(1),
-            scales.stride(0),
-            scales.stride(1),
-            out.stride(0),
-            out.stride(1),
-            0x4B000000,  # the exponent bits of 2^23 (see _nibble)
-        ),
+    _int4_gemv_kernel[(tiles, n_splits)](
+        x,
+        packed,
+        scales,
+        mins,
+        bias if bias is not None else out,  # never read without HAS_BIAS
+        out,
+        part,
+        counts,
+        m,
+        n,
+        x.stride(0),
+        x.stride(1),
+        packed.stride(0),
+        packed.stride(1),
+        scales.stride(0),
+        scales.stride(1),
+        out.stride(0),
+        out.stride(1),
+        0x4B000000,  # the exponent bits of 2^23 (see _nibble)
         # K is a constexpr: a model has a handful of distinct K, a known trip count lets the compiler
         # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
-        dict(
-            N_ROWS=k // 8,
-            GROUP_ROWS=group_size // 8,
-            SPLIT_ROWS=split_rows,
-            N_SPLITS=n_splits,
-            HAS_BIAS=bias is not None,
-            EVEN_N=n % cfg.block_n == 0,
-            BLOCK_M=cfg.block_m,
-            BLOCK_R=cfg.block_r,
-            BLOCK_N=cfg.block_n,
-        ),
+        N_ROWS=k // 8,
+        GROUP_ROWS=group_size // 8,
+        SPLIT_ROWS=split_rows,
+        N_SPLITS=n_splits,
+        HAS_BIAS=bias is not None,
+        EVEN_N=n % cfg.block_n == 0,
+        BLOCK_M=cfg.block_m,
+        BLOCK_R=cfg.block_r,
+        BLOCK_N=cfg.block_n,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
