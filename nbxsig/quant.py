@@ -238,8 +238,9 @@ def int4_linear(
         check_tensor("bias", bias, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=1, max_dim=1)
         if bias.shape[0] != n or bias.device != x.device:
             raise bad_value("bias", bias, f"a ({n},) tensor on {x.device}")
+    flat = x.dim() == 2  # the common (M, K) call skips two reshapes (host time per token)
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, k)  # a view whenever the leading dims allow; the kernel reads by strides
+    x2 = x if flat else x.reshape(-1, k)  # a view whenever the leading dims allow; read by strides
     m = x2.shape[0]
     chosen = _INT4_GEMV.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
     if chosen == "triton" and gemv_path(m) == "fused_gemv":
@@ -249,7 +250,7 @@ def int4_linear(
         out = torch.nn.functional.linear(x2, weight, None if bias is None else bias.to(x.dtype))
     else:
         out = _INT4_GEMV(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="torch")
-    return out.reshape(*lead, n)
+    return out if flat else out.reshape(*lead, n)
 
 
 class Int4Linear(nn.Module):

@@ -91,19 +91,44 @@ def test_fused_gemv_equals_blocked_oracle_bit_for_bit(m, k, gs, generator, devic
     x = random_tensor((m, k), generator=generator, device=device)
     bias = random_tensor((n,), generator=generator, device=device)
     fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs, bias)
+    cfg = K.gemv_config(m, k, n, gs)
     oracle = R.int4_gemv_blocked(
-        x, qw.packed, qw.scales, qw.mins, gs, block_rows=K.gemv_config(m).block_r, bias=bias
+        x, qw.packed, qw.scales, qw.mins, gs, block_rows=cfg.block_r, split_rows=cfg.split_rows, bias=bias
     )
     assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
 
 
-@pytest.mark.parametrize("block_r", [1, 4, 128])
-def test_fused_gemv_other_lane_counts_bit_exact(block_r, generator, device):
-    qw = Q.quantize_int4(random_tensor((19, 256), generator=generator), 64).to(device)
+@pytest.mark.parametrize(
+    "block_r,split_rows,gs",
+    [(1, 0, 64), (4, 0, 64), (128, 0, 64), (4, 8, 64), (2, 6, 8), (8, 24, 64), (16, 16, 128)],
+    ids=lambda v: str(v),
+)
+def test_fused_gemv_other_lanes_and_splits_bit_exact(block_r, split_rows, gs, generator, device):
+    # 32 packed rows: splits of 8 (4 full), 6 (a partial last split, groups of one row: scales per
+    # row), 24 (a partial last split and steps that straddle no group), 16 (one step per split).
+    qw = Q.quantize_int4(random_tensor((19, 256), generator=generator), gs).to(device)
     x = random_tensor((2, 256), generator=generator, device=device)
-    cfg = K.GemvConfig(block_m=2, block_r=block_r, block_n=16, num_warps=4, num_stages=2)
-    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, 64, config=cfg)
-    assert torch.equal(fused, R.int4_gemv_blocked(x, qw.packed, qw.scales, qw.mins, 64, block_rows=block_r))
+    bias = random_tensor((19,), generator=generator, device=device)
+    cfg = K.GemvConfig(
+        block_m=2, block_r=block_r, block_n=16, num_warps=4, num_stages=2, split_rows=split_rows
+    )
+    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs, bias, config=cfg)
+    oracle = R.int4_gemv_blocked(
+        x, qw.packed, qw.scales, qw.mins, gs, block_rows=block_r, split_rows=split_rows, bias=bias
+    )
+    assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
+    # The arrival counters are left at zero: a second call gives the same bits.
+    assert torch.equal(K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs, bias, config=cfg), fused)
+
+
+def test_gemv_config_splits_large_layers():
+    for m, k, n in [(1, 4096, 11008), (1, 4096, 4096), (1, 11008, 4096), (4, 1024, 1024), (8, 4096, 4096)]:
+        cfg = K.gemv_config(m, k, n, 128)
+        rows, splits = k // 8, cfg.n_splits(k // 8)
+        assert cfg == K.gemv_config(m, k, n, 128)
+        assert 1 < splits <= 64 and cfg.split_rows % cfg.block_r == 0 and rows % cfg.split_rows == 0
+        assert (splits - 1) * cfg.split_rows < rows <= splits * cfg.split_rows
+    assert K.gemv_config(1, 64, 8, 64).n_splits(8) == 1  # too small to split
 
 
 def test_fused_gemv_reads_strided_inputs(generator, device):
@@ -223,7 +248,10 @@ def test_gpu_fused_gemv_bit_exact_large(m, generator, cuda_device):
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), gs)
     x = random_tensor((m, k), generator=generator, device=cuda_device)
     fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs)
-    oracle = R.int4_gemv_blocked(x, qw.packed, qw.scales, qw.mins, gs, block_rows=K.gemv_config(m).block_r)
+    cfg = K.gemv_config(m, k, n, gs)
+    oracle = R.int4_gemv_blocked(
+        x, qw.packed, qw.scales, qw.mins, gs, block_rows=cfg.block_r, split_rows=cfg.split_rows
+    )
     assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
     ref = x.double() @ Q.dequantize_int4(qw).double().t()
     assert_close(fused, ref, dtype="float32", rel_error=1e-5)

@@ -94,14 +94,21 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
                 )
             )
         if not quick and (k, n) == (4096, 11008):
-            # Tile variants, for the record (the default is gemv_config(1)).
-            for br, bn, warps, stages in [(32, 32, 4, 3), (64, 64, 4, 3), (64, 16, 2, 3), (128, 32, 4, 4)]:
-                cfg = K.GemvConfig(block_m=1, block_r=br, block_n=bn, num_warps=warps, num_stages=stages)
+            # Tile/split variants as graph replays, for the record (the default: gemv_config(1, k, n, 128)).
+            rows = k // 8
+            for br, bn, warps, split in [
+                (16, 128, 4, 64),
+                (8, 256, 4, 64),
+                (16, 256, 8, 128),
+                (16, 128, 4, 128),
+            ]:
+                cfg = K.GemvConfig(1, br, bn, num_warps=warps, num_stages=2, split_rows=split)
                 fn = lambda x=x, qw=qw, cfg=cfg: K.int4_gemv(
                     x, qw.packed, qw.scales, qw.mins, 128, config=cfg
                 )
+                label = f"R{br} N{bn} w{warps} {cfg.n_splits(rows)} splits"
                 out.append(
-                    Case(f"{name} tile R{br} N{bn} w{warps} s{stages}", fn, None, nbytes, "", notes="variant")
+                    Case(f"{name} tile {label}, graph", _graphed(fn), None, nbytes, "", notes="variant")
                 )
     # The dequantize + matmul path for M > 8.
     k, n, m = 4096, 4096, 64
@@ -141,16 +148,14 @@ def _attention_cases(quick: bool, device: torch.device) -> list[Case]:
             run(), reference(q.float(), k.float(), v.float(), scale=d**-0.5)
         )
         nbytes = 2 * (k.numel() + v.numel() + 2 * q.numel())
-        out.append(
-            Case(
-                f"decode attention fp16 Hq=32 Hkv=8 D=128 B={b} T={t} vs SDPA",
-                run,
-                sdpa,
-                nbytes,
-                target,
-                check,
+        name = f"decode attention fp16 Hq=32 Hkv=8 D=128 B={b} T={t}"
+        out.append(Case(f"{name} vs SDPA", run, sdpa, nbytes, target, check))
+        if not quick:
+            out.append(
+                Case(
+                    f"{name} vs SDPA, both CUDA-graph replays", _graphed(run), _graphed(sdpa), nbytes, target
+                )
             )
-        )
     return out
 
 

@@ -1,23 +1,24 @@
-"""Deterministic split-KV decode attention (one query token per row) as two Triton kernels.
+"""Deterministic split-KV decode attention (one query token per row) in one Triton launch.
 
-Pass 1 -- one program per (batch row, KV head, split of ``SPLIT`` keys): the program loads the
-``G = Hq / Hkv`` query heads that share the KV head (GQA: K/V are read once for the group), walks
-its split in ``BLOCK_T`` steps and keeps an online softmax in float32, in base 2::
+One program per (batch row, KV head, split of ``SPLIT`` keys): the program loads the ``G = Hq / Hkv``
+query heads that share the KV head (GQA: K/V are read once for the group), walks its split in
+``BLOCK_T`` steps and keeps an online softmax in float32, in base 2::
 
     s = (q·k)·scale·log2(e) + bias·log2(e)     (-inf where t ≥ length or t ≥ T)
     m' = max(m, max s);  p = 2^(s - m');  l = l·2^(m - m') + Σp;  acc = acc·2^(m - m') + p·V
 
-with the guard ``m' = -inf → 0`` so an all-masked block yields p = 0 and no NaN. It writes the
-unnormalised ``(acc, m, l)`` of its split.
-
-Pass 2 -- one program per (batch row, query head) takes the maximum ``M`` over its splits and
-merges ``Σ acc_s·2^(m_s - M) / Σ l_s·2^(m_s - M)`` in chunks of 16 splits, chunk 0 first (zeros
-where the sum is 0: no valid key). The split length is a pure function
-of the shape, so the order of every floating-point operation is fixed: the same inputs give the
-same bits on every run, at every batch composition with the same shapes.
+with the guard ``m' = -inf → 0`` so an all-masked block yields p = 0 and no NaN. With one split that
+is normalised and stored. Otherwise each program stores its unnormalised ``(acc, m, l)`` and bumps
+the (row, KV head)'s arrival counter; the last program to arrive merges the splits of its ``G``
+heads: ``M = max m_s``, ``Σ acc_s·2^(m_s - M) / Σ l_s·2^(m_s - M)`` (zeros where the sum is 0: no
+valid key), in chunks of ``CHUNK`` splits, chunk 0 first. Which program arrives last never changes
+the arithmetic, and the split length is a pure function of the shape, so the same inputs give the
+same bits on every run. (One launch: a separate merge kernel cost a second launch on the host and a
+kernel boundary on the GPU.)
 
 K/V are read through their own strides (a view into a larger cache works without a copy); head
-dims that are not powers of two (127, 129, ...) are padded to one inside the kernel with masks.
+dims that are not powers of two (127, 129, ...) are padded to one inside the kernel with masks,
+and the masks are compiled out when D and Dv are powers of two and no key needs masking.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ import triton
 import triton.language as tl
 
 from ._runtime import check_launchable, empty_output
+from ._splitsum import zeroed_counters
 
 LOG2E = 1.4426950408889634
-MAX_SPLITS = 256  # the merge kernel loads all of a row's split maxima at once
+MAX_SPLITS = 256
+_TARGET_PROGRAMS = 256  # ~2 per SM on a 132-SM H100/H200 (H200 sweep: 256 beat 512 and 1024)
+_MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail short
 
 
 @dataclass(frozen=True)
@@ -43,21 +47,27 @@ class SplitConfig:
     block_d: int
     block_dv: int
     num_warps: int
+    num_stages: int = 4
 
 
-def split_config(batch: int, kv_heads: int, group: int, t: int, d: int, dv: int) -> SplitConfig:
-    """Split length and tiles (pure).
+def split_config(
+    batch: int, kv_heads: int, group: int, t: int, d: int, dv: int, *, target_programs: int = 0
+) -> SplitConfig:
+    """Split length and tiles (pure: a function of the shape only, never of the GPU).
 
-    Aims for ~1024 pass-1 programs (about 8 per SM on a 132-SM H100/H200), at most 256 splits per
-    row. The first H200 run used a 256-program target and reached only 29% (B=16, T=4096) and 54%
-    (B=64, T=2048) of copy bandwidth with 2 programs per SM, too few loads in flight; the higher
-    target is not yet re-measured. Splits are powers of two >= BLOCK_T, so a handful of compiled
-    variants cover all shapes.
+    Aims for ``_TARGET_PROGRAMS`` programs (about 2 per SM on a 132-SM H200: each streams its
+    split with 4-stage pipelined loads) with at most 64 splits per row, since the last program of
+    a row merges all of them. Measured on the H200 (fp16, Hq=32, Hkv=8, D=128, graph replays):
+    256 programs beat 512 and 1024 at B=1 T=4096 (16.8 vs 17.2/17.9 µs), B=16 T=4096 (78.1 vs
+    85.5/81.4) and B=1 T=32768 (49.9 vs 56.6/56.9); 4 stages beat 3 at B=64 T=2048 (135.7 vs
+    147.9). Splits are powers of two >= BLOCK_T, so a handful of compiled variants cover all shapes.
+    ``target_programs`` overrides the target (benchmark sweeps).
     """
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv))
     block_t = 64 if max(block_d, block_dv) <= 128 else 32  # K and V tiles of 64×128 fit registers
-    want_splits = min(MAX_SPLITS, max(1, -(-1024 // (batch * kv_heads))))
+    target = target_programs or _TARGET_PROGRAMS
+    want_splits = min(_MAX_AUTO_SPLITS, max(1, -(-target // (batch * kv_heads))))
     split = triton.next_power_of_2(max(1, -(-t // want_splits)))
     split = max(block_t, min(split, max(block_t, triton.next_power_of_2(t))))
     return SplitConfig(
@@ -79,7 +89,9 @@ def _split_kernel(
     len_ptr,
     bias_ptr,
     acc_ptr,
-    ml_ptr,
+    ml_offset,
+    out_ptr,
+    count_ptr,
     T,
     D,
     DV,
@@ -99,8 +111,13 @@ def _split_kernel(
     stride_vd,
     stride_biasb,
     stride_biast,
+    stride_ob,
+    stride_oh,
+    stride_od,
     HAS_LEN: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    MASK_T: tl.constexpr,
+    EVEN_D: tl.constexpr,
     IEEE: tl.constexpr,
     N_SPLITS: tl.constexpr,
     SPLIT: tl.constexpr,
@@ -108,9 +125,13 @@ def _split_kernel(
     BLOCK_G: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    MERGE_G: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):
     bh = tl.program_id(0)
     sp = tl.program_id(1)
+    ml_ptr = acc_ptr + ml_offset  # the (max, sum) pairs follow the partial outputs in one buffer
     b = (bh // Hkv).to(tl.int64)
     h = (bh % Hkv).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
@@ -135,86 +156,160 @@ def _split_kernel(
         t = sp * SPLIT + j * BLOCK_T + tl.arange(0, BLOCK_T)
         t_mask = t < length
         t64 = t.to(tl.int64)
-        k = tl.load(
-            k_base + t64[:, None] * stride_kt + d[None, :] * stride_kd,
-            mask=t_mask[:, None] & (d[None, :] < D),
-            other=0.0,
-        )
+        k_ptrs = k_base + t64[:, None] * stride_kt + d[None, :] * stride_kd
+        v_ptrs = v_base + t64[:, None] * stride_vt + dv[None, :] * stride_vd
+        # Mask-free loads where the shape allows (vectorised, and the compiler can pipeline them).
+        if MASK_T:
+            if EVEN_D:
+                k = tl.load(k_ptrs, mask=t_mask[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=t_mask[:, None], other=0.0)
+            else:
+                k = tl.load(k_ptrs, mask=t_mask[:, None] & (d[None, :] < D), other=0.0)
+                v = tl.load(v_ptrs, mask=t_mask[:, None] & (dv[None, :] < DV), other=0.0)
+        else:
+            if EVEN_D:
+                k = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
+            else:
+                k = tl.load(k_ptrs, mask=d[None, :] < D, other=0.0)
+                v = tl.load(v_ptrs, mask=dv[None, :] < DV, other=0.0)
         if IEEE:  # noqa: SIM108 -- a constexpr branch reads clearer than a ternary in a kernel
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
         s = s * qk_scale
         if HAS_BIAS:
-            bias = tl.load(bias_ptr + b * stride_biasb + t64 * stride_biast, mask=t_mask, other=0.0)
+            if MASK_T:
+                bias = tl.load(bias_ptr + b * stride_biasb + t64 * stride_biast, mask=t_mask, other=0.0)
+            else:
+                bias = tl.load(bias_ptr + b * stride_biasb + t64 * stride_biast)
             s = s + bias.to(tl.float32)[None, :] * 1.4426950408889634
-        s = tl.where(t_mask[None, :], s, float("-inf"))
+        if MASK_T:
+            s = tl.where(t_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: keep p = 0, no NaN
         p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            v_base + t64[:, None] * stride_vt + dv[None, :] * stride_vd,
-            mask=t_mask[:, None] & (dv[None, :] < DV),
-            other=0.0,
-        )
         if IEEE:  # noqa: SIM108
             pv = tl.dot(p, v, input_precision="ieee")
         else:
             pv = tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
-    # Partials laid out (B, Hq, N_SPLITS, ...) so pass 2 reads one row's splits contiguously.
-    row = (b * Hkv * G + hq) * N_SPLITS + sp
-    tl.store(acc_ptr + row[:, None] * BLOCK_DV + dv[None, :], acc, mask=g_mask[:, None])
-    tl.store(ml_ptr + row * 2, m_i, mask=g_mask)
-    tl.store(ml_ptr + row * 2 + 1, l_i, mask=g_mask)
+    if N_SPLITS == 1:
+        out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
+        tl.store(
+            out_ptr + b * stride_ob + hq[:, None] * stride_oh + dv[None, :] * stride_od,
+            out.to(out_ptr.dtype.element_ty),
+            mask=g_mask[:, None] & (dv[None, :] < DV),
+        )
+    else:
+        # Partials laid out (B, Hq, N_SPLITS, ...) so a head's splits are contiguous.
+        row = (b * Hkv * G + hq) * N_SPLITS + sp
+        tl.store(acc_ptr + row[:, None] * BLOCK_DV + dv[None, :], acc, mask=g_mask[:, None])
+        tl.store(ml_ptr + row * 2, m_i, mask=g_mask)
+        tl.store(ml_ptr + row * 2 + 1, l_i, mask=g_mask)
+        tl.debug_barrier()  # every thread's partial is stored before the (release) increment
+        arrived = tl.atomic_add(count_ptr + bh, 1, sem="acq_rel", scope="gpu")
+        if arrived == N_SPLITS - 1:
+            _merge(
+                acc_ptr,
+                ml_ptr,
+                out_ptr,
+                b,
+                h,
+                G,
+                Hkv,
+                DV,
+                stride_ob,
+                stride_oh,
+                stride_od,
+                N_SPLITS,
+                BLOCK_DV,
+                MERGE_G,
+                BLOCK_S,
+                CHUNK,
+            )
+            tl.atomic_xchg(count_ptr + bh, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
 
 @triton.jit
-def _merge_kernel(
+def _merge(
     acc_ptr,
     ml_ptr,
     out_ptr,
-    Hq,
+    b,
+    h,
+    G,
+    Hkv,
     DV,
     stride_ob,
     stride_oh,
     stride_od,
     N_SPLITS: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    base = row * N_SPLITS
+    """The ``G`` heads of one (row, KV head): merge their ``N_SPLITS`` partials in a fixed order.
+
+    Loads use ``.cg`` (L2): the partials were written by other SMs and L1 is not coherent."""
+    g = tl.arange(0, MERGE_G)
+    g_mask = g < G
+    hq = h * G + g
+    base = (b * Hkv * G + hq) * N_SPLITS  # (MERGE_G,) first partial row of each head
     dv = tl.arange(0, BLOCK_DV)
-    # The global max and normaliser over all splits at once (<= 256 splits by construction).
+    # The global max and normaliser over all splits at once.
     s_all = tl.arange(0, BLOCK_S)
-    s_mask = s_all < N_SPLITS
-    m_all = tl.load(ml_ptr + (base + s_all) * 2, mask=s_mask, other=float("-inf"))
-    m_max = tl.max(m_all, axis=0)
+    ms_mask = g_mask[:, None] & (s_all < N_SPLITS)[None, :]
+    ml_off = (base[:, None] + s_all[None, :]) * 2
+    m_all = tl.load(ml_ptr + ml_off, mask=ms_mask, other=float("-inf"), cache_modifier=".cg")
+    m_max = tl.max(m_all, axis=1)
     m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)  # no valid key anywhere: weights 0, output 0
-    l_all = tl.load(ml_ptr + (base + s_all) * 2 + 1, mask=s_mask, other=0.0)
-    l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe), axis=0)
-    # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order, and the chunks' loads
-    # are independent, so they overlap instead of forming one long dependent chain.
-    o = tl.zeros((BLOCK_DV,), tl.float32)
+    l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
+    l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe[:, None]), axis=1)
+    # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order.
+    o = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
     for c in range(0, BLOCK_S, CHUNK):
-        s = c + tl.arange(0, CHUNK)
-        mask = s < N_SPLITS
-        w = tl.exp2(tl.load(ml_ptr + (base + s) * 2, mask=mask, other=float("-inf")) - m_safe)
-        a = tl.load(acc_ptr + (base + s)[:, None] * BLOCK_DV + dv[None, :], mask=mask[:, None], other=0.0)
-        o += tl.sum(a * w[:, None], axis=0)
-    out = tl.where(l_sum > 0, o / tl.where(l_sum > 0, l_sum, 1.0), 0.0)
-    b = row // Hq
-    h = row % Hq
+        sidx = c + tl.arange(0, CHUNK)
+        mask = g_mask[:, None] & (sidx < N_SPLITS)[None, :]
+        rows = base[:, None] + sidx[None, :]  # (MERGE_G, CHUNK)
+        w = tl.exp2(
+            tl.load(ml_ptr + rows * 2, mask=mask, other=float("-inf"), cache_modifier=".cg") - m_safe[:, None]
+        )
+        a = tl.load(
+            acc_ptr + rows[:, :, None] * BLOCK_DV + dv[None, None, :],
+            mask=mask[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        o += tl.sum(a * w[:, :, None], axis=1)
+    out = tl.where(l_sum[:, None] > 0, o / tl.where(l_sum > 0, l_sum, 1.0)[:, None], 0.0)
     tl.store(
-        out_ptr + b * stride_ob + h * stride_oh + dv * stride_od,
+        out_ptr + b * stride_ob + hq[:, None] * stride_oh + dv[None, :] * stride_od,
         out.to(out_ptr.dtype.element_ty),
-        mask=dv < DV,
+        mask=g_mask[:, None] & (dv[None, :] < DV),
     )
+
+
+_PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
+
+
+def _plan(b: int, hkv: int, g: int, t: int, d: int, dv: int, config: SplitConfig | None) -> tuple:
+    """``(config, MERGE_G, BLOCK_S, CHUNK)`` for a shape, memoised: the launcher runs once per layer
+    per token, and Triton's ``next_power_of_2`` is a slow Python call."""
+    key = (b, hkv, g, t, d, dv, config)
+    plan = _PLANS.get(key)
+    if plan is None:
+        cfg = config or split_config(b, hkv, g, t, d, dv)
+        merge_g = triton.next_power_of_2(g)
+        block_s = triton.next_power_of_2(cfg.n_splits)
+        # The merge holds MERGE_G × CHUNK × BLOCK_DV floats: about 64 registers per thread.
+        chunk = max(1, min(block_s, (64 * 32 * cfg.num_warps) // (merge_g * cfg.block_dv)))
+        plan = _PLANS[key] = (cfg, merge_g, block_s, chunk)
+    return plan
 
 
 def decode_attention(
@@ -231,24 +326,31 @@ def decode_attention(
     b, hq, d = q.shape
     hkv, t, dv = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
     g = hq // hkv
-    extra = tuple(x for x in (lengths, bias) if x is not None)
-    device = check_launchable(q, k_cache, v_cache, *extra)
-    cfg = config or split_config(b, hkv, g, t, d, dv)
-    # Partials are scratch (every element is written by pass 1), so plain torch.empty is right here.
-    acc = torch.empty((b, hq, cfg.n_splits, cfg.block_dv), dtype=torch.float32, device=device)
-    ml = torch.empty((b, hq, cfg.n_splits, 2), dtype=torch.float32, device=device)
+    device = check_launchable(q, k_cache, v_cache, *(x for x in (lengths, bias) if x is not None))
+    cfg, merge_g, block_s, chunk = _plan(b, hkv, g, t, d, dv, config)
+    n_splits = cfg.n_splits
     out = empty_output((b, hq, dv), dtype=q.dtype, device=device)
+    if n_splits > 1:
+        # One scratch allocation for the partial outputs and (max, sum) pairs; every element the
+        # merge reads is written first, so plain torch.empty is right here.
+        n_acc = b * hq * n_splits * cfg.block_dv
+        scratch = torch.empty(n_acc + 2 * b * hq * n_splits, dtype=torch.float32, device=device)
+        counts = zeroed_counters(b * hkv, device)
+    else:
+        n_acc, scratch, counts = 0, out, out  # never touched with one split
     bias_strides = (0, 0)
     if bias is not None:
         bias_strides = (0 if bias.shape[0] == 1 else bias.stride(0), bias.stride(1))
-    _split_kernel[(b * hkv, cfg.n_splits)](
+    _split_kernel[(b * hkv, n_splits)](
         q,
         k_cache,
         v_cache,
         lengths if lengths is not None else q,
         bias if bias is not None else q,
-        acc,
-        ml,
+        scratch,
+        n_acc,
+        out,
+        counts,
         t,
         d,
         dv,
@@ -259,29 +361,23 @@ def decode_attention(
         *k_cache.stride(),
         *v_cache.stride(),
         *bias_strides,
+        *out.stride(),
         HAS_LEN=lengths is not None,
         HAS_BIAS=bias is not None,
+        MASK_T=lengths is not None or t % cfg.split != 0,
+        EVEN_D=d == cfg.block_d and dv == cfg.block_dv,
         IEEE=q.dtype == torch.float32,  # float32 in, float32 accuracy out: no TF32 for the dots
-        N_SPLITS=cfg.n_splits,
+        N_SPLITS=n_splits,
         SPLIT=cfg.split,
         BLOCK_T=cfg.block_t,
         BLOCK_G=cfg.block_g,
         BLOCK_D=cfg.block_d,
         BLOCK_DV=cfg.block_dv,
-        num_warps=cfg.num_warps,
-    )
-    block_s = triton.next_power_of_2(cfg.n_splits)
-    _merge_kernel[(b * hq,)](
-        acc,
-        ml,
-        out,
-        hq,
-        dv,
-        *out.stride(),
-        N_SPLITS=cfg.n_splits,
+        MERGE_G=merge_g,
         BLOCK_S=block_s,
-        CHUNK=min(16, block_s),
-        BLOCK_DV=cfg.block_dv,
-        num_warps=4,
+        CHUNK=chunk,
+        num_warps=cfg.num_warps,
+        # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
+        num_stages=cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2),
     )
     return out

@@ -1,14 +1,23 @@
-"""Fused int4 dequant-GEMV (``M = 1..8`` rows) as a Triton kernel.
+"""Fused int4 dequant-GEMV (``M = 1..8`` rows) as a Triton kernel, split over K in one launch.
 
-Each program owns ``BLOCK_N`` output columns and walks all of ``K`` in a fixed order -- no split-K,
-no atomics, so the result is deterministic and independent of the grid. Per step it loads a tile
-of ``BLOCK_R`` packed rows (``8·BLOCK_R`` values of ``K``) × ``BLOCK_N`` columns, coalesced along
-``N``, dequantizes each nibble in float32 (``q·scale`` is exact, so ``q·scale + min`` is rounded
-once whether or not it becomes an FMA) and adds ``x[k]·w[k, n]`` into one of ``BLOCK_R`` partial
-sums per output (lane ``r`` owns packed rows ``r, r + BLOCK_R, ...``). The lanes are summed at the
-end by an explicit pairwise tree. Compiled with ``enable_fp_fusion=False`` so every product and sum
-is rounded on its own, the operation order is exactly that of
-:func:`nbxsig.reference.int4.int4_gemv_blocked`, which the tests check bit for bit.
+The grid is (column tiles of ``BLOCK_N``) × (``N_SPLITS`` contiguous ranges of ``SPLIT_ROWS`` packed
+rows). A program walks its range in ``BLOCK_R``-row steps, loading ``BLOCK_R × BLOCK_N`` packed words
+(coalesced along ``N``, 128-bit loads), dequantizes each nibble in float32 and adds ``x[k]·w[k, n]``
+into one of ``BLOCK_R`` partial sums per output (lane ``r`` owns rows ``r, r + BLOCK_R, ...`` of the
+range; nibbles ascending inside a row). The lanes are summed by an explicit pairwise tree. With one
+split that is the output; otherwise each program stores its partial and bumps the column tile's
+arrival counter, and the last program of the tile adds the ``N_SPLITS`` partials in split order
+(``p0 + p1 + ...``), adds the bias and writes the output. No atomics touch the data and the order of
+every floating-point operation is fixed by the shape, so the result is deterministic.
+
+Compiled with ``enable_fp_fusion=False``: every product ``x·w`` and every sum is rounded on its own,
+exactly as in :func:`nbxsig.reference.int4.int4_gemv_blocked`, which the tests check bit for bit.
+The one explicit FMA is the dequantization ``q·scale + min``, whose product is exact.
+
+Why the split: one program per column tile walking all of K gave 128-344 programs on a 132-SM H200
+with one 16-iteration to 43-iteration dependent chain each -- 27-65 µs for layers whose int4 bytes
+take 2-6 µs to read (bench suite "quant" at e7e6e3a). Splitting K gives every SM several short
+programs whose loads are all in flight at once.
 """
 
 from __future__ import annotations
@@ -20,8 +29,11 @@ import triton
 import triton.language as tl
 
 from ._runtime import check_launchable, empty_output
+from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
+_TARGET_PROGRAMS = 1024  # ~8 per SM on a 132-SM H100/H200: enough loads in flight, short tails
+_MAX_SPLITS = 64
 
 
 @dataclass(frozen=True)
@@ -31,34 +43,45 @@ class GemvConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    split_rows: int = 0  # packed rows per split; 0 = all of K in one split
+
+    def n_splits(self, rows: int) -> int:
+        return 1 if self.split_rows <= 0 or self.split_rows >= rows else -(-rows // self.split_rows)
 
 
-def gemv_config(m: int) -> GemvConfig:
-    """Tile sizes for ``m`` rows (pure; the tests pass ``block_r`` to the oracle).
+def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvConfig:
+    """Tiles and split for ``m`` rows of ``x (m, k)`` times an ``(n, k)`` weight (pure, shape only).
 
-    ``BLOCK_N = 32`` keeps enough programs in flight for N = 4096 on ~132 SMs (128 programs) while a
-    row of 32 int32 words is one 128-byte transaction. ``BLOCK_R = 32`` for one row: on an H200
-    (bench suite "quant", 1×4096 @ 4096×11008) it measured 35.9 µs against 93.9 µs for 64 and
-    70.8 µs for 128 -- eager timings that include launch overhead, so re-tune with graph timings.
-    ``BLOCK_R`` shrinks as ``m`` grows so the ``m × BLOCK_R × BLOCK_N`` float32 partial sums stay at
-    8-16 registers per thread.
+    ``BLOCK_N = 128`` columns per tile: a warp reads one row of 128 int32 words (512 contiguous
+    bytes, four words = one 128-bit load per thread). ``BLOCK_R`` lanes shrink as ``m`` grows so the
+    ``m × BLOCK_R × BLOCK_N`` float32 partial sums stay at 16 registers per thread. K is split into
+    ranges of whole ``BLOCK_R`` steps so the grid has about ``_TARGET_PROGRAMS`` programs: at least
+    2 steps per split, at most 64 splits, and at most ``K / (64·BLOCK_M)`` so the float32 partials
+    stay under 1/8 of the weight's bytes. A split count that divides the steps evenly is preferred
+    (within a factor 2 of the target): the kernel then compiles without row masks (~14% fewer
+    instructions in its loop). The split depends on the shape only, never on the GPU, so the result
+    is the same on every device. With ``k``/``n`` left at 0 no split is made.
     """
     block_m = max(1, triton.next_power_of_2(m))
-    block_r = {1: 32, 2: 16, 4: 8, 8: 8}[block_m]
-    return GemvConfig(block_m=block_m, block_r=block_r, block_n=32, num_warps=4, num_stages=3)
-
-
-@triton.jit
-def _nibble(words, i: tl.constexpr):
-    """Nibble ``i`` of each word as float32, exactly.
-
-    Instead of an int→float conversion (16 per clock per SM on sm_80/sm_90 in the CUDA guide's
-    throughput table, a quarter of the float adds: at 8 per word it alone would put a 4096×11008
-    GEMV near 10 µs on an H200) the nibble is OR-ed into the mantissa of 2^23 and 2^23 subtracted:
-    ``float(0x4B000000 | q) - 2^23 == q`` exactly, with one integer OR and one float add.
-    """
-    bits = ((words >> (4 * i)) & 0xF) | 0x4B000000
-    return bits.to(tl.float32, bitcast=True) - 8388608.0
+    block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
+    block_n = 128
+    rows = k // 8
+    split_rows = 0
+    if rows and n:
+        tiles = -(-n // block_n)
+        steps = -(-rows // block_r)
+        most = min(_MAX_SPLITS, k // (64 * block_m), steps // 2)
+        want = min(most, max(1, -(-_TARGET_PROGRAMS // tiles)))
+        splits = 0
+        if rows % block_r == 0:
+            even = [s for s in range(1, most + 1) if steps % s == 0 and 2 * s >= want and s <= 2 * want]
+            if even:
+                splits = min(even, key=lambda s: (max(s / want, want / s), -s))
+        if splits > 1:
+            split_rows = steps // splits * block_r
+        elif want > 1:
+            split_rows = -(-steps // want) * block_r
+    return GemvConfig(block_m, block_r, block_n, num_warps=4, num_stages=2, split_rows=split_rows)
 
 
 @triton.jit
@@ -70,57 +93,8 @@ def _pair_sum(acc, BLOCK_M: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.conste
 
 
 @triton.jit
-def _int4_gemv_kernel(
-    x_ptr,
-    packed_ptr,
-    scales_ptr,
-    mins_ptr,
-    bias_ptr,
-    out_ptr,
-    M,
-    N,
-    stride_xm,
-    stride_xk,
-    stride_pr,
-    stride_pn,
-    stride_sg,
-    stride_sn,
-    stride_om,
-    stride_on,
-    N_ROWS: tl.constexpr,
-    GROUP_ROWS: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = n < N
-    m = tl.arange(0, BLOCK_M)
-    m_mask = m < M
-    r = tl.arange(0, BLOCK_R)
-    acc = tl.zeros((BLOCK_M, BLOCK_R, BLOCK_N), dtype=tl.float32)
-    for r0 in range(0, N_ROWS, BLOCK_R):
-        row = r0 + r
-        row_mask = row < N_ROWS
-        tile_mask = row_mask[:, None] & n_mask[None, :]
-        # int64 row offsets: (K/8)·N words can pass 2^31 for very large layers.
-        words = tl.load(
-            packed_ptr + row.to(tl.int64)[:, None] * stride_pr + n[None, :] * stride_pn,
-            mask=tile_mask,
-            other=0,
-        )
-        g = (row // GROUP_ROWS).to(tl.int64)
-        s_off = g[:, None] * stride_sg + n[None, :] * stride_sn
-        scale = tl.load(scales_ptr + s_off, mask=tile_mask, other=0.0).to(tl.float32)
-        low = tl.load(mins_ptr + s_off, mask=tile_mask, other=0.0).to(tl.float32)
-        x_mask = m_mask[:, None] & row_mask[None, :]
-        for i in tl.static_range(8):
-            w = _nibble(words, i) * scale + low
-            k = row.to(tl.int64) * 8 + i
-            xv = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :] * stride_xk, mask=x_mask, other=0.0)
-            acc = acc + xv.to(tl.float32)[:, :, None] * w[None, :, :]
-    # Pairwise tree over the lanes: lane 2j + lane 2j+1, level by level (the oracle does the same).
+def _lane_tree(acc, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Pairwise tree over the lanes: lane 2j + lane 2j+1, level by level (the oracle does the same)."""
     tl.static_assert(BLOCK_R <= 128, "the lane tree below has 7 levels")
     if BLOCK_R >= 128:
         acc = _pair_sum(acc, BLOCK_M, 64, BLOCK_N)
@@ -136,14 +110,166 @@ def _int4_gemv_kernel(
         acc = _pair_sum(acc, BLOCK_M, 2, BLOCK_N)
     if BLOCK_R >= 2:
         acc = _pair_sum(acc, BLOCK_M, 1, BLOCK_N)
-    out = tl.reshape(acc, (BLOCK_M, BLOCK_N))
+    return tl.reshape(acc, (BLOCK_M, BLOCK_N))
+
+
+@triton.jit
+def _nibble(words, hi, magic, i: tl.constexpr):
+    """Nibble ``i`` of each word times ``2^(4j)`` as float32, exactly (``j = i``, or ``i - 3`` for i ≥ 5).
+
+    No int→float conversion (16 per clock per SM on sm_80/sm_90, a quarter of the float adds) and
+    no shift per nibble: the nibble is masked *in place* and OR-ed into the mantissa of 2^23, then
+    2^23 is subtracted -- one LOP3 and one FADD. Nibbles 0-4 (bits 0-19) fit the 23-bit mantissa
+    where they are; nibbles 5-7 come from ``hi = words >> 12`` (one shift per word), at bits 8-19.
+    The caller scales by ``scale·2^(-4j)`` for the nibble's position ``j``, so the product is still
+    exactly ``q·scale``. ``magic`` is
+    0x4B000000 passed as a kernel argument: as a register operand the mask and the OR fold into one
+    LOP3 (SASS LOP3 takes one immediate; with both constants immediate ptxas emits two).
+    """
+    if i < 5:  # noqa: SIM108 -- a constexpr branch reads clearer than a ternary in a kernel
+        bits = (words & (0xF << (4 * i))) | magic
+    else:
+        bits = (hi & (0xF << (4 * (i - 3)))) | magic
+    return bits.to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _int4_gemv_kernel(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    mins_ptr,
+    bias_ptr,
+    out_ptr,
+    part_ptr,
+    count_ptr,
+    M,
+    N,
+    stride_xm,
+    stride_xk,
+    stride_pr,
+    stride_pn,
+    stride_sg,
+    stride_sn,
+    stride_om,
+    stride_on,
+    magic,
+    N_ROWS: tl.constexpr,
+    GROUP_ROWS: tl.constexpr,
+    SPLIT_ROWS: tl.constexpr,
+    N_SPLITS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    sp = tl.program_id(1)
+    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = n < N
+    m = tl.arange(0, BLOCK_M)
+    m_mask = m < M
+    r = tl.arange(0, BLOCK_R)
+    # One scale/min row per step when a step never straddles a group (steps start at multiples of
+    # BLOCK_R); otherwise one per packed row.
+    SCALE_PER_STEP: tl.constexpr = GROUP_ROWS % BLOCK_R == 0
+    EVEN_R: tl.constexpr = (N_ROWS % SPLIT_ROWS == 0) and (SPLIT_ROWS % BLOCK_R == 0)
+    # One row of x: a 2-D accumulator, so x needs no layout conversion (3-D costs shared memory).
+    if BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_R, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_R, BLOCK_N), dtype=tl.float32)
+    row0 = sp * SPLIT_ROWS
+    for j in range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R):
+        start = row0 + j * BLOCK_R
+        row = start + r
+        row_mask = row < N_ROWS
+        tile_mask = row_mask[:, None] & n_mask[None, :]
+        # int64 row offsets: (K/8)·N words can pass 2^31 for very large layers.
+        w_ptrs = packed_ptr + row.to(tl.int64)[:, None] * stride_pr + n[None, :] * stride_pn
+        if EVEN_R and EVEN_N:  # noqa: SIM108 -- no masks at all: plain 128-bit loads
+            words = tl.load(w_ptrs)
+        else:
+            words = tl.load(w_ptrs, mask=tile_mask, other=0)
+        hi = words >> 12  # nibbles 5-7 to bits 8-19: masked in place like nibbles 2-4
+        if SCALE_PER_STEP:
+            # The step's one scale row, loaded straight into the words' layout (a 1-D load would be
+            # converted through shared memory with barriers; these repeated addresses hit L1).
+            s_ptrs = (start // GROUP_ROWS).to(tl.int64) * stride_sg + n[None, :] * stride_sn + 0 * r[:, None]
+            if EVEN_R and EVEN_N:
+                scale = tl.load(scales_ptr + s_ptrs).to(tl.float32)
+                low = tl.load(mins_ptr + s_ptrs).to(tl.float32)
+            else:
+                # A step wholly past K (the last split's tail) must not read past the scale rows.
+                s_mask = (n_mask & (start < N_ROWS))[None, :] & (r < BLOCK_R)[:, None]
+                scale = tl.load(scales_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)
+                low = tl.load(mins_ptr + s_ptrs, mask=s_mask, other=0.0).to(tl.float32)
+        else:
+            s_ptrs = (row // GROUP_ROWS).to(tl.int64)[:, None] * stride_sg + n[None, :] * stride_sn
+            scale = tl.load(scales_ptr + s_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
+            low = tl.load(mins_ptr + s_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
+        # scale·2^(-4i): exact (a power-of-two step; fp16 scales stay normal in float32).
+        s1 = scale * 0.0625
+        s2 = scale * 0.00390625
+        s3 = scale * 0.000244140625
+        s4 = scale * 0.0000152587890625
+        x_mask = m_mask[:, None] & row_mask[None, :]
+        k0 = row.to(tl.int64) * 8
+        for i in tl.static_range(8):
+            q = _nibble(words, hi, magic, i)
+            j = i if i < 5 else i - 3  # the nibble's position in words (i < 5) or hi
+            if j == 0:
+                w = tl.fma(q, scale, low)
+            elif j == 1:
+                w = tl.fma(q, s1, low)
+            elif j == 2:
+                w = tl.fma(q, s2, low)
+            elif j == 3:
+                w = tl.fma(q, s3, low)
+            else:
+                w = tl.fma(q, s4, low)
+            if BLOCK_M == 1:
+                if EVEN_R:
+                    xv = tl.load(x_ptr + (k0 + i) * stride_xk)
+                else:
+                    xv = tl.load(x_ptr + (k0 + i) * stride_xk, mask=row_mask, other=0.0)
+                acc = acc + xv.to(tl.float32)[:, None] * w
+            else:
+                xv = tl.load(
+                    x_ptr + m[:, None] * stride_xm + (k0 + i)[None, :] * stride_xk, mask=x_mask, other=0.0
+                )
+                acc = acc + xv.to(tl.float32)[:, :, None] * w[None, :, :]
+    if BLOCK_M == 1:
+        acc = tl.reshape(acc, (1, BLOCK_R, BLOCK_N))
+    part = _lane_tree(acc, BLOCK_M, BLOCK_R, BLOCK_N)
+    out_mask = m_mask[:, None] & n_mask[None, :]
+    out_off = m[:, None] * stride_om + n[None, :] * stride_on
+    if N_SPLITS == 1:
+        _finish(part, bias_ptr, out_ptr + out_off, n, n_mask, out_mask, HAS_BIAS)
+    else:
+        # Partials (N_SPLITS, BLOCK_M, N) float32, then one arrival per program on the tile's counter.
+        p_off = m[:, None] * N + n[None, :]
+        tl.store(part_ptr + sp * BLOCK_M * N + p_off, part, mask=out_mask)
+        tl.debug_barrier()  # every thread's partial is stored before the (release) increment
+        arrived = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if arrived == N_SPLITS - 1:
+            # The last program: partials in split order; ".cg" reads L2, never a stale L1 line.
+            total = tl.load(part_ptr + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, N_SPLITS):
+                total += tl.load(
+                    part_ptr + s * BLOCK_M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg"
+                )
+            tl.atomic_xchg(count_ptr + pid_n, 0, sem="relaxed", scope="gpu")  # ready for the next launch
+            _finish(total, bias_ptr, out_ptr + out_off, n, n_mask, out_mask, HAS_BIAS)
+
+
+@triton.jit
+def _finish(total, bias_ptr, out_ptrs, n, n_mask, out_mask, HAS_BIAS: tl.constexpr):
+    """``total (+ bias)`` cast to the output dtype and stored."""
     if HAS_BIAS:
-        out = out + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    tl.store(
-        out_ptr + m[:, None] * stride_om + n[None, :] * stride_on,
-        out.to(out_ptr.dtype.element_ty),
-        mask=m_mask[:, None] & n_mask[None, :],
-    )
+        total = total + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=out_mask)
 
 
 @triton.jit
@@ -171,7 +297,9 @@ def _dequant_kernel(
     scale = tl.load(scales_ptr + s_off, mask=mask, other=0.0).to(tl.float32)
     low = tl.load(mins_ptr + s_off, mask=mask, other=0.0).to(tl.float32)
     for i in tl.static_range(8):
-        w = _nibble(words, i) * scale + low
+        # Shift, mask, OR into the mantissa of 2^23, subtract 2^23: exactly q (see _nibble).
+        bits = ((words >> (4 * i)) & 0xF) | 0x4B000000
+        w = (bits.to(tl.float32, bitcast=True) - 8388608.0) * scale + low
         # Output (K, N) row-major: row k = 8·row + i, contiguous along N, so stores coalesce.
         tl.store(
             out_ptr + (row64 * 8 + i)[:, None] * N + n[None, :], w.to(out_ptr.dtype.element_ty), mask=mask
@@ -186,7 +314,7 @@ def dequantize_kn(
     device = check_launchable(packed, scales, mins)
     out = empty_output((rows * 8, n), dtype=dtype, device=device)
     block_r, block_n = 16, 128
-    _dequant_kernel[(triton.cdiv(rows, block_r), triton.cdiv(n, block_n))](
+    _dequant_kernel[(-(-rows // block_r), -(-n // block_n))](
         packed,
         scales,
         mins,
@@ -219,16 +347,23 @@ def int4_gemv(
     m, k = x.shape
     n = packed.shape[1]
     device = check_launchable(x, packed, scales, mins, *(() if bias is None else (bias,)))
-    cfg = config or gemv_config(m)
+    cfg, n_splits, split_rows, tiles = _plan(m, k, n, group_size, config)
     out = empty_output((m, n), dtype=x.dtype, device=device)
-    grid = (triton.cdiv(n, cfg.block_n),)
-    _int4_gemv_kernel[grid](
+    if n_splits > 1:
+        # Scratch: every element a later read touches is written first, so plain empty is right.
+        part = torch.empty((n_splits, cfg.block_m, n), dtype=torch.float32, device=device)
+        counts = zeroed_counters(tiles, device)
+    else:
+        part = counts = out  # never read with one split
+    _int4_gemv_kernel[(tiles, n_splits)](
         x,
         packed,
         scales,
         mins,
         bias if bias is not None else out,  # never read without HAS_BIAS
         out,
+        part,
+        counts,
         m,
         n,
         x.stride(0),
@@ -239,11 +374,15 @@ def int4_gemv(
         scales.stride(1),
         out.stride(0),
         out.stride(1),
+        0x4B000000,  # the exponent bits of 2^23 (see _nibble)
         # K is a constexpr: a model has a handful of distinct K, a known trip count lets the compiler
         # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
         N_ROWS=k // 8,
         GROUP_ROWS=group_size // 8,
+        SPLIT_ROWS=split_rows,
+        N_SPLITS=n_splits,
         HAS_BIAS=bias is not None,
+        EVEN_N=n % cfg.block_n == 0,
         BLOCK_M=cfg.block_m,
         BLOCK_R=cfg.block_r,
         BLOCK_N=cfg.block_n,
@@ -253,6 +392,28 @@ def int4_gemv(
         enable_fp_fusion=False,
     )
     return out
+
+
+_PLANS: dict[tuple, tuple[GemvConfig, int, int, int]] = {}
+
+
+def _plan(
+    m: int, k: int, n: int, group_size: int, config: GemvConfig | None
+) -> tuple[GemvConfig, int, int, int]:
+    """``(config, n_splits, split_rows, column tiles)`` for a shape, memoised: the launcher runs once
+    per layer per token, and this host work (Triton's ``cdiv``/``next_power_of_2`` are slow Python
+    calls) would otherwise be repeated every time."""
+    key = (m, k, n, group_size, config)
+    plan = _PLANS.get(key)
+    if plan is None:
+        cfg = config or gemv_config(m, k, n, group_size)
+        rows = k // 8
+        n_splits = cfg.n_splits(rows)
+        split_rows = rows if n_splits == 1 else cfg.split_rows
+        if n_splits > 1 and split_rows % cfg.block_r:
+            raise ValueError(f"split_rows={split_rows} must be a multiple of block_r={cfg.block_r}")
+        plan = _PLANS[key] = (cfg, n_splits, split_rows, -(-n // cfg.block_n))
+    return plan
 
 
 def int4_linear(

@@ -119,28 +119,47 @@ def int4_gemv_blocked(
     group_size: int,
     *,
     block_rows: int,
+    split_rows: int = 0,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dequantize-then-GEMV in exactly the float32 operation order of the fused Triton kernel.
 
-    The kernel keeps ``block_rows`` partial sums per output (lane ``r`` owns packed rows ``r``,
+    K's packed rows are cut into contiguous splits of ``split_rows`` (0: one split). Inside a split
+    the kernel keeps ``block_rows`` partial sums per output (lane ``r`` owns the split's rows ``r``,
     ``r + block_rows``, ...); a lane adds ``x[k] * w[k]`` for its ``k = 8·row + i`` one at a time,
-    ``i`` ascending inside a row, rows ascending. After the last row the lanes are summed by a
-    pairwise tree (lane ``2j`` + lane ``2j+1``, repeated), then ``bias`` is added and the sum cast
-    to ``x.dtype``. Every step here is one elementwise float32 multiply or add, so the result is
-    reproducible bit for bit. Cost: ``K / block_rows`` torch ops — an oracle for tests, not a path.
+    ``i`` ascending inside a row, rows ascending. After the split's last row the lanes are summed by
+    a pairwise tree (lane ``2j`` + lane ``2j+1``, repeated). The split results are added in split
+    order (``p0 + p1 + ...``), then ``bias`` is added and the sum cast to ``x.dtype``. Every step
+    here is one elementwise float32 multiply or add, so the result is reproducible bit for bit.
+    Cost: ``K / block_rows`` torch ops — an oracle for tests, not a path.
 
     Shape: ``x (M, K)`` → ``(M, N)``.
     """
-    m, k = x.shape
+    k = x.shape[1]
     w = dequantize_int4(packed, scales, mins, group_size, transpose=False)  # (K, N) float32
-    n = w.shape[1]
     rows = k // 8
+    if split_rows <= 0 or split_rows >= rows:
+        split_rows = rows
+    total = None
+    for first in range(0, rows, split_rows):
+        part = _blocked_split(
+            x[:, first * 8 : (first + split_rows) * 8], w[first * 8 : (first + split_rows) * 8], block_rows
+        )
+        total = part if total is None else total + part
+    if bias is not None:
+        total = total + bias.float()
+    return total.to(x.dtype)
+
+
+def _blocked_split(x: torch.Tensor, w: torch.Tensor, block_rows: int) -> torch.Tensor:
+    """One split of :func:`int4_gemv_blocked`: ``x (M, 8·rows)``, ``w (8·rows, N)`` float32 → ``(M, N)``."""
+    m, n = x.shape[0], w.shape[1]
+    rows = x.shape[1] // 8
     padded_rows = -(-rows // block_rows) * block_rows
     xf = torch.zeros(m, padded_rows * 8, dtype=torch.float32, device=x.device)
-    xf[:, :k] = x.float()
+    xf[:, : rows * 8] = x.float()
     wf = torch.zeros(padded_rows * 8, n, dtype=torch.float32, device=x.device)
-    wf[:k] = w
+    wf[: rows * 8] = w
     xf = xf.reshape(m, padded_rows // block_rows, block_rows, 8)
     wf = wf.reshape(padded_rows // block_rows, block_rows, 8, n)
     acc = torch.zeros(m, block_rows, n, dtype=torch.float32, device=x.device)
@@ -150,7 +169,4 @@ def int4_gemv_blocked(
     while acc.shape[1] > 1:
         pairs = acc.reshape(m, acc.shape[1] // 2, 2, n)
         acc = pairs[:, :, 0] + pairs[:, :, 1]
-    out = acc[:, 0]
-    if bias is not None:
-        out = out + bias.float()
-    return out.to(x.dtype)
+    return acc[:, 0]
