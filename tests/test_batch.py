@@ -299,7 +299,7 @@ def test_details_mentions_the_time_split() -> None:
     assert (
         "1.5 files/s" in s.details()
         and "1.0000 audio-hours/s" in s.details()
-        and "device 0.5 s" in s.details()
+        and "device 0.50 s" in s.details()
     )
 
 
