@@ -309,6 +309,12 @@ class Job:
             context, Triton compilation and autotuning, several seconds on a cold cache -- then
             overlaps decoding instead of stalling the first batch. For commands whose ``process``
             is pure (writes nothing) and runs compiled kernels.
+        thread_load: ``path -> bool``: decode this input in a thread of the main process rather than
+            in a worker process. For inputs whose decoding is little more than a copy (PCM WAV,
+            ``.npy``): moving 10 s of int16 audio through a worker's pipe costs more than decoding
+            it, and a process start costs ~0.3 s. ``load`` must then be thread-safe and release
+            the GIL for its bulk work (libsndfile and file reads do). Worker processes remain for
+            the rest, and only they isolate a crashing decoder.
     """
 
     load: Callable[[Path], Any]
@@ -317,6 +323,7 @@ class Job:
     group_key: Callable[[Any], Hashable] = field(default=lambda item: None)
     length: Callable[[Any], int] = field(default=lambda item: 0)
     warm_up: bool = False
+    thread_load: Callable[[Path], bool] = field(default=lambda path: False)
 
 
 @dataclass
@@ -551,9 +558,10 @@ class _Engine:
         self.saves: list[tuple[Future, _Loaded, float]] = []
         if self.job.warm_up and self.todo:
             self._start_warm_up(self.todo[0])
-        pool = self._new_pool()
+        self.pool: ProcessPoolExecutor | None = None
+        self.threads: ThreadPoolExecutor | None = None
         try:
-            if pool is None:
+            if self.jobs == 0:
                 while self.todo:
                     task = self.todo.popleft()
                     try:
@@ -564,14 +572,16 @@ class _Engine:
                     self._add(_Loaded(task, value, seconds), saver)
                     self._drain_saves(block=False)
             else:
-                pool = self._pump(pool, saver)
+                self._pump(saver)
             for key in list(self.buckets):
                 self._flush(key, saver)
             self._join_warm_up()  # not left compiling at exit when every input failed
             self._drain_saves(block=True)
         finally:
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+            if self.pool is not None:
+                self.pool.shutdown(wait=False, cancel_futures=True)
+            if self.threads is not None:
+                self.threads.shutdown(wait=False, cancel_futures=True)
             saver.shutdown(wait=True, cancel_futures=True)
             # Saves that ran before an interruption still count.
             self._drain_saves(block=False)
@@ -603,16 +613,26 @@ class _Engine:
             self.summary.startup_wait_seconds = time.perf_counter() - t0
             self.warm_thread = None
 
-    def _new_pool(self) -> ProcessPoolExecutor | None:
-        if self.jobs == 0:
-            return None
-        # spawn, not fork: the main process may hold a CUDA context, which a forked child cannot use.
-        return ProcessPoolExecutor(
-            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
-        )
+    def _submit(self, task: Task, *, process: bool = False) -> tuple[Future, bool]:
+        """Start decoding ``task``: in a thread where the job says its load is a cheap copy (no
+        pickling through a pipe, no process start), else in a worker process (started on first use).
+        Returns the future and whether a process runs it."""
+        if not process and self.job.thread_load(task.input):
+            if self.threads is None:
+                self.threads = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nbxsig-decode")
+            return self.threads.submit(_timed_load, self.job.load, task.input), False
+        if self.pool is None:
+            # spawn, not fork: the main process may hold a CUDA context, which a forked child cannot use.
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init,
+            )
+        return self.pool.submit(_timed_load, self.job.load, task.input), True
 
-    def _pump(self, pool: ProcessPoolExecutor, saver: ThreadPoolExecutor) -> ProcessPoolExecutor:
+    def _pump(self, saver: ThreadPoolExecutor) -> None:
         in_flight: dict[Future, Task] = {}
+        in_process: set[Future] = set()
         # Files that were being decoded when a worker died. One of them killed it; decoding them
         # one at a time finds which, without blaming the others.
         suspects: deque[Task] = deque()
@@ -621,18 +641,24 @@ class _Engine:
             if suspects:
                 if not in_flight:
                     alone = suspects.popleft()
-                    in_flight[pool.submit(_timed_load, self.job.load, alone.input)] = alone
+                    fut, _ = self._submit(alone, process=True)
+                    in_flight[fut] = alone
+                    in_process.add(fut)
             else:
                 alone = None
                 while self.todo and len(in_flight) < self.max_in_flight:
                     task = self.todo.popleft()
-                    in_flight[pool.submit(_timed_load, self.job.load, task.input)] = task
+                    fut, by_process = self._submit(task)
+                    in_flight[fut] = task
+                    if by_process:
+                        in_process.add(fut)
             t0 = time.perf_counter()
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             self.summary.wait_seconds += time.perf_counter() - t0
             broken = False
             for fut in done:
                 task = in_flight.pop(fut)
+                in_process.discard(fut)
                 try:
                     value, seconds = fut.result()
                 except BrokenProcessPool:
@@ -648,14 +674,15 @@ class _Engine:
                     continue
                 self._add(_Loaded(task, value, seconds), saver)
             if broken:
-                # The pool is unusable after a worker death: every queued decode is lost with it.
-                suspects.extend(in_flight.values())
-                in_flight.clear()
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = self._new_pool()
-                assert pool is not None
+                # The pool is unusable after a worker death: every decode queued in it is lost with
+                # it (decodes in threads go on); the next process decode starts a fresh pool.
+                for fut in in_process:
+                    suspects.append(in_flight.pop(fut))
+                in_process.clear()
+                assert self.pool is not None
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                self.pool = None
             self._drain_saves(block=False)
-        return pool
 
     def _add(self, loaded: _Loaded, saver: ThreadPoolExecutor) -> None:
         length = max(1, int(self.job.length(loaded.value)))
