@@ -14,12 +14,13 @@ from .filters import filter_, resample
 from .info import info
 from .plot import plot
 from .spectral import istft, stft
+from .vad import vad
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nbxsig")
 def main() -> None:
-    """GPU signal and vision processing: STFT/iSTFT, mel features, filters, resampling.
+    """GPU signal and vision processing: STFT/iSTFT, mel features, filters, resampling, VAD.
 
     Every batch command takes files, folders (searched recursively) and @list.txt files; writes
     each output atomically (never over an input; existing outputs are skipped unless --overwrite);
@@ -28,7 +29,7 @@ def main() -> None:
     """
 
 
-for command in (info, stft, istft, mel, filter_, resample, plot, bench):
+for command in (info, stft, istft, mel, filter_, resample, vad, plot, bench):
     main.add_command(command)
 
 

@@ -7,6 +7,7 @@ soundfile nor torchaudio for certain.
 
 from __future__ import annotations
 
+import json
 import wave
 from pathlib import Path
 
@@ -86,3 +87,26 @@ def _run_and_check(tmp_path: Path, cuda_device: torch.device) -> None:
         ref = _oracle(path)
         assert got.shape == ref.shape
         assert_close(got, ref, dtype="float32")
+
+
+@pytest.mark.gpu
+def test_gpu_vad_matches_cpu(tmp_path: Path, cuda_device: torch.device) -> None:
+    rng = np.random.default_rng(4)
+    pieces = [(0.7, 1e-3), (1.1, 0.2), (0.6, 1e-3), (0.4, 0.05), (0.5, 1e-3)]
+    x = np.concatenate([amp * rng.standard_normal(int(sec * RATE)) for sec, amp in pieces])
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with wave.open(str(folder / "a.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(np.clip(np.round(x * 32767), -32768, 32767).astype("<i2").tobytes())
+    runner = CliRunner()
+    spans = {}
+    for device in ("cpu", str(cuda_device)):
+        out = tmp_path / f"{device.replace(':', '')}.json"
+        result = runner.invoke(main, ["vad", str(folder / "a.wav"), "-o", str(out), "--device", device])
+        assert result.exit_code == 0, result.output
+        spans[device] = [(s["start"], s["end"]) for s in json.loads(out.read_text())["segments"]]
+    assert len(spans["cpu"]) == 2
+    np.testing.assert_allclose(spans[str(cuda_device)], spans["cpu"], atol=0.0101)  # within a hop
