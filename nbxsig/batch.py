@@ -359,7 +359,8 @@ class Summary:
         rate = files / self.seconds if self.seconds > 0 else 0.0
         hours = self.audio_seconds / 3600 / self.seconds if self.seconds > 0 else 0.0
         text = (
-            f"{rate:.1f} files/s, {hours:.4f} audio-hours/s; decode {self.decode_seconds:.1f} s (all decoders), "
+            f"{rate:.1f} files/s, {hours:.4f} audio-hours/s; "
+            f"decode {self.decode_seconds:.1f} s (all decoders), "
             f"device {self.process_seconds:.2f} s in {self.batches} batches, "
             f"write {self.save_seconds:.1f} s (threads), waiting for decode {self.wait_seconds:.1f} s"
         )
