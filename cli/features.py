@@ -13,7 +13,7 @@ import numpy as np
 from nbxsig import batch
 from nbxsig import io as nio
 
-from ._common import BatchOptions, Notice, batch_options, execute, make_window, resolve_device
+from ._common import BatchOptions, Notice, batch_options, cheap_to_decode, execute, resolve_device
 
 #: Rate assumed for .npy waveforms when --sample-rate is not given.
 DEFAULT_ARRAY_RATE = 16000
@@ -47,9 +47,19 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
     rate = items[0].sample_rate  # the group key makes the rates equal
     target = 16000 if p.whisper else (p.sample_rate or rate)
     half = 0 if p.whisper else p.n_fft // 2
+    cuda = torch.device(device).type == "cuda"
     if target == rate:
-        stack, _ = batch.stack_padded([it.data for it in items], pad=half, mode="reflect")
-        x = batch.to_device_float(stack, device)
+        arrays = [it.data for it in items]
+        # Whisper batches hold equal lengths (30 s after its own padding): nothing to align.
+        width = 0 if p.whisper else _aligned_width(max(it.samples for it in items) + 2 * half, p)
+        shape, dtype = batch.stacked_shape(arrays, pad=half, width=width)
+        # Pinned host memory: the copy to the device is asynchronous and at full PCIe rate.
+        torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+        host = torch.empty(shape, dtype=torch_dtype, pin_memory=True) if cuda else None
+        stack, _ = batch.stack_padded(
+            arrays, pad=half, mode="reflect", width=width, out=None if host is None else host.numpy()
+        )
+        x = batch.to_device_float(stack if host is None else host, device)
         lengths = [it.samples for it in items]
     else:
         import nbxsig.filters
@@ -58,7 +68,10 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
             nbxsig.filters.resample(batch.to_device_float(it.data, device), rate, target) for it in items
         ]
         lengths = [s.shape[-1] for s in signals]
-        stack, _ = batch.stack_padded([s.cpu().numpy() for s in signals], pad=half, mode="reflect")
+        width = 0 if p.whisper else _aligned_width(max(lengths) + 2 * half, p)
+        stack, _ = batch.stack_padded(
+            [s.cpu().numpy() for s in signals], pad=half, mode="reflect", width=width
+        )
         x = torch.from_numpy(stack).to(device)
     if p.whisper:
         mel = nbxsig.features.whisper_log_mel(x, n_mels=p.n_mels)
@@ -76,16 +89,44 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
             f_min=p.f_min,
             f_max=p.f_max,
             n_mels=p.n_mels,
-            window=make_window("hann", p.n_fft, device=device),
+            # None: the library's cached periodic Hann (the CLI's window), so the kernel's packed
+            # DFT basis is reused across batches instead of rebuilt for a fresh window tensor.
+            window=None,
             center=False,
         )
-    mel = mel.to(torch.float32).cpu().numpy()
+    mel = mel.to(torch.float32)
+    if cuda:
+        # One pinned, asynchronous copy back, then one wait (a pageable copy stages through a bounce
+        # buffer at a fraction of the rate).
+        host_mel = torch.empty(mel.shape, dtype=torch.float32, pin_memory=True)
+        host_mel.copy_(mel, non_blocking=True)
+        torch.cuda.current_stream(mel.device).synchronize()
+        mel_np = host_mel.numpy()
+    else:
+        mel_np = mel.cpu().numpy()
     out, r = [], 0
     for it, n in zip(items, frames, strict=True):
         c = it.data.shape[0]
-        out.append(np.ascontiguousarray(mel[r : r + c, :, :n]))
+        # A view: the writer thread's np.save does the copy out of the batch, off the main thread.
+        out.append(mel_np[r : r + c, :, :n])
         r += c
     return out
+
+
+#: Triton specialises integer arguments on divisibility by 16: a batch width and frame count that are
+#: multiples of 16 give every batch the same compiled mel kernel (files of any length), where raw
+#: lengths would compile up to 8 variants (length, frames, strides × divisible or not), ~1 s each.
+_ALIGN = 16
+
+
+def _aligned_width(width: int, p: MelParams) -> int:
+    """The smallest batch width >= ``width`` (samples, after centre padding) giving a frame count that
+    is a multiple of 16, itself rounded up to a multiple of 16. The extra columns are zeros past every
+    file's own padded end: no kept frame reads them."""
+    frames = 1 + max(0, width - p.n_fft) // p.hop_length
+    frames = -(-frames // _ALIGN) * _ALIGN
+    aligned = max(width, p.n_fft + (frames - 1) * p.hop_length)
+    return -(-aligned // _ALIGN) * _ALIGN
 
 
 def mel_key(a: nio.Audio, p: MelParams) -> Any:
@@ -93,7 +134,9 @@ def mel_key(a: nio.Audio, p: MelParams) -> Any:
 
 
 def mel_save(item: nio.Audio, mel: np.ndarray, output: Path) -> None:
-    nio.write_npy(output, mel)
+    # The copy out of the batch happens here, in a writer thread; it also keeps np.save on its fast
+    # path (a non-contiguous array is written chunk by chunk, ~5x slower).
+    nio.write_npy(output, np.ascontiguousarray(mel))
 
 
 @click.command()
@@ -139,5 +182,8 @@ def mel(
         save=mel_save,
         group_key=functools.partial(mel_key, p=p),
         length=lambda a: a.samples,
+        # CUDA context + kernel compilation/autotuning while the first files decode.
+        warm_up=device.type == "cuda",
+        thread_load=cheap_to_decode,
     )
     execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".npy")

@@ -89,11 +89,14 @@ def _db(power: np.ndarray) -> np.ndarray:
 
 
 def read_segments(path: str) -> list[tuple[float, float]]:
-    """Segments in seconds from JSON (``[[start, end], ...]`` or ``[{"start": s, "end": e}, ...]``)
-    or text (``start end`` per line; extra columns ignored)."""
+    """Segments in seconds from JSON (``[[start, end], ...]`` or ``[{"start": s, "end": e}, ...]``,
+    or an object holding such a list under ``"segments"``, as ``nbxsig vad`` writes) or text
+    (``start end`` per line; extra columns ignored)."""
     text = Path(path).read_text(encoding="utf-8")
     try:
         data = json.loads(text)
+        if isinstance(data, dict):
+            data = data["segments"]
     except json.JSONDecodeError:
         data = [line.replace(",", " ").split()[:2] for line in text.splitlines() if line.strip()]
         data = [row for row in data if not row[0].startswith("#")]

@@ -13,7 +13,16 @@ import numpy as np
 from nbxsig import batch
 from nbxsig import io as nio
 
-from ._common import WINDOWS, BatchOptions, Notice, batch_options, execute, make_window, resolve_device
+from ._common import (
+    WINDOWS,
+    BatchOptions,
+    Notice,
+    batch_options,
+    cheap_to_decode,
+    execute,
+    make_window,
+    resolve_device,
+)
 
 #: The iSTFT-head (Kokoro/iSTFTNet) rate, assumed for arrays that carry no sample rate.
 DEFAULT_ARRAY_RATE = 24000
@@ -143,6 +152,7 @@ def stft(
         process=functools.partial(stft_process, p=p, device=device, notice=Notice()),
         save=functools.partial(stft_save, p=p),
         length=lambda a: a.samples,
+        thread_load=cheap_to_decode,
     )
     execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".npz")
 

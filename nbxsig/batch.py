@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import zlib
 from collections import deque
@@ -48,6 +49,8 @@ _BUCKETS_PER_OCTAVE = 8
 #: A batch is also cut when its lengths add up to this (2**26 samples: 256 MB as float32), so that
 #: long files do not exhaust device memory at the default batch size.
 _MAX_BATCH_LENGTH = 1 << 26
+#: Writer threads: a write is mostly waiting for the disk (fsync), which threads overlap.
+_SAVE_THREADS = 8
 
 
 class BatchUsageError(NbxsigError, ValueError):
@@ -301,6 +304,17 @@ class Job:
             atomic writers.
         group_key: items that may share a ``process`` call have equal keys (e.g. sample rate).
         length: the size that bucketing groups by (e.g. samples).
+        warm_up: run ``process`` once, in a background thread, on copies of the first input while
+            the workers decode the rest (results discarded): one-time device start-up -- the CUDA
+            context, Triton compilation and autotuning, several seconds on a cold cache -- then
+            overlaps decoding instead of stalling the first batch. For commands whose ``process``
+            is pure (writes nothing) and runs compiled kernels.
+        thread_load: ``path -> bool``: decode this input in a thread of the main process rather than
+            in a worker process. For inputs whose decoding is little more than a copy (PCM WAV,
+            ``.npy``): moving 10 s of int16 audio through a worker's pipe costs more than decoding
+            it, and a process start costs ~0.3 s. ``load`` must then be thread-safe and release
+            the GIL for its bulk work (libsndfile and file reads do). Worker processes remain for
+            the rest, and only they isolate a crashing decoder.
     """
 
     load: Callable[[Path], Any]
@@ -308,6 +322,8 @@ class Job:
     save: Callable[[Any, Any, Path], None]
     group_key: Callable[[Any], Hashable] = field(default=lambda item: None)
     length: Callable[[Any], int] = field(default=lambda item: 0)
+    warm_up: bool = False
+    thread_load: Callable[[Path], bool] = field(default=lambda path: False)
 
 
 @dataclass
@@ -323,6 +339,10 @@ class Summary:
     process_seconds: float = 0.0  # main process, inside Job.process (device work incl. transfers)
     save_seconds: float = 0.0  # summed over writer threads
     wait_seconds: float = 0.0  # main process idle, waiting for decoded files
+    #: One-time device start-up (Job.warm_up: CUDA context, kernel compilation/autotuning), run in a
+    #: background thread while files decode; ``startup_wait_seconds`` of it stalled the main process.
+    startup_seconds: float = 0.0
+    startup_wait_seconds: float = 0.0
     batches: int = 0
     interrupted: bool = False
     #: The signal that interrupted the run (SIGINT or SIGTERM), for the exit code 128 + signal.
@@ -338,11 +358,18 @@ class Summary:
         files = self.ok + self.failed
         rate = files / self.seconds if self.seconds > 0 else 0.0
         hours = self.audio_seconds / 3600 / self.seconds if self.seconds > 0 else 0.0
-        return (
-            f"{rate:.1f} files/s, {hours:.4f} audio-hours/s; decode {self.decode_seconds:.1f} s (workers), "
-            f"device {self.process_seconds:.1f} s in {self.batches} batches, "
-            f"write {self.save_seconds:.1f} s, waiting for decode {self.wait_seconds:.1f} s"
+        text = (
+            f"{rate:.1f} files/s, {hours:.4f} audio-hours/s; "
+            f"decode {self.decode_seconds:.1f} s (all decoders), "
+            f"device {self.process_seconds:.2f} s in {self.batches} batches, "
+            f"write {self.save_seconds:.1f} s (threads), waiting for decode {self.wait_seconds:.1f} s"
         )
+        if self.startup_seconds:
+            text += (
+                f"; start-up {self.startup_seconds:.1f} s (device init, kernel compilation; "
+                f"overlapped with decoding, stalled {self.startup_wait_seconds:.1f} s)"
+            )
+        return text
 
 
 @dataclass
@@ -521,14 +548,21 @@ class _Engine:
         # Enough decodes in flight to fill the next batch while the current one runs.
         self.max_in_flight = max(2 * self.jobs, batch_size + self.jobs)
         self.max_buffered = 2 * batch_size + self.jobs
+        # Results waiting for a writer: beyond this the main process waits for writes (memory bound).
+        self.max_pending_saves = max(4 * batch_size, 64)
+        self.warm_thread: threading.Thread | None = None
 
     def run(self) -> None:
-        # Writes (encode + fsync) overlap each other and the device work.
-        saver = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nbxsig-save")
+        # Writes (encode + fsync) overlap each other and the device work. fsync waits on the disk,
+        # not the CPU, so more threads than cores help: their syncs share journal commits.
+        saver = ThreadPoolExecutor(max_workers=_SAVE_THREADS, thread_name_prefix="nbxsig-save")
         self.saves: list[tuple[Future, _Loaded, float]] = []
-        pool = self._new_pool()
+        if self.job.warm_up and self.todo:
+            self._start_warm_up(self.todo[0])
+        self.pool: ProcessPoolExecutor | None = None
+        self.threads: ThreadPoolExecutor | None = None
         try:
-            if pool is None:
+            if self.jobs == 0:
                 while self.todo:
                     task = self.todo.popleft()
                     try:
@@ -539,27 +573,67 @@ class _Engine:
                     self._add(_Loaded(task, value, seconds), saver)
                     self._drain_saves(block=False)
             else:
-                pool = self._pump(pool, saver)
+                self._pump(saver)
             for key in list(self.buckets):
                 self._flush(key, saver)
+            self._join_warm_up()  # not left compiling at exit when every input failed
             self._drain_saves(block=True)
         finally:
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+            if self.pool is not None:
+                self.pool.shutdown(wait=False, cancel_futures=True)
+            if self.threads is not None:
+                self.threads.shutdown(wait=False, cancel_futures=True)
             saver.shutdown(wait=True, cancel_futures=True)
             # Saves that ran before an interruption still count.
             self._drain_saves(block=False)
 
-    def _new_pool(self) -> ProcessPoolExecutor | None:
-        if self.jobs == 0:
-            return None
-        # spawn, not fork: the main process may hold a CUDA context, which a forked child cannot use.
-        return ProcessPoolExecutor(
-            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
-        )
+    def _start_warm_up(self, first: Task) -> None:
+        batch = self.batch_size
 
-    def _pump(self, pool: ProcessPoolExecutor, saver: ThreadPoolExecutor) -> ProcessPoolExecutor:
+        def warm_up() -> None:
+            t0 = time.perf_counter()
+            # Errors are the real batch's to report (this file fails there, or another works).
+            with contextlib.suppress(Exception):
+                value = self.job.load(first.input)
+                length = max(1, int(self.job.length(value)))
+                copies = max(1, min(batch, _MAX_BATCH_LENGTH // length))
+                self.job.process([value] * copies)
+            self.summary.startup_seconds = time.perf_counter() - t0
+
+        # A daemon: an interrupted run must not wait for a compilation to finish.
+        self.warm_thread = threading.Thread(target=warm_up, name="nbxsig-warm-up", daemon=True)
+        self.warm_thread.start()
+
+    def _join_warm_up(self) -> None:
+        # process() is not re-entrant (Triton's autotuner keeps per-call state): the first batch
+        # waits for the warm-up, which has by then compiled what the batch needs.
+        if self.warm_thread is not None:
+            t0 = time.perf_counter()
+            while self.warm_thread.is_alive():
+                self.warm_thread.join(0.1)  # short joins: Ctrl-C/SIGTERM stay responsive
+            self.summary.startup_wait_seconds = time.perf_counter() - t0
+            self.warm_thread = None
+
+    def _submit(self, task: Task, *, process: bool = False) -> tuple[Future, bool]:
+        """Start decoding ``task``: in a thread where the job says its load is a cheap copy (no
+        pickling through a pipe, no process start), else in a worker process (started on first use).
+        Returns the future and whether a process runs it."""
+        if not process and self.job.thread_load(task.input):
+            if self.threads is None:
+                self.threads = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nbxsig-decode")
+            return self.threads.submit(_timed_load, self.job.load, task.input), False
+        if self.pool is None:
+            # spawn, not fork: the main process may hold a CUDA context, which a forked child cannot use.
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init,
+            )
+        return self.pool.submit(_timed_load, self.job.load, task.input), True
+
+    def _pump(self, saver: ThreadPoolExecutor) -> None:
         in_flight: dict[Future, Task] = {}
+        in_process: set[Future] = set()
         # Files that were being decoded when a worker died. One of them killed it; decoding them
         # one at a time finds which, without blaming the others.
         suspects: deque[Task] = deque()
@@ -568,18 +642,24 @@ class _Engine:
             if suspects:
                 if not in_flight:
                     alone = suspects.popleft()
-                    in_flight[pool.submit(_timed_load, self.job.load, alone.input)] = alone
+                    fut, _ = self._submit(alone, process=True)
+                    in_flight[fut] = alone
+                    in_process.add(fut)
             else:
                 alone = None
                 while self.todo and len(in_flight) < self.max_in_flight:
                     task = self.todo.popleft()
-                    in_flight[pool.submit(_timed_load, self.job.load, task.input)] = task
+                    fut, by_process = self._submit(task)
+                    in_flight[fut] = task
+                    if by_process:
+                        in_process.add(fut)
             t0 = time.perf_counter()
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             self.summary.wait_seconds += time.perf_counter() - t0
             broken = False
             for fut in done:
                 task = in_flight.pop(fut)
+                in_process.discard(fut)
                 try:
                     value, seconds = fut.result()
                 except BrokenProcessPool:
@@ -595,14 +675,15 @@ class _Engine:
                     continue
                 self._add(_Loaded(task, value, seconds), saver)
             if broken:
-                # The pool is unusable after a worker death: every queued decode is lost with it.
-                suspects.extend(in_flight.values())
-                in_flight.clear()
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = self._new_pool()
-                assert pool is not None
+                # The pool is unusable after a worker death: every decode queued in it is lost with
+                # it (decodes in threads go on); the next process decode starts a fresh pool.
+                for fut in in_process:
+                    suspects.append(in_flight.pop(fut))
+                in_process.clear()
+                assert self.pool is not None
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                self.pool = None
             self._drain_saves(block=False)
-        return pool
 
     def _add(self, loaded: _Loaded, saver: ThreadPoolExecutor) -> None:
         length = max(1, int(self.job.length(loaded.value)))
@@ -624,6 +705,9 @@ class _Engine:
         self.buffered -= len(items)
         if not items:
             return
+        self._join_warm_up()
+        if len(self.saves) > self.max_pending_saves:
+            self._drain_saves(block=True, keep=self.max_pending_saves // 2)
         t0 = time.perf_counter()
         try:
             results = self.job.process([it.value for it in items])
@@ -666,10 +750,12 @@ class _Engine:
         self.job.save(loaded.value, result, loaded.task.output)
         return time.perf_counter() - t0
 
-    def _drain_saves(self, *, block: bool) -> None:
+    def _drain_saves(self, *, block: bool, keep: int = 0) -> None:
+        """Report finished saves; with ``block``, wait until at most ``keep`` (the newest) are left."""
         remaining = []
-        for fut, it, seconds in self.saves:
-            if not fut.done() and not block:
+        wait_for = len(self.saves) - keep if block else 0
+        for i, (fut, it, seconds) in enumerate(self.saves):
+            if not fut.done() and i >= wait_for:
                 remaining.append((fut, it, seconds))
                 continue
             if fut.cancelled():
@@ -707,37 +793,74 @@ _NUMPY_PAD = {"reflect": "reflect", "constant": "constant", "replicate": "edge",
 
 
 def stack_padded(
-    arrays: Sequence[np.ndarray], *, pad: int = 0, mode: str = "reflect"
+    arrays: Sequence[np.ndarray],
+    *,
+    pad: int = 0,
+    mode: str = "reflect",
+    width: int = 0,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[int]]:
     """On the CPU, pad each ``(C_i, L_i)`` array by ``pad`` samples on both sides with ``mode`` (torch's
     names: reflect, constant, replicate, circular), then stack them zero-padded on the right into
-    ``(sum C_i, max padded length)`` (one host-to-device copy for the batch); returns it and the
-    row counts. The dtype is kept (int16 PCM stays int16) where all arrays share it; mixed int16
-    and float arrays all become float32 (int16 ÷ 32768)."""
+    ``(sum C_i, max(max padded length, width))`` (one host-to-device copy for the batch); returns it
+    and the row counts. The dtype is kept (int16 PCM stays int16) where all arrays share it; mixed
+    int16 and float arrays all become float32 (int16 ÷ 32768).
+
+    ``out``, when given, receives the stack (e.g. a pinned buffer's NumPy view, for an asynchronous
+    copy to the device); it must have that shape and dtype (see :func:`stacked_shape`)."""
     if len({a.dtype for a in arrays}) > 1:
         arrays = [
             a.astype(np.float32) * np.float32(1 / 32768) if a.dtype == np.int16 else a.astype(np.float32)
             for a in arrays
         ]
-    if pad:
+    if pad and mode == "reflect":
         for a in arrays:
-            if mode == "reflect" and a.shape[-1] <= pad:
+            if a.shape[-1] <= pad:
                 raise nio.InputFileError(f"{a.shape[-1]} samples are too few for reflect padding by {pad}")
-        arrays = [np.pad(a, ((0, 0), (pad, pad)), mode=_NUMPY_PAD[mode]) for a in arrays]
+    shape, dtype = stacked_shape(arrays, pad=pad, width=width)
+    if out is None:
+        out = np.empty(shape, dtype=dtype)
+    elif out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"out has shape {out.shape} {out.dtype}, the stack needs {shape} {dtype}")
     rows = [a.shape[0] for a in arrays]
-    out = np.zeros((sum(rows), max(a.shape[-1] for a in arrays)), dtype=arrays[0].dtype)
     r = 0
     for a in arrays:
-        out[r : r + a.shape[0], : a.shape[-1]] = a
-        r += a.shape[0]
+        c, n = a.shape
+        block = out[r : r + c]
+        if pad and mode == "reflect":
+            # Written in place rather than through np.pad: one copy of the batch instead of two.
+            block[:, pad : pad + n] = a
+            block[:, :pad] = a[:, pad:0:-1]
+            block[:, pad + n : n + 2 * pad] = (
+                a[:, n - 2 : n - 2 - pad : -1] if n - 2 - pad >= 0 else a[:, n - 2 :: -1]
+            )
+        elif pad:
+            block[:, : n + 2 * pad] = np.pad(a, ((0, 0), (pad, pad)), mode=_NUMPY_PAD[mode])
+        else:
+            block[:, :n] = a
+        block[:, n + 2 * pad :] = 0
+        r += c
     return out, rows
 
 
-def to_device_float(stack: np.ndarray, device: Any) -> Any:
-    """One copy to ``device``; int16 PCM becomes float32 there (÷32768, exact)."""
+def stacked_shape(
+    arrays: Sequence[np.ndarray], *, pad: int = 0, width: int = 0
+) -> tuple[tuple[int, int], Any]:
+    """The shape and dtype :func:`stack_padded` produces for these arguments."""
+    dtypes = {a.dtype for a in arrays}
+    dtype = arrays[0].dtype if len(dtypes) == 1 else np.dtype(np.float32)
+    longest = max(a.shape[-1] for a in arrays) + 2 * pad
+    return (sum(a.shape[0] for a in arrays), max(longest, width)), dtype
+
+
+def to_device_float(stack: Any, device: Any) -> Any:
+    """One copy to ``device`` (asynchronous from a pinned tensor); int16 PCM becomes float32 there
+    (÷32768, exact)."""
     import torch
 
-    x = torch.from_numpy(stack).to(device)
+    x = stack if isinstance(stack, torch.Tensor) else torch.from_numpy(stack)
+    # non_blocking only from pinned memory (asking is_pinned() of a CPU-only run would start CUDA).
+    x = x.to(device, non_blocking=torch.device(device).type == "cuda" and x.is_pinned())
     return x.float() * (1.0 / 32768.0) if x.dtype == torch.int16 else x
 
 

@@ -8,7 +8,9 @@ works on a machine without soundfile (the GPU machine); there, integer-PCM WAV f
 Every writer is atomic: the data goes to a hidden temporary sibling of the destination
 (``.NAME.tmp-PID-RANDOM``), which is flushed, fsync'ed and renamed over the destination. A process
 killed mid-write leaves no partial output under the destination's name; :func:`remove_stale_temps`
-removes temporaries a killed process left behind.
+removes temporaries a killed process left behind. With the environment variable ``NBXSIG_FSYNC=0``
+the fsync is skipped (faster on slow disks): the rename still protects against a killed process,
+but a power loss or OS crash may then leave recent outputs empty or partial.
 
 Example::
 
@@ -349,7 +351,8 @@ def atomic_open(path: str | os.PathLike[str], *, make_parents: bool = True) -> I
     try:
         yield f
         f.flush()
-        os.fsync(f.fileno())
+        if _fsync_enabled():
+            os.fsync(f.fileno())
         f.close()
         os.replace(tmp, path)
     except BaseException:
@@ -357,6 +360,12 @@ def atomic_open(path: str | os.PathLike[str], *, make_parents: bool = True) -> I
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def _fsync_enabled() -> bool:
+    # Read at each write (not at import): NBXSIG_FSYNC=0 trades durability against a power loss or OS
+    # crash for speed; the rename still guarantees that a killed process leaves no partial output.
+    return os.environ.get("NBXSIG_FSYNC", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def write_audio(

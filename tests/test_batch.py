@@ -299,7 +299,7 @@ def test_details_mentions_the_time_split() -> None:
     assert (
         "1.5 files/s" in s.details()
         and "1.0000 audio-hours/s" in s.details()
-        and "device 0.5 s" in s.details()
+        and "device 0.50 s" in s.details()
     )
 
 
@@ -363,3 +363,113 @@ def test_a_crashing_decoder_fails_only_its_file(tmp_path: Path) -> None:
     assert (summary.ok, summary.failed) == (len(paths), 1), stream.getvalue()
     assert "crash.npy: the decoder process crashed on this file" in stream.getvalue()
     assert all((tmp_path / "out" / p.name).exists() for p in paths)
+
+
+@pytest.mark.parametrize("pad", [1, 3, 5, 6])
+def test_stack_padded_reflect_in_place_equals_torch_and_fills_width(pad: int) -> None:
+    # Written in place (no np.pad); includes the edge case of exactly pad + 1 samples.
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((c, n)).astype(np.float32) for c, n in ((2, 7), (1, pad + 1), (1, 12))]
+    width = 12 + 2 * pad + 5
+    out = np.full((4, width), np.nan, np.float32)  # poisoned: every element must be written
+    stack, rows = batch.stack_padded(arrays, pad=pad, width=width, out=out)
+    assert stack is out and rows == [2, 1, 1]
+    r = 0
+    for a in arrays:
+        ref = torch.nn.functional.pad(torch.from_numpy(a)[None], (pad, pad), mode="reflect")[0].numpy()
+        n = ref.shape[-1]
+        np.testing.assert_array_equal(stack[r : r + a.shape[0], :n], ref)
+        assert (stack[r : r + a.shape[0], n:] == 0).all()
+        r += a.shape[0]
+    assert batch.stacked_shape(arrays, pad=pad, width=width) == ((4, width), np.dtype(np.float32))
+    with pytest.raises(ValueError, match="out has shape"):
+        batch.stack_padded(arrays, pad=pad, out=np.zeros((4, 3), np.float32))
+
+
+def test_decode_threads_and_processes_mix(tmp_path: Path) -> None:
+    # Cheap inputs decode in threads, the rest in worker processes; a crash in a process still
+    # fails only its own file, and no thread decode is lost when the pool is replaced.
+    from test_batch_crashloader import crashing_load
+
+    lengths = [30, 31, 32, 33, 34, 35, 36, 37]
+    paths = _arrays(tmp_path / "in", lengths)
+    np.save(tmp_path / "in/crash.npy", np.ones((1, 30), np.float32))
+    toy = ToyJob()
+    job = toy.job()
+    job.load = crashing_load
+    in_thread = {p.name for p in paths[::2]}
+    job.thread_load = lambda path: path.name in in_thread
+    stream = stdio.StringIO()
+    summary = batch.run(_tasks(tmp_path), job, batch_size=3, jobs=2, stream=stream)
+    assert (summary.ok, summary.failed) == (len(paths), 1), stream.getvalue()
+    assert "crash.npy: the decoder process crashed on this file" in stream.getvalue()
+    for i, n in enumerate(lengths):
+        got = np.load(tmp_path / f"out/x{i:02d}.npy")
+        np.testing.assert_array_equal(got, 2 * np.arange(1, n + 1, dtype=np.float32)[None] / n)
+
+
+def test_decode_threads_only_start_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a worker process was started for thread-decodable inputs")
+
+    monkeypatch.setattr(batch, "ProcessPoolExecutor", no_pool)
+    _arrays(tmp_path / "in", [40, 41, 42, 43, 44])
+    job = ToyJob().job()
+    job.thread_load = lambda path: True
+    summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2)
+    assert (summary.ok, summary.failed) == (5, 0)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_warm_up_runs_process_once_on_copies_of_the_first_input(tmp_path: Path, fail: bool) -> None:
+    lengths = [50, 51, 52, 53, 54]
+    _arrays(tmp_path / "in", lengths)
+    toy = ToyJob()
+    calls: list[int] = []
+
+    def process(items):
+        calls.append(len(items))
+        if fail and len(calls) == 1:
+            raise RuntimeError("the warm-up hit a device error")  # ignored: not a file's failure
+        return toy.process(items)
+
+    job = toy.job()
+    job.process, job.warm_up = process, True
+    summary = batch.run(_tasks(tmp_path), job, batch_size=3, jobs=0)
+    assert (summary.ok, summary.failed) == (5, 0)
+    assert calls[0] == 3  # batch_size copies of the first input
+    assert summary.startup_seconds > 0 and "start-up" in summary.details()
+    assert sum(calls[1:]) == len(lengths)  # every real file processed once after the warm-up
+    for i, n in enumerate(lengths):
+        got = np.load(tmp_path / f"out/x{i:02d}.npy")
+        np.testing.assert_array_equal(got, 2 * np.arange(1, n + 1, dtype=np.float32)[None] / n)
+
+
+def test_pending_writes_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Slow writes make the main process wait instead of holding every result in memory.
+    import time
+
+    _arrays(tmp_path / "in", [20] * 12)
+    job = ToyJob().job()
+
+    def slow_save(item, result, out):
+        time.sleep(0.02)
+        nio.write_npy(out, result)
+
+    peak = [0]
+    original_init, original_flush = batch._Engine.__init__, batch._Engine._flush
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.max_pending_saves = 2
+
+    def flush(self, *args, **kwargs):
+        original_flush(self, *args, **kwargs)
+        peak[0] = max(peak[0], len(self.saves))
+
+    monkeypatch.setattr(batch._Engine, "__init__", init)
+    monkeypatch.setattr(batch._Engine, "_flush", flush)
+    job.save = slow_save
+    summary = batch.run(_tasks(tmp_path), job, batch_size=1, jobs=0)
+    assert summary.ok == 12
+    assert peak[0] <= 3  # 12 without the bound: the 20 ms writes fall behind

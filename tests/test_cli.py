@@ -560,3 +560,16 @@ def test_triton_backend_through_the_cli(
             got = np.load(tmp_path / f"out/{name}.npy")
             mel = torchaudio.transforms.MelSpectrogram(RATE, n_fft=64, hop_length=16, n_mels=8).double()
             assert_close(torch.from_numpy(got).double(), mel(x), dtype="float32")
+
+
+@pytest.mark.parametrize(("n_fft", "hop"), [(400, 160), (512, 128), (256, 100), (64, 17)])
+def test_mel_batch_width_aligns_frames_and_samples(n_fft: int, hop: int) -> None:
+    # One compiled Triton kernel for every batch: width and frame count multiples of 16.
+    from nbxsig.cli.features import MelParams, _aligned_width
+
+    p = MelParams(None, n_fft, hop, 80, 0.0, None, False, False)
+    for width in (n_fft, n_fft + 1, 16_400, 160_400, 160_401, 99_999):
+        aligned = _aligned_width(width, p)
+        frames = 1 + (aligned - n_fft) // hop
+        assert aligned >= width and aligned % 16 == 0 and frames % 16 == 0
+        assert aligned - width < 16 * hop + 16  # at most 16 frames of padding

@@ -223,3 +223,22 @@ def test_wav_without_soundfile_matches_soundfile(tmp_path: Path) -> None:
             np.load(tmp_path / f"{subtype}.npy"), nio.read_audio(tmp_path / f"{subtype}.wav").data
         )
     assert "cannot decode as audio" in facts["error"]
+
+
+@pytest.mark.parametrize(("setting", "syncs"), [(None, 1), ("1", 1), ("0", 0), ("off", 0)])
+def test_fsync_can_be_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None, syncs: int
+) -> None:
+    import os
+
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    if setting is None:
+        monkeypatch.delenv("NBXSIG_FSYNC", raising=False)
+    else:
+        monkeypatch.setenv("NBXSIG_FSYNC", setting)
+    nio.write_npy(tmp_path / "a.npy", np.arange(3.0))
+    assert len(calls) == syncs
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.arange(3.0))
+    assert [p.name for p in tmp_path.iterdir()] == ["a.npy"]  # still renamed into place
