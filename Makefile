@@ -41,6 +41,9 @@ demo: install
 	nbxsig filter samples/speech_16k.wav --lowpass 1000 -o $(DEMO_OUT)/speech_16k_lowpass.wav
 	nbxsig filter samples/ --glob '*.png' --gaussian 2 -o $(DEMO_OUT)/blur
 	nbxsig filter samples/ --glob '*.png' --sobel -o $(DEMO_OUT)/sobel
+	@echo "--- voice activity (energy + spectral flux on batched mel), drawn over the waveform:"
+	nbxsig vad samples/ --glob 'speech_*.wav' -o $(DEMO_OUT)/vad
+	nbxsig plot samples/speech_16k.wav --segments $(DEMO_OUT)/vad/speech_16k.json -o $(DEMO_OUT)/plots/speech_16k_vad.png
 	nbxsig plot samples/ --glob '*.wav' -o $(DEMO_OUT)/plots
 	nbxsig plot $(DEMO_OUT)/mel/speech_16k.npy -o $(DEMO_OUT)/plots/speech_16k_mel.png
 	nbxsig info $(DEMO_OUT)
