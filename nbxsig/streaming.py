@@ -167,7 +167,36 @@ class _Framer:
         self.squeeze = bool(state.get("squeeze", False))
 
 
-class StreamingSTFT:
+class _FramedStream:
+    """``push``/``flush``/``reset``/state of a streaming transform over a :class:`_Framer`: subclasses
+    set ``self._framer`` and turn the ``n`` frames of a pushed span into output in :meth:`_emit`."""
+
+    _framer: _Framer
+
+    def _emit(self, buf: torch.Tensor, n: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        self._framer.reset()
+
+    def push(self, chunk: torch.Tensor) -> torch.Tensor:
+        out = self._emit(*self._framer.push(chunk))
+        return out[0] if self._framer.squeeze else out
+
+    def flush(self) -> torch.Tensor:
+        out = self._emit(*self._framer.flush())
+        squeeze = self._framer.squeeze
+        self._framer.reset()
+        return out[0] if squeeze else out
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._framer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._framer.load_state_dict(state)
+
+
+class StreamingSTFT(_FramedStream):
     """Streaming ``torch.stft(..., return_complex=True)`` for B streams.
 
     Args:
@@ -203,10 +232,7 @@ class StreamingSTFT:
         self._framer = _Framer(self.n_fft, self.hop_length, center, pad_mode)
         self._basis: torch.Tensor | None = None
 
-    def reset(self) -> None:
-        self._framer.reset()
-
-    def _frames(self, buf: torch.Tensor, n: int) -> torch.Tensor:
+    def _emit(self, buf: torch.Tensor, n: int) -> torch.Tensor:
         n_freq = self.n_fft // 2 + 1
         if n == 0:
             return torch.zeros(buf.shape[0], n_freq, 0, dtype=_complex(buf.dtype), device=buf.device)
@@ -218,28 +244,12 @@ class StreamingSTFT:
         spec = frames @ self._basis
         return torch.complex(spec[..., :n_freq], spec[..., n_freq:]).transpose(-1, -2)
 
-    def push(self, chunk: torch.Tensor) -> torch.Tensor:
-        out = self._frames(*self._framer.push(chunk))
-        return out[0] if self._framer.squeeze else out
-
-    def flush(self) -> torch.Tensor:
-        out = self._frames(*self._framer.flush())
-        squeeze = self._framer.squeeze
-        self._framer.reset()
-        return out[0] if squeeze else out
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._framer.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._framer.load_state_dict(state)
-
 
 def _complex(dtype: torch.dtype) -> torch.dtype:
     return torch.complex128 if dtype == torch.float64 else torch.complex64
 
 
-class StreamingMelSpectrogram:
+class StreamingMelSpectrogram(_FramedStream):
     """Streaming :func:`nbxsig.features.mel_spectrogram` for B streams (same arguments, plus ``backend``).
 
     ``push(chunk)`` → ``(B, n_mels, k)`` mel frames completed by ``chunk``; ``flush()`` → the rest.
@@ -293,32 +303,13 @@ class StreamingMelSpectrogram:
         self.n_mels = n_mels
         self._framer = _Framer(n_fft, hop_length, center, pad_mode)
 
-    def _mels(self, buf: torch.Tensor, n: int) -> torch.Tensor:
+    def _emit(self, buf: torch.Tensor, n: int) -> torch.Tensor:
         from . import features as nf
 
         if n == 0:
             return buf.new_zeros(buf.shape[0], self.n_mels, 0)
         span = buf[:, : (n - 1) * self._kw["hop_length"] + self._kw["n_fft"]]
         return nf.mel_spectrogram(span, **self._kw)
-
-    def reset(self) -> None:
-        self._framer.reset()
-
-    def push(self, chunk: torch.Tensor) -> torch.Tensor:
-        out = self._mels(*self._framer.push(chunk))
-        return out[0] if self._framer.squeeze else out
-
-    def flush(self) -> torch.Tensor:
-        out = self._mels(*self._framer.flush())
-        squeeze = self._framer.squeeze
-        self._framer.reset()
-        return out[0] if squeeze else out
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._framer.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._framer.load_state_dict(state)
 
 
 def _istft_push_torch(new, history, history_out, basis, w2, *, frames_before, n_out, hop, n_fft):
