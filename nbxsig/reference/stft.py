@@ -59,6 +59,25 @@ def _frames(x: torch.Tensor, n_fft: int, hop: int, pad: int, pad_mode: str) -> t
     return x.unfold(-1, n_fft, hop)
 
 
+def _apply_window(
+    fr: torch.Tensor, fi: torch.Tensor | None, window: torch.Tensor | None, ctype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Multiply frames ``fr + i·fi`` (``fi`` None: real) by ``window`` (None: rectangular, a no-op)."""
+    if window is not None:
+        if window.is_complex():
+            w = torch.view_as_real(window).to(ctype)
+            wr, wi = w[:, 0], w[:, 1]
+            if fi is None:
+                fr, fi = fr * wr, fr * wi
+            else:
+                fr, fi = fr * wr - fi * wi, fr * wi + fi * wr
+        else:
+            w = window.to(ctype)
+            fr = fr * w
+            fi = fi * w if fi is not None else None
+    return fr, fi
+
+
 def stft(
     x: torch.Tensor,
     *,
@@ -87,18 +106,7 @@ def stft(
         xr, xi = x.to(ctype), None
     fr = _frames(xr, n_fft, hop, pad, pad_mode)
     fi = _frames(xi, n_fft, hop, pad, pad_mode) if xi is not None else None
-    if window is not None:
-        if window.is_complex():
-            w = torch.view_as_real(window).to(ctype)
-            wr, wi = w[:, 0], w[:, 1]
-            if fi is None:
-                fr, fi = fr * wr, fr * wi
-            else:
-                fr, fi = fr * wr - fi * wi, fr * wi + fi * wr
-        else:
-            w = window.to(ctype)
-            fr = fr * w
-            fi = fi * w if fi is not None else None
+    fr, fi = _apply_window(fr, fi, window, ctype)
     out = fr @ basis.t()  # (B, T, 2F): [Re of real part | Im of real part]
     re, im = out[..., :n_bins], out[..., n_bins:]
     if fi is not None:
@@ -203,18 +211,7 @@ def istft(
         basis = _inverse_basis(n_fft, ctype, spec.device)  # (2·half, N)
         fr = torch.cat((xr[..., :half], xi[..., :half]), dim=-1) @ basis
         fi = None
-    if window is not None:
-        if window.is_complex():
-            w = torch.view_as_real(window).to(ctype)
-            wr, wi = w[:, 0], w[:, 1]
-            if fi is None:
-                fr, fi = fr * wr, fr * wi
-            else:
-                fr, fi = fr * wr - fi * wi, fr * wi + fi * wr
-        else:
-            w = window.to(ctype)
-            fr = fr * w
-            fi = fi * w if fi is not None else None
+    fr, fi = _apply_window(fr, fi, window, ctype)
     env = envelope(window, n_fft=n_fft, hop=hop, n_frames=n_frames, dtype=ctype, device=spec.device)
     start, stop, n_out = istft_range(n_fft, hop, n_frames, center, length)
     env = env[start:stop]
