@@ -427,6 +427,22 @@ def spectrogram(
     )  # fmt: skip
 
 
+def _module_window(
+    n_fft: object, hop_length: object, win_length: object, window: torch.Tensor | None, *, fn: str
+) -> torch.Tensor | None:
+    """Validate an :class:`STFT`/:class:`ISTFT` module's framing arguments once, at construction (so
+    a bad configuration fails there, not at the first call); return the window buffer (a copy)."""
+    _frame_params(
+        n_fft,
+        hop_length,
+        win_length,
+        window,
+        device=window.device if window is not None else torch.device("cpu"),
+        fn=fn,
+    )
+    return window.detach().clone() if window is not None else None
+
+
 class STFT(nn.Module):
     """Module form of :func:`stft`; the window is a buffer (moves with ``.to()``).
 
@@ -452,20 +468,12 @@ class STFT(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
-        # Validate once here so a bad configuration fails at construction, not at the first call.
-        _frame_params(
-            n_fft,
-            hop_length,
-            win_length,
-            window,
-            device=window.device if window is not None else torch.device("cpu"),
-            fn="stft",
-        )
+        window_buffer = _module_window(n_fft, hop_length, win_length, window, fn="stft")
         check_choice("pad_mode", pad_mode, PAD_MODES)
         self.n_fft, self.hop_length, self.win_length = n_fft, hop_length, win_length
         self.center, self.pad_mode, self.normalized = center, pad_mode, normalized
         self.onesided, self.return_complex, self.backend = onesided, return_complex, backend
-        self.register_buffer("window", window.detach().clone() if window is not None else None)
+        self.register_buffer("window", window_buffer)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return stft(
@@ -506,18 +514,11 @@ class ISTFT(nn.Module):
         strict_nola: bool = False,
     ) -> None:
         super().__init__()
-        _frame_params(
-            n_fft,
-            hop_length,
-            win_length,
-            window,
-            device=window.device if window is not None else torch.device("cpu"),
-            fn="istft",
-        )
+        window_buffer = _module_window(n_fft, hop_length, win_length, window, fn="istft")
         self.n_fft, self.hop_length, self.win_length = n_fft, hop_length, win_length
         self.center, self.normalized, self.onesided = center, normalized, onesided
         self.return_complex, self.backend, self.strict_nola = return_complex, backend, strict_nola
-        self.register_buffer("window", window.detach().clone() if window is not None else None)
+        self.register_buffer("window", window_buffer)
 
     def forward(self, input: torch.Tensor, length: int | None = None) -> torch.Tensor:
         return istft(
