@@ -108,27 +108,19 @@ def cases(*, quick: bool = False) -> list[Case]:
         return kmel.mel_spectrogram(inp, **common, _path="fused")
 
     twin = T.MelSpectrogram(**kw, backend="torch").to(device)
+    comparisons = (("fused kernel (not the auto path)", fused), ("backend='torch' (the twin)", twin))
     for precision in ("highest", "high"):
-        out.append(
-            Case(
-                name=f"{name}, {precision}, fused kernel (not the auto path)",
-                run=_with_precision(precision, lambda: fused(x)),
-                baseline=_with_precision(precision, lambda: theirs(x)),
-                bytes_moved=mel_bytes,
-                target="comparison",
-                check=_with_precision(precision, lambda: _rel(fused(x[:8]), mel64)),
+        for label, impl in comparisons:
+            out.append(
+                Case(
+                    name=f"{name}, {precision}, {label}",
+                    run=_with_precision(precision, lambda impl=impl: impl(x)),
+                    baseline=_with_precision(precision, lambda: theirs(x)),
+                    bytes_moved=mel_bytes,
+                    target="comparison",
+                    check=_with_precision(precision, lambda impl=impl: _rel(impl(x[:8]), mel64)),
+                )
             )
-        )
-        out.append(
-            Case(
-                name=f"{name}, {precision}, backend='torch' (the twin)",
-                run=_with_precision(precision, lambda: twin(x)),
-                baseline=_with_precision(precision, lambda: theirs(x)),
-                bytes_moved=mel_bytes,
-                target="comparison",
-                check=_with_precision(precision, lambda: _rel(twin(x[:8]), mel64)),
-            )
-        )
     for precision in ("highest", "high"):
         out.append(
             Case(
