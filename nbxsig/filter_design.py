@@ -209,9 +209,22 @@ def firwin(
     return _to_torch(h, dtype, device)
 
 
-def _band_kwargs(fs: float, numtaps: int) -> tuple[float, int]:
-    return check_float("fs", fs, min_value=0.0, min_inclusive=False), check_int(
-        "numtaps", numtaps, min_value=1
+def _band_taps(
+    cutoff: float | Sequence[float],
+    fs: float,
+    numtaps: int,
+    window: str | tuple[str, float],
+    width_hz: float | None,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+    *,
+    pass_zero: bool = True,
+) -> torch.Tensor:
+    """The ``*_taps`` helpers' shared body: check ``fs`` and ``numtaps``, then design with :func:`firwin`."""
+    fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
+    numtaps = check_int("numtaps", numtaps, min_value=1)
+    return firwin(
+        numtaps, cutoff, fs=fs, window=window, width=width_hz, pass_zero=pass_zero, dtype=dtype, device=device
     )
 
 
@@ -227,8 +240,7 @@ def lowpass_taps(
 ) -> torch.Tensor:
     """Lowpass FIR taps ``(numtaps,)`` with cutoff ``cutoff_hz`` (Hz) at sampling rate ``fs`` (Hz):
     ``firwin(numtaps, cutoff_hz, fs=fs, window=window, width=width_hz)``; unit gain at DC."""
-    fs, numtaps = _band_kwargs(fs, numtaps)
-    return firwin(numtaps, cutoff_hz, fs=fs, window=window, width=width_hz, dtype=dtype, device=device)
+    return _band_taps(cutoff_hz, fs, numtaps, window, width_hz, dtype, device)
 
 
 def highpass_taps(
@@ -242,10 +254,7 @@ def highpass_taps(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Highpass FIR taps (``numtaps`` odd); unit gain at Nyquist. Arguments as :func:`lowpass_taps`."""
-    fs, numtaps = _band_kwargs(fs, numtaps)
-    return firwin(
-        numtaps, cutoff_hz, fs=fs, window=window, width=width_hz, pass_zero=False, dtype=dtype, device=device
-    )
+    return _band_taps(cutoff_hz, fs, numtaps, window, width_hz, dtype, device, pass_zero=False)
 
 
 def bandpass_taps(
@@ -260,17 +269,7 @@ def bandpass_taps(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Bandpass FIR taps passing ``[low_hz, high_hz]``; unit gain at the band centre."""
-    fs, numtaps = _band_kwargs(fs, numtaps)
-    return firwin(
-        numtaps,
-        [low_hz, high_hz],
-        fs=fs,
-        window=window,
-        width=width_hz,
-        pass_zero=False,
-        dtype=dtype,
-        device=device,
-    )
+    return _band_taps([low_hz, high_hz], fs, numtaps, window, width_hz, dtype, device, pass_zero=False)
 
 
 def bandstop_taps(
@@ -285,17 +284,7 @@ def bandstop_taps(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Bandstop FIR taps (``numtaps`` odd) rejecting ``[low_hz, high_hz]``; unit gain at DC."""
-    fs, numtaps = _band_kwargs(fs, numtaps)
-    return firwin(
-        numtaps,
-        [low_hz, high_hz],
-        fs=fs,
-        window=window,
-        width=width_hz,
-        pass_zero=True,
-        dtype=dtype,
-        device=device,
-    )
+    return _band_taps([low_hz, high_hz], fs, numtaps, window, width_hz, dtype, device, pass_zero=True)
 
 
 def erb_space(
@@ -413,16 +402,23 @@ def gaussian_kernel2d(
     return (gy[:, None] * gx[None, :]).to(device=device, dtype=dtype)
 
 
+def _gradient_pair(
+    gx: np.ndarray, divisor: float | None, dtype: torch.dtype, device: torch.device | str | None
+) -> torch.Tensor:
+    """``(gx, gx.T)`` stacked as ``(2, 3, 3)`` (d/dx, d/dy), divided by ``divisor`` unless it is None."""
+    k = np.stack([gx, gx.T])
+    if divisor is not None:
+        k = k / divisor
+    return _to_torch(k, dtype, device)
+
+
 def sobel_kernels(
     *, normalized: bool = False, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """The 3×3 Sobel pair ``(2, 3, 3)``: ``[0]`` = d/dx (columns), ``[1]`` = d/dy (rows), as correlation
     kernels; ``normalized`` divides each by its absolute sum (8), as kornia does."""
     gx = np.array([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
-    k = np.stack([gx, gx.T])
-    if normalized:
-        k = k / 8.0
-    return _to_torch(k, dtype, device)
+    return _gradient_pair(gx, 8.0 if normalized else None, dtype, device)
 
 
 def scharr_kernels(
@@ -431,10 +427,7 @@ def scharr_kernels(
     """The 3×3 Scharr pair ``(2, 3, 3)`` (d/dx, d/dy), ``[[-3,0,3],[-10,0,10],[-3,0,3]]``; ``normalized``
     divides by the absolute sum (32)."""
     gx = np.array([[-3.0, 0.0, 3.0], [-10.0, 0.0, 10.0], [-3.0, 0.0, 3.0]])
-    k = np.stack([gx, gx.T])
-    if normalized:
-        k = k / 32.0
-    return _to_torch(k, dtype, device)
+    return _gradient_pair(gx, 32.0 if normalized else None, dtype, device)
 
 
 def laplacian_kernel(

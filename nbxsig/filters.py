@@ -413,9 +413,7 @@ def filter_bank(
         >>> y = filter_bank(torch.randn(2, 16000), bank)                 # (2, 16, 16000)
     """
     x = _check_input("x", x, 1)
-    bank = check_tensor("bank", bank, dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
-    if bank.device != x.device:
-        raise bad_value("bank", bank, f"a tensor on the input's device {x.device}")
+    bank = _check_weight("bank", bank, dim=2, x=x, channels=None)
     k = bank.shape[1]
     return depthwise_conv1d(
         x.unsqueeze(-2), bank.flip(-1), stride=stride, padding=(k - 1, 0), boundary=boundary, backend=backend
@@ -438,8 +436,7 @@ def _check_image(input: Any) -> torch.Tensor:
 
 
 def _per_channel(k: torch.Tensor, channels: int, x: torch.Tensor) -> torch.Tensor:
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return k.to(device=x.device, dtype=dtype).expand(channels, *k.shape).contiguous()
+    return k.to(device=x.device, dtype=_wdtype(x)).expand(channels, *k.shape).contiguous()
 
 
 def _gaussian_bank(

@@ -8,35 +8,15 @@ a child process because this suite's ``TRITON_INTERPRET=1`` swaps Triton's JIT f
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from _sm90 import run_sm90_script
 
 pytest.importorskip("triton")
 
 SCRIPT = r"""
-import sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from nbxsig.kernels import mel as kmel, streaming as kstream
 
-def build(kernel, pointers, constexprs, floats=(), **options):
-    signature = {}
-    for name in kernel.arg_names:
-        if name in constexprs:
-            signature[name] = "constexpr"
-        else:
-            signature[name] = pointers.get(name, "fp32" if name in floats else "i32")
-    source = ASTSource(kernel, signature, constexprs=constexprs)
-    try:
-        triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-    except RuntimeError as err:
-        if "ptxas" in str(err).lower():
-            sys.exit(77)  # no ptxas here: nothing to check
-        raise
+build = compile_sm90  # from _sm90.PRELUDE
 
 build(kstream._istft_push_kernel,
       {n: "*fp32" for n in ("new_ptr", "hist_ptr", "hist_out_ptr", "bc_ptr", "bs_ptr", "w2_ptr", "out_ptr")},
@@ -61,11 +41,4 @@ print("compiled")
 
 
 def test_kernels_compile_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    if done.returncode == 77:
-        pytest.skip("Triton's ptxas is unavailable on this machine")
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "compiled" in done.stdout
+    run_sm90_script(SCRIPT)
