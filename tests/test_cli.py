@@ -438,7 +438,6 @@ def test_resample_matches_torchaudio(tmp_path: Path) -> None:
 
 
 def test_plot(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     src = make_folder(tmp_path)
     invoke("stft", src / "a.wav", "-o", tmp_path / "a.npz", "--n-fft", "64")
     (tmp_path / "seg.json").write_text('[[0.01, 0.05], {"start": 0.08, "end": 0.1}]')

@@ -5,14 +5,13 @@ from __future__ import annotations
 import io
 import warnings
 
+import onnx
+import onnxruntime as ort
 import pytest
 import torch
 
 import nbxsig.transforms as T
 from nbxsig.testing import assert_close, random_tensor
-
-ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("onnx")
 
 ONNX_TOL = dict(atol=1e-5, rtol=1e-4, rel_error=1e-5)
 
@@ -33,7 +32,6 @@ def export(module: torch.nn.Module, example: torch.Tensor, dynamic: dict) -> ort
             dynamic_axes={"x": dynamic},
         )
     graph = buf.getvalue()
-    import onnx
 
     ops = {node.op_type for node in onnx.load_from_string(graph).graph.node}
     assert not ops & {"DFT", "STFT"}, ops  # real-valued ops only
