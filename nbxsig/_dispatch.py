@@ -59,6 +59,7 @@ def choose_backend(
     has_triton_impl: bool,
     triton_installed: bool,
     interpreter: bool,
+    torch_measured_faster: bool = False,
 ) -> Backend:
     """Decide between ``"triton"`` and ``"torch"`` for one call. Pure: no I/O, no device queries.
 
@@ -71,6 +72,8 @@ def choose_backend(
         triton_dtypes: dtypes the op's Triton kernels accept.
         has_triton_impl: whether the op has a Triton implementation at all.
         triton_installed / interpreter: what the platform offers.
+        torch_measured_faster: the op's own size rule says its torch path was measured faster for this
+            call; only the automatic choice (no ``backend``, no ``NBXSIG_BACKEND``) follows it.
 
     Returns:
         "triton" or "torch".
@@ -101,7 +104,9 @@ def choose_backend(
         )
     if numel == 0:
         reasons.append("the input is empty")
-    if not reasons and (choice == "triton" or device_type == "cuda"):
+    if not reasons and choice == "triton":
+        return "triton"
+    if not reasons and device_type == "cuda" and not torch_measured_faster:
         return "triton"
     if choice == "triton" and explicit:
         raise BackendUnavailableError(f"backend='triton' cannot run this call: {'; '.join(reasons)}")
@@ -127,9 +132,16 @@ class Op:
     _impls: dict = field(default_factory=dict, compare=False, repr=False)
 
     def backend(
-        self, backend: str | None, *, device: torch.device | str, dtype: torch.dtype, numel: int
+        self,
+        backend: str | None,
+        *,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        numel: int,
+        torch_measured_faster: bool = False,
     ) -> Backend:
-        """Resolve ``backend`` (None = auto) for a call on ``device`` with ``dtype``, ``numel`` elements."""
+        """Resolve ``backend`` (None = auto) for a call on ``device`` with ``dtype``, ``numel`` elements
+        (``torch_measured_faster``: see :func:`choose_backend`)."""
         return choose_backend(
             requested=backend,
             env_default=os.environ.get(ENV_VAR) or None,
@@ -140,6 +152,7 @@ class Op:
             has_triton_impl=self.triton_impl is not None,
             triton_installed=triton_installed(),
             interpreter=interpreter_enabled(),
+            torch_measured_faster=torch_measured_faster,
         )
 
     def implementation(self, backend: Backend) -> Callable[..., Any]:

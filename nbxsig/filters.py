@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from functools import lru_cache
 from typing import Any
 
 import torch
 from torch import nn
 
-from ._dispatch import ENV_VAR, Backend, Op
+from ._dispatch import Backend, Op
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
 from .errors import bad_value
 from .filter_design import (
@@ -303,17 +302,12 @@ def depthwise_conv2d(
     pads = _pads2d(padding, kh, kw)
     _out_len("x.shape[-2]", x.shape[2], kh, pads[0], pads[1], sy)
     _out_len("x.shape[-1]", x.shape[3], kw, pads[2], pads[3], sx)
-    chosen = op.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
-    if (
-        chosen == "triton"
-        and backend is None
-        and not os.environ.get(ENV_VAR)
-        and op is _DW2D
-        and _cudnn_is_faster(
-            channels_last=_is_channels_last(x), dtype=x.dtype, kh=kh, kw=kw, pads=pads, boundary=boundary
-        )
-    ):
-        chosen = "torch"
+    cudnn_faster = op is _DW2D and _cudnn_is_faster(
+        channels_last=_is_channels_last(x), dtype=x.dtype, kh=kh, kw=kw, pads=pads, boundary=boundary
+    )
+    chosen = op.backend(
+        backend, device=x.device, dtype=x.dtype, numel=x.numel(), torch_measured_faster=cudnn_faster
+    )
     return op(x, *args, stride=(sy, sx), pads=pads, boundary=boundary, backend=chosen)
 
 

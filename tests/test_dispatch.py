@@ -47,6 +47,9 @@ def decide(**overrides):
         ({"env_default": "triton", "device_type": "cpu"}, "torch"),  # a default falls back quietly
         ({"requested": "triton", "device_type": "cpu", "interpreter": True}, "triton"),
         ({"requested": "torch", "env_default": "triton"}, "torch"),  # the argument beats the environment
+        ({"torch_measured_faster": True}, "torch"),  # an op's size rule steers the automatic choice only
+        ({"torch_measured_faster": True, "requested": "triton"}, "triton"),
+        ({"torch_measured_faster": True, "env_default": "triton"}, "triton"),
     ],
     ids=lambda v: str(v) if not isinstance(v, dict) else "-".join(f"{k}={v[k]}" for k in v) or "cuda-f32",
 )
