@@ -23,6 +23,8 @@ class Case:
         bytes_moved: the fewest bytes the op must move (inputs read once + outputs written once).
         target: the issue's target, as text ("≥ 3×").
         check: optional ``() -> float`` returning the relative error of ``run`` against a reference.
+        calls: how many op calls one ``run``/``baseline`` invocation makes (a CUDA graph of several
+            back-to-back calls); the times are reported per call.
     """
 
     name: str
@@ -32,6 +34,7 @@ class Case:
     target: str = ""
     check: Callable[[], float] | None = None
     notes: str = ""
+    calls: int = 1
 
 
 @dataclass
@@ -81,8 +84,8 @@ def peak_extra_mb(fn: Callable[[], object], device: torch.device) -> float:
 
 
 def measure(case: Case, *, device: torch.device, copy_gbps: float) -> Result:
-    ours = time_us(case.run)
-    base = time_us(case.baseline) if case.baseline is not None else None
+    ours = time_us(case.run) / case.calls
+    base = time_us(case.baseline) / case.calls if case.baseline is not None else None
     gbps = case.bytes_moved / (ours * 1e-6) / 1e9 if case.bytes_moved else 0.0
     return Result(
         name=case.name,
