@@ -60,9 +60,9 @@ import triton
 import triton.language as tl
 
 from .._dispatch import interpreter_enabled
+from ._runtime import check_launchable, empty_output
 from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, _whisper_finish_kernel, dot_precision, mel_blocks
 from .stft import _PAD_MODES, _load_signal, _load_window
-from ._runtime import check_launchable, empty_output
 
 #: Largest padded frame ``N1P·N2P`` the kernel takes: the frame tile (BLOCK_T × N1P·N2P fp32, and its
 #: split/transposed copies) lives in registers, so larger frames spill.
@@ -106,6 +106,24 @@ def supports(n_fft: int, *, onesided: bool = True) -> bool:
     """Whether the four-step kernel computes this transform (a onesided spectrum of composite n_fft
     above the dense range, whose padded frame fits in registers)."""
     return onesided and n_fft > 32 and plan(n_fft) is not None
+
+
+#: Where the four-step kernel is the auto path on a GPU (set from the H200 measurement in
+#: ``python -m nbxsig.bench spectral features``; see :func:`spectrogram_path` and ``kernels.mel.mel_path``).
+SPECTROGRAM_AUTO = True
+MEL_AUTO = True
+
+
+def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool) -> str:
+    """The Triton power spectrogram's path above the dense range: "fourstep" (this kernel) or "fft"
+    (fused framing, torch.fft, a power kernel). Pure: no device queries.
+
+    The four-step kernel is the GPU path where it is supported; under the interpreter (CPU tensors)
+    the FFT path stays, and tests call this module's launchers directly.
+    """
+    if device_type == "cuda" and SPECTROGRAM_AUTO and supports(n_fft, onesided=onesided):
+        return "fourstep"
+    return "fft"
 
 
 @triton.jit
@@ -165,7 +183,9 @@ def _fourstep_kernel(
     n = n1[None, :] * N2 + n2[:, None]
     valid = (n1 < N1)[None, :] & (n2 < N2)[:, None]
     p = t1.to(tl.int64)[:, None] * hop + n
-    v = _load_signal(x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE)
+    v = _load_signal(
+        x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE
+    )
     v = v * (_load_window(win_ptr, n, valid, HAS_WINDOW) * scale)
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
@@ -218,7 +238,9 @@ def _fourstep_kernel(
         if TRACK_PEAK:
             # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
             peak = tl.max(tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0)
-        _store_mels(acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG)
+        _store_mels(
+            acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+        )
         if M2 > 0:
             m2 = M1 + tl.arange(0, M2)
             of2 = kp[:, None] * M_TOT + m2[None, :]
@@ -429,5 +451,7 @@ def mel_spectrogram(
     if whisper:
         per_example = n_mels * n_frames
         block = 1024
-        _whisper_finish_kernel[(triton.cdiv(per_example, block), x.shape[0])](out, peak, per_example, BLOCK=block)
+        _whisper_finish_kernel[(triton.cdiv(per_example, block), x.shape[0])](
+            out, peak, per_example, BLOCK=block
+        )
     return out

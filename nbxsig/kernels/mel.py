@@ -681,10 +681,14 @@ def mel_path(*, device_type: str, center: bool, pad_mode: str, n_fft: int, lengt
     circular centre padding longer than the signal), and the fused kernel elsewhere: under the
     interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``.
     """
+    from . import fourstep
+
     if device_type != "cuda":
         return "fused"
     if center and pad_mode == "circular" and n_fft // 2 > length:
         return "fused"
+    if fourstep.MEL_AUTO and fourstep.supports(n_fft):
+        return "fourstep"
     return "unfused"
 
 
@@ -740,6 +744,10 @@ def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) 
     if path == "unfused":
         check_launchable(x, window, filters)
         return _unfused(x, window=window, filters=filters, **{k: v for k, v in opts.items() if k[0] != "_"})
+    if path == "fourstep":
+        from . import fourstep
+
+        return fourstep.mel_spectrogram(x, window=window, filters=filters, **opts)
     return _launch(x, window=window, filters=filters, **opts)
 
 
