@@ -95,6 +95,10 @@ SPEC_CASES = [
         dict(n_fft=48, hop=50, window="hann", normalized=True, strided=True), id="n48-hop50-norm-strided"
     ),
     pytest.param(dict(n_fft=400, hop=160, window="hann", batch=3), id="n400-hop160-b3"),
+    pytest.param(
+        dict(n_fft=40, hop=10, window="random", length=1000, strided=True), id="n40-long-interior-tiles"
+    ),
+    pytest.param(dict(n_fft=48, hop=5, window="hann", length=700, pad_mode="circular"), id="n48-long-circ"),
     pytest.param(dict(n_fft=512, hop=128, window="random", pad_mode="constant"), id="n512-const"),
 ]
 
@@ -106,7 +110,8 @@ def test_spectrogram_matches_float64_rfft(case, device, generator):
     power = case.get("power", 2.0)
     window = _window(case["window"], n_fft, case.get("win_length", n_fft), generator)
     scale = 1.0 / math.sqrt(n_fft) if case.get("normalized") else 1.0
-    x = _x((case.get("batch", 2), 3 * n_fft + 17), generator, device, strided=case.get("strided", False))
+    length = case.get("length", 3 * n_fft + 17)
+    x = _x((case.get("batch", 2), length), generator, device, strided=case.get("strided", False))
     got = fourstep.spectrogram(
         x, n_fft=n_fft, hop=hop, window=None if window is None else window.float().to(device), center=center,
         pad_mode=pad_mode, scale=scale, power=power,

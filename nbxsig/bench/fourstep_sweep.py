@@ -20,15 +20,20 @@ import multiprocessing as mp
 import torch
 
 CANDIDATES = [
+    dict(BLOCK_T=8, num_warps=2, num_stages=1),
+    dict(BLOCK_T=8, num_warps=4, num_stages=1),
+    dict(BLOCK_T=16, num_warps=2, num_stages=1),
     dict(BLOCK_T=16, num_warps=4, num_stages=1),
     dict(BLOCK_T=16, num_warps=8, num_stages=1),
     dict(BLOCK_T=32, num_warps=4, num_stages=1),
     dict(BLOCK_T=32, num_warps=8, num_stages=1),
-    dict(BLOCK_T=64, num_warps=8, num_stages=1),
-    dict(BLOCK_T=16, num_warps=2, num_stages=1),
 ]
 PRECISIONS = ("tf32", "tf32x3")
 KINDS = ("spectrogram", "mel")
+
+
+def _fits(kind: str, config: dict) -> bool:
+    return kind == "spectrogram" or config["BLOCK_T"] >= 16  # the mel dot's M is BLOCK_T (>= 16)
 
 
 def _operands(device):
@@ -63,7 +68,7 @@ def _compile(jobs: list[tuple[str, str, dict]]) -> None:
     torch.cuda.synchronize()
 
 
-def _sweep() -> None:
+def _sweep(tag: str) -> None:
     import triton.testing
 
     def bench(fn):
@@ -71,6 +76,7 @@ def _sweep() -> None:
 
     device = torch.device("cuda")
     window, filters = _operands(device)
+    window32 = window.float()
     gen = torch.Generator(device="cpu").manual_seed(0)
     hann64 = torch.hann_window(400, dtype=torch.float64, device=device)
     inputs = {
@@ -86,7 +92,7 @@ def _sweep() -> None:
         fb32 = filters.float()
 
         def torch_recipe(x=x, kind=kind, fb32=fb32):
-            spec = torch.stft(x, 400, 160, window=window, return_complex=True).abs().pow(2)
+            spec = torch.stft(x, 400, 160, window=window32, return_complex=True).abs().pow(2)
             return (
                 spec
                 if kind == "spectrogram"
@@ -96,7 +102,7 @@ def _sweep() -> None:
         for precision, torch_precision in (("tf32x3", "highest"), ("tf32", "high")):
             torch.set_float32_matmul_precision(torch_precision)
             rows.append((kind, torch_precision, "torch recipe", bench(torch_recipe), float("nan")))
-            for config in CANDIDATES:
+            for config in (c for c in CANDIDATES if _fits(kind, c)):
                 label = "T{BLOCK_T} w{num_warps} s{num_stages}".format(**config)
                 fn = lambda c=config, p=precision, k=kind, x=x: _call(k, x, window, filters, p, c)  # noqa: E731
                 try:
@@ -111,7 +117,7 @@ def _sweep() -> None:
             torch.set_float32_matmul_precision("highest")
         del ref
         torch.cuda.empty_cache()
-    print(f"\nGPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
+    print(f"\nGPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; {tag}")
     print("| kind | precision | config | µs | rel. error |\n|---|---|---|---:|---:|")
     for kind, precision, name, us, err in rows:
         print(f"| {kind} | {precision} | {name} | {us:.1f} | {err:.2e} |", flush=True)
@@ -145,11 +151,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=12)
     parser.add_argument("--phase", choices=("compile", "sweep", "rows", "all"), default="all")
     parser.add_argument("--rows", nargs="*", default=[], help="substrings of the suite rows to measure")
+    parser.add_argument("--tag", default="", help="a label for the sweep's table (e.g. the environment)")
     parser.add_argument("--skip", nargs="*", default=[], help="substrings of rows to leave out")
     parser.add_argument("--markdown", help="write the selected rows' tables to this file")
     args = parser.parse_args()
     if args.phase in ("compile", "all"):
-        work = [(k, p, c) for c in CANDIDATES for p in PRECISIONS for k in KINDS]
+        work = [(k, p, c) for c in CANDIDATES for p in PRECISIONS for k in KINDS if _fits(k, c)]
         ctx = mp.get_context("spawn")
         procs = [ctx.Process(target=_compile, args=(work[i :: args.jobs],)) for i in range(args.jobs)]
         for p in procs:
@@ -157,7 +164,7 @@ def main() -> None:
         for p in procs:
             p.join()
     if args.phase in ("sweep", "all"):
-        _sweep()
+        _sweep(args.tag)
     if args.phase in ("rows", "all") and args.rows:
         _rows(args.rows, args.skip, args.markdown)
 

@@ -184,7 +184,7 @@ def cases(*, quick: bool = False) -> list[Case]:
     ]
     # The power spectrogram's two large-n_fft paths (the four-step kernel is the auto path for
     # composite n_fft): both forced, at both matmul precisions.
-    for n_fft, hop in ((400, 160), (512, 128)):
+    for n_fft, hop in ((400, 160), (512, 128), (256, 64)):
         for precision in ("highest", "high"):
             for on in (True, False):
                 case = _stft_case(n_fft, hop, 64, 160000, spectrogram=True)

@@ -182,10 +182,19 @@ def _fourstep_kernel(
     n1 = tl.arange(0, N1P)
     n = n1[None, :] * N2 + n2[:, None]
     valid = (n1 < N1)[None, :] & (n2 < N2)[:, None]
-    p = t1.to(tl.int64)[:, None] * hop + n
-    v = _load_signal(
-        x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE
-    )
+    # A tile whose frames all lie inside the signal (most of them) loads with 32-bit offsets from
+    # its first sample and no padding map (the host keeps (BLOCK_T·hop + n_fft)·stride < 2^31);
+    # the few tiles at either end map indices (64-bit positions: t·hop can pass 2^31).
+    first = t0.to(tl.int64) * hop - pad
+    if (first >= 0) & (first + (BLOCK_T - 1) * hop + N_FFT <= length):
+        rel = (r1 // N2P)[:, None] * hop + n
+        v = tl.load(x_ptr + b * stride_xb + first * stride_xl + rel * stride_xl, mask=valid, other=0.0)
+        v = v.to(tl.float32)
+    else:
+        p = t1.to(tl.int64)[:, None] * hop + n
+        v = _load_signal(
+            x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE
+        )
     v = v * (_load_window(win_ptr, n, valid, HAS_WINDOW) * scale)
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
@@ -226,15 +235,21 @@ def _fourstep_kernel(
         offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
         tl.store(out_ptr + offs, pw, mask=ok)
     else:
-        # Mel: the power tile as (frame, k1·K2P + k2) times the permuted filterbank.
-        KP: tl.constexpr = N1P * K2P
-        pm = tl.reshape(pw, (BLOCK_T, KP))
-        kp = tl.arange(0, KP)
+        # Mel: the power tile times the permuted filterbank, in four K-chunks (k2 mod 4, taken apart
+        # with tl.split), so each dot's filter operand is a quarter of the filterbank: the whole one
+        # (256 × 128 fp32, hi + lo) would not fit in shared memory.
+        pe, po = tl.split(tl.reshape(pw, (R2, K2P // 2, 2)))  # k2 = 2q, 2q + 1
+        p0, p2 = tl.split(tl.reshape(pe, (R2, K2P // 4, 2)))  # k2 = 4q, 4q + 2
+        p1, p3 = tl.split(tl.reshape(po, (R2, K2P // 4, 2)))  # k2 = 4q + 1, 4q + 3
+        KC: tl.constexpr = N1P * K2P // 4
+        p0 = tl.reshape(p0, (BLOCK_T, KC))
+        p1 = tl.reshape(p1, (BLOCK_T, KC))
+        p2 = tl.reshape(p2, (BLOCK_T, KC))
+        p3 = tl.reshape(p3, (BLOCK_T, KC))
         t = t0 + tl.arange(0, BLOCK_T)
         t_ok = t < n_frames
         m1 = tl.arange(0, M1)
-        of1 = kp[:, None] * M_TOT + m1[None, :]
-        acc1 = _dot(pm, fb_ptr + of1, fb_lo_ptr + of1, tl.zeros((BLOCK_T, M1), dtype=tl.float32), PRECISION)
+        acc1 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m1, KC, M_TOT, BLOCK_T, M1, PRECISION)
         if TRACK_PEAK:
             # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
             peak = tl.max(tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0)
@@ -243,10 +258,7 @@ def _fourstep_kernel(
         )
         if M2 > 0:
             m2 = M1 + tl.arange(0, M2)
-            of2 = kp[:, None] * M_TOT + m2[None, :]
-            acc2 = _dot(
-                pm, fb_ptr + of2, fb_lo_ptr + of2, tl.zeros((BLOCK_T, M2), dtype=tl.float32), PRECISION
-            )
+            acc2 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m2, KC, M_TOT, BLOCK_T, M2, PRECISION)
             if TRACK_PEAK:
                 ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
                 peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
@@ -255,6 +267,21 @@ def _fourstep_kernel(
             )
         if TRACK_PEAK:
             tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _mel_block(
+    p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m, KC: tl.constexpr, M_TOT: tl.constexpr, BLOCK_T: tl.constexpr,
+    MB: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """``Σ_j p_j @ fb[j][:, m]`` over the four K-chunks (filter table ``(4, KC, M_TOT)``)."""
+    o = tl.arange(0, KC)[:, None] * M_TOT + m[None, :]
+    acc = tl.zeros((BLOCK_T, MB), dtype=tl.float32)
+    acc = _dot(p0, fb_ptr + o, fb_lo_ptr + o, acc, PRECISION)
+    acc = _dot(p1, fb_ptr + KC * M_TOT + o, fb_lo_ptr + KC * M_TOT + o, acc, PRECISION)
+    acc = _dot(p2, fb_ptr + 2 * KC * M_TOT + o, fb_lo_ptr + 2 * KC * M_TOT + o, acc, PRECISION)
+    acc = _dot(p3, fb_ptr + 3 * KC * M_TOT + o, fb_lo_ptr + 3 * KC * M_TOT + o, acc, PRECISION)
+    return acc
 
 
 def _planes(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -300,9 +327,10 @@ _FB_CACHE: OrderedDict = OrderedDict()
 
 
 def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
-    """The filterbank with rows in the kernel's ``k1·K2P + k2`` order (bin ``k1 + N1·k2``; zero rows
-    for padding and ``k > N/2``) and mels zero-padded to ``M_TOT``, as (fp32, hi, lo) planes; cached
-    per tensor (identity and ``_version``, as :func:`nbxsig.kernels.mel._packed`)."""
+    """The filterbank as the kernel's four K-chunks ``(4, KC, M_TOT)``: chunk ``j``, row
+    ``k1·(K2P/4) + q`` holds bin ``k1 + N1·(4q + j)`` (zero rows for padding and ``k > N/2``), mels
+    zero-padded to ``M_TOT``; as (fp32, hi, lo) planes, cached per tensor (identity and ``_version``,
+    as :func:`nbxsig.kernels.mel._packed`)."""
     key = (id(filters), filters._version, n_fft, m_tot)
     hit = _FB_CACHE.get(key)
     if hit is not None and hit[0] is filters:
@@ -310,11 +338,14 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
         return hit[1]
     n1_, n2_ = plan(n_fft)
     n1p, _, k2p = _pads(n1_, n2_)
-    k1 = torch.arange(n1p, device=filters.device)[:, None]
-    k2 = torch.arange(k2p, device=filters.device)[None, :]
+    dev = filters.device
+    j = torch.arange(4, device=dev)[:, None, None]
+    k1 = torch.arange(n1p, device=dev)[None, :, None]
+    q = torch.arange(k2p // 4, device=dev)[None, None, :]
+    k2 = 4 * q + j
     k = (k1 + n1_ * k2).reshape(-1)
     ok = ((k1 < n1_) & (k2 <= n2_ // 2)).reshape(-1) & (k <= n_fft // 2)
-    fb = torch.zeros(n1p * k2p, m_tot, dtype=torch.float64, device=filters.device)
+    fb = torch.zeros(4 * n1p * (k2p // 4), m_tot, dtype=torch.float64, device=dev)
     fb[ok, : filters.shape[1]] = filters.double()[k[ok]]
     packed = _planes(fb)
     _FB_CACHE[key] = (filters, packed)
@@ -371,6 +402,9 @@ def _launch(
     meta = {} if interpreted else {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     meta.update(config)
     m1, m2 = m_blocks
+    if (block_t * hop + n_fft) * abs(x.stride(1)) >= 2**31:
+        # The interior tiles' 32-bit offsets would overflow (a last-dimension stride of ~2^31 / 3000).
+        x = x.contiguous()
     grid = (triton.cdiv(n_frames, block_t), x.shape[0])
     win = window if window is not None else x
     _fourstep_kernel[grid](
