@@ -28,12 +28,14 @@ CANDIDATES = [
     dict(BLOCK_T=32, num_warps=4, num_stages=1),
     dict(BLOCK_T=32, num_warps=8, num_stages=1),
 ]
-PRECISIONS = ("tf32", "tf32x3")
+PRECISIONS = ("tf32", "tf32x3", "ieee")  # "ieee" (CUDA-core FMA) only for the spectrogram
 KINDS = ("spectrogram", "mel")
 
 
-def _fits(kind: str, config: dict) -> bool:
-    return kind == "spectrogram" or config["BLOCK_T"] >= 16  # the mel dot's M is BLOCK_T (>= 16)
+def _fits(kind: str, config: dict, precision: str = "tf32") -> bool:
+    if kind == "spectrogram":
+        return True
+    return config["BLOCK_T"] >= 16 and precision != "ieee"  # the mel dot's M is BLOCK_T (>= 16)
 
 
 def _operands(device):
@@ -68,7 +70,7 @@ def _compile(jobs: list[tuple[str, str, dict]]) -> None:
     torch.cuda.synchronize()
 
 
-def _sweep(tag: str) -> None:
+def _sweep(tag: str, precisions: list[str]) -> None:
     import triton.testing
 
     def bench(fn):
@@ -99,11 +101,12 @@ def _sweep(tag: str) -> None:
                 else torch.matmul(spec.transpose(-1, -2), fb32).transpose(-1, -2)
             )
 
-        for precision, torch_precision in (("tf32x3", "highest"), ("tf32", "high")):
+        for precision in precisions:
+            torch_precision = "high" if precision == "tf32" else "highest"
             torch.set_float32_matmul_precision(torch_precision)
             rows.append((kind, torch_precision, "torch recipe", bench(torch_recipe), float("nan")))
-            for config in (c for c in CANDIDATES if _fits(kind, c)):
-                label = "T{BLOCK_T} w{num_warps} s{num_stages}".format(**config)
+            for config in (c for c in CANDIDATES if _fits(kind, c, precision)):
+                label = f"{precision} " + "T{BLOCK_T} w{num_warps} s{num_stages}".format(**config)
                 fn = lambda c=config, p=precision, k=kind, x=x: _call(k, x, window, filters, p, c)  # noqa: E731
                 try:
                     out = fn()[:8].double()
@@ -151,12 +154,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=12)
     parser.add_argument("--phase", choices=("compile", "sweep", "rows", "all"), default="all")
     parser.add_argument("--rows", nargs="*", default=[], help="substrings of the suite rows to measure")
+    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--tag", default="", help="a label for the sweep's table (e.g. the environment)")
     parser.add_argument("--skip", nargs="*", default=[], help="substrings of rows to leave out")
     parser.add_argument("--markdown", help="write the selected rows' tables to this file")
     args = parser.parse_args()
     if args.phase in ("compile", "all"):
-        work = [(k, p, c) for c in CANDIDATES for p in PRECISIONS for k in KINDS if _fits(k, c)]
+        work = [(k, p, c) for c in CANDIDATES for p in args.precisions for k in KINDS if _fits(k, c, p)]
         ctx = mp.get_context("spawn")
         procs = [ctx.Process(target=_compile, args=(work[i :: args.jobs],)) for i in range(args.jobs)]
         for p in procs:
@@ -164,7 +168,7 @@ def main() -> None:
         for p in procs:
             p.join()
     if args.phase in ("sweep", "all"):
-        _sweep(args.tag)
+        _sweep(args.tag, args.precisions)
     if args.phase in ("rows", "all") and args.rows:
         _rows(args.rows, args.skip, args.markdown)
 
