@@ -27,6 +27,8 @@ CANDIDATES = [
     dict(BLOCK_T=16, num_warps=8, num_stages=1),
     dict(BLOCK_T=32, num_warps=4, num_stages=1),
     dict(BLOCK_T=32, num_warps=8, num_stages=1),
+    dict(BLOCK_T=16, num_warps=4, num_stages=1, PERMUTE_STORE=False),
+    dict(BLOCK_T=8, num_warps=4, num_stages=1, PERMUTE_STORE=False),
 ]
 PRECISIONS = ("tf32", "tf32x3", "ieee")  # "ieee" (CUDA-core FMA) only for the spectrogram
 KINDS = ("spectrogram", "mel")
@@ -35,6 +37,8 @@ KINDS = ("spectrogram", "mel")
 def _fits(kind: str, config: dict, precision: str = "tf32") -> bool:
     if kind == "spectrogram":
         return True
+    if "PERMUTE_STORE" in config:  # a spectrogram-only switch
+        return False
     return config["BLOCK_T"] >= 16 and precision != "ieee"  # the mel dot's M is BLOCK_T (>= 16)
 
 
@@ -107,6 +111,7 @@ def _sweep(tag: str, precisions: list[str]) -> None:
             rows.append((kind, torch_precision, "torch recipe", bench(torch_recipe), float("nan")))
             for config in (c for c in CANDIDATES if _fits(kind, c, precision)):
                 label = f"{precision} " + "T{BLOCK_T} w{num_warps} s{num_stages}".format(**config)
+                label += "" if config.get("PERMUTE_STORE", True) else " (k1-row stores)"
                 fn = lambda c=config, p=precision, k=kind, x=x: _call(k, x, window, filters, p, c)  # noqa: E731
                 try:
                     out = fn()[:8].double()

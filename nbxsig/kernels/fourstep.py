@@ -170,6 +170,7 @@ def _fourstep_kernel(
     M2: tl.constexpr,
     BLOCK_T: tl.constexpr,
     PRECISION: tl.constexpr,
+    PERMUTE_STORE: tl.constexpr,  # spectrogram: store rows (frame, k2) (contiguous bins), else (frame, k1)
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -225,7 +226,18 @@ def _fourstep_kernel(
         pw = tl.sqrt(pw)
     elif POWER_MODE == 0:
         pw = tl.where(pw > 0, tl.exp2(tl.log2(tl.where(pw > 0, pw, 1.0)) * (power * 0.5)), 0.0)
-    if not MEL:
+    if not MEL and PERMUTE_STORE:
+        # Rows (frame, k2), columns k1: along a row the bins k1 + N1·k2 are consecutive, so with the
+        # (B, T, F) buffer each row is one contiguous store.
+        pq = tl.reshape(tl.permute(tl.reshape(pw, (BLOCK_T, N1P, K2P)), (0, 2, 1)), (BLOCK_T * K2P, N1P))
+        rq = tl.arange(0, BLOCK_T * K2P)
+        tq = t0 + rq // K2P
+        kq1 = tl.arange(0, N1P)
+        k = kq1[None, :] + N1 * (rq % K2P)[:, None]
+        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k <= N_FFT // 2)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs, pq, mask=ok)
+    elif not MEL:
         r2 = tl.arange(0, R2)
         t2 = t0 + r2 // N1P
         kk1 = r2 % N1P
@@ -360,6 +372,7 @@ BLOCK_T = 16
 NUM_WARPS = 8
 NUM_STAGES = 1
 _INTERPRETER_BLOCK_T = 16
+PERMUTE_STORE = True
 
 
 def _launch(
@@ -399,7 +412,9 @@ def _launch(
     interpreted = interpreter_enabled() and device.type == "cpu"
     config = dict(config or {})
     block_t = config.pop("BLOCK_T", _INTERPRETER_BLOCK_T if interpreted else BLOCK_T)
-    meta = {} if interpreted else {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
+    meta = {"PERMUTE_STORE": PERMUTE_STORE}
+    if not interpreted:
+        meta.update(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     meta.update(config)
     m1, m2 = m_blocks
     if (block_t * hop + n_fft) * abs(x.stride(1)) >= 2**31:
