@@ -1,10 +1,11 @@
 """Mel front ends and the streaming iSTFT vs torchaudio / torch.istft (the issue's performance table).
 
 Rows: MelSpectrogram 16 kHz n_fft=400 hop=160 80 mels on 64 × 30 s fp32 at matmul precision
-"highest" and "high" through the auto path (on a GPU: the four-step kernel of
-``nbxsig.kernels.fourstep``), both GPU paths forced ("probe": four-step, and nbxsig.stft's FFT path +
-one mel matmul), the dense fused kernel and the torch backend at both precisions for comparison, the
-Whisper log10 front end (auto, and with the four-step kernel off), and one push of a 256-stream
+"highest" and "high" through the auto path (on a GPU: nbxsig.stft.spectrogram -- the four-step
+kernel of ``nbxsig.kernels.fourstep`` at n_fft 400 -- + one mel matmul), two GPU paths forced
+("probe": the fused four-step mel kernel, and spectrogram + matmul), the dense fused kernel and the
+torch backend at both precisions for comparison, the Whisper log10 front end (auto, and with the
+four-step kernel off everywhere: the FFT spectrogram + matmul), and one push of a 256-stream
 streaming iSTFT (n_fft 20, hop 5, 10 ms at 24 kHz = 48 frames) against ``torch.istft`` on the same
 chunk (which carries no state).
 """

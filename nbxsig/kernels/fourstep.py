@@ -108,20 +108,32 @@ def supports(n_fft: int, *, onesided: bool = True) -> bool:
     return onesided and n_fft > 32 and plan(n_fft) is not None
 
 
-#: Where the four-step kernel is the auto path on a GPU (set from the H200 measurement in
-#: ``python -m nbxsig.bench spectral features``; see :func:`spectrogram_path` and ``kernels.mel.mel_path``).
-SPECTROGRAM_AUTO = True
-MEL_AUTO = True
+#: Whether the four-step kernel is the auto path on a GPU: None → the measured rule below, True →
+#: wherever it is supported (the benchmark's probes force it), False → never.
+SPECTROGRAM_AUTO: bool | None = None
+#: The mel auto path: off. Measured on an H200 (64 × 30 s, 80 mels, n_fft 400): the fused mel kernel
+#: 2385 µs at "highest" and 653 µs at "high" (its best tiles), nbxsig.stft's spectrogram (itself this
+#: kernel) + one matmul 878 µs and 569 µs -- the 16-frame mel dots reload the filterbank per program.
+#: ``_path="fourstep"`` runs it (no spectrogram tensor: 0 MB extra instead of 155 MB).
+MEL_AUTO = False
+#: n_fft where the four-step power spectrogram measured faster than the FFT path (fused framing +
+#: torch.fft + a power kernel) on an H200, 64 × 160000 fp32, per dot precision ("tf32x3": "highest",
+#: "tf32": "high"/"medium"). "highest": 400 → 206 µs vs 255 µs (256: 247 vs 226, 512: 357 vs 241,
+#: both with an untuned 16-frame tile); "high": 256 → 156 vs 226, 400 → 116 vs 256, 512 → 229 vs 242.
+AUTO_SPECTROGRAM_N = {"tf32x3": (400,), "tf32": (256, 400, 512)}
 
 
-def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool) -> str:
+def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool, precision: str) -> str:
     """The Triton power spectrogram's path above the dense range: "fourstep" (this kernel) or "fft"
     (fused framing, torch.fft, a power kernel). Pure: no device queries.
 
-    The four-step kernel is the GPU path where it is supported; under the interpreter (CPU tensors)
-    the FFT path stays, and tests call this module's launchers directly.
+    On a GPU the four-step kernel runs where it was measured faster (:data:`AUTO_SPECTROGRAM_N` for
+    the dot ``precision``); under the interpreter (CPU tensors) the FFT path stays, and tests call
+    this module's launchers directly.
     """
-    if device_type == "cuda" and SPECTROGRAM_AUTO and supports(n_fft, onesided=onesided):
+    if device_type != "cuda" or SPECTROGRAM_AUTO is False or not supports(n_fft, onesided=onesided):
+        return "fft"
+    if SPECTROGRAM_AUTO or n_fft in AUTO_SPECTROGRAM_N.get(precision, ()):
         return "fourstep"
     return "fft"
 
@@ -366,12 +378,16 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
     return packed
 
 
-#: Launch tile (frames per program), warps and stages; under the interpreter one small tile. Module
-#: level so the benchmark's sweep can set them.
-BLOCK_T = 16
-NUM_WARPS = 8
-NUM_STAGES = 1
-_INTERPRETER_BLOCK_T = 16
+#: Launch configs (frames per program, warps, stages), module level so the benchmark can set them.
+#: From ``python -m nbxsig.bench.fourstep_sweep`` on an H200 (n_fft 400, hop 160): spectrogram
+#: 64 × 160000 -- 8 frames on 4 warps 206 µs at 3xTF32 and 116 µs at TF32 (16 frames on 8 warps 231 /
+#: 162 µs, on 4 warps 376 / 131 µs; 32 frames need 278 KB of shared memory at 3xTF32: over the
+#: limit); mel 64 × 30 s -- 16 frames on 4 warps 2385 / 653 µs (on 8 warps 4056 / 979 µs). The mel
+#: dot's M is the tile's frame count, so it needs >= 16.
+SPEC_CONFIG = {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1}
+MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
+#: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
+#: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs).
 PERMUTE_STORE = True
 
 
@@ -410,12 +426,15 @@ def _launch(
     if precision != "ieee":
         b1, b2 = b1_hi, b2_hi
     interpreted = interpreter_enabled() and device.type == "cpu"
-    config = dict(config or {})
-    block_t = config.pop("BLOCK_T", _INTERPRETER_BLOCK_T if interpreted else BLOCK_T)
-    meta = {"PERMUTE_STORE": PERMUTE_STORE}
-    if not interpreted:
-        meta.update(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    meta.update(config)
+    meta = {
+        "PERMUTE_STORE": PERMUTE_STORE,
+        **(MEL_CONFIG if filters is not None else SPEC_CONFIG),
+        **(config or {}),
+    }
+    block_t = meta.pop("BLOCK_T")
+    if interpreted:  # the interpreter takes no warps/stages
+        meta.pop("num_warps", None)
+        meta.pop("num_stages", None)
     m1, m2 = m_blocks
     if (block_t * hop + n_fft) * abs(x.stride(1)) >= 2**31:
         # The interior tiles' 32-bit offsets would overflow (a last-dimension stride of ~2^31 / 3000).

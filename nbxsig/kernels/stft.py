@@ -755,7 +755,10 @@ def stft_forward(
     if kind != 0:
         from . import fourstep
 
-        if fourstep.spectrogram_path(device_type=device.type, n_fft=n_fft, onesided=onesided) == "fourstep":
+        path = fourstep.spectrogram_path(
+            device_type=device.type, n_fft=n_fft, onesided=onesided, precision=_precision()
+        )
+        if path == "fourstep":
             # Composite n_fft: one fused kernel, no frame buffer and no complex spectrum.
             return fourstep.spectrogram(
                 x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale,
