@@ -38,6 +38,16 @@ Floors on an H200 (4.2 TB/s copy bandwidth; dense TF32 ~495 TFLOP/s, fp32 FMA ~6
   frame 49 152 + 256·80 = 69 632 × 192 064 frames = 26.7 GFLOP → 54 µs at TF32, 162 µs at 3xTF32,
   400 µs as fp32 FMA: the floor is ~54 µs at "high" and ~162 µs at "highest".
 
+Measured (H200, 2026-12-03, ``python -m nbxsig.bench.fourstep_sweep``, torch in the same process):
+spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µs; the FFT path 255 µs)
+-- 5× and 9× its floor. The gap: every stage boundary (dot output → re/im split → twiddle → transpose
+→ dot operand) is a layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of
+shared memory per frame, which caps the tile (32 frames do not fit) and the programs per SM. With
+Triton's Hopper wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran
+188 µs. The fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every
+program re-reads the K-chunked filterbank (80 KB per plane, hi + lo at 3xTF32) from L2 -- ~1.9 GB over
+the 12 004 programs of the 64 × 30 s case.
+
 Backward: the kernel keeps nothing for autograd. Its callers (``nbxsig.kernels.stft.stft_forward``
 without grad, ``nbxsig.kernels.mel._FusedMel``, which recomputes the torch twin in ``backward``) keep
 their gradient paths.
