@@ -44,7 +44,7 @@ spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µ
 → dot operand) is a layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of
 shared memory per frame, which caps the tile (32 frames do not fit) and the programs per SM. With
 Triton's Hopper wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran
-188 µs. The fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every
+188-192 µs. The fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every
 program re-reads the K-chunked filterbank (80 KB per plane, hi + lo at 3xTF32) from L2 -- ~1.9 GB over
 the 12 004 programs of the 64 × 30 s case.
 
