@@ -151,6 +151,20 @@ def test_spectrogram_split_precisions(precision, device, generator):
         assert_close(got, expected, dtype="tf32", rel_error=1e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_spectrogram_half_input(dtype, device, generator):
+    # Upcast on load in both the interior tiles and the padded ones: the float64 oracle of the same
+    # (rounded) samples.
+    x = random_tensor((2, 3000), generator=generator, dtype=dtype).to(device)
+    window = torch.hann_window(400, dtype=F64)
+    got = fourstep.spectrogram(
+        x, n_fft=400, hop=100, window=window.float().to(device), center=True, pad_mode="reflect",
+        scale=1.0, power=2.0,
+    )  # fmt: skip
+    assert got.dtype == torch.float32
+    assert_close(got, power_oracle(x, 400, 100, window), dtype="float32", rel_error=2e-6)
+
+
 # ---------------------------------------------------------------- mel and log-mel
 
 MEL_CASES = [
