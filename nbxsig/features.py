@@ -3,8 +3,9 @@
 The filter banks are torchaudio's (``torchaudio.functional.melscale_fbanks``) for every
 ``mel_scale``/``norm``, computed in float64 and rounded once; with ``mel_scale="slaney",
 norm="slaney"`` they are librosa's. The spectrograms run either the Triton backend
-(:mod:`nbxsig.kernels.mel`: on a GPU ``nbxsig.stft``'s FFT path + one mel matmul, measured fastest;
-a fused waveform → mel kernel that keeps nothing in between in memory is the other path) or the
+(:mod:`nbxsig.kernels.mel`: on a GPU ``nbxsig.stft.spectrogram`` -- the four-step kernel of
+:mod:`nbxsig.kernels.fourstep` at n_fft 400, else the FFT path -- + one mel matmul, measured fastest;
+fused waveform → mel kernels that keep nothing in between in memory are the other paths) or the
 pure-torch twin (:mod:`nbxsig.reference.mel`, real-valued ops only, float64-capable, ONNX-exportable).
 
 Example:

@@ -1,10 +1,13 @@
 """Mel front ends and the streaming iSTFT vs torchaudio / torch.istft (the issue's performance table).
 
 Rows: MelSpectrogram 16 kHz n_fft=400 hop=160 80 mels on 64 × 30 s fp32 at matmul precision
-"highest" and "high" through the auto path (on a GPU: nbxsig.stft's FFT path + one mel matmul),
-the fused kernel and the torch backend at both precisions for comparison, the Whisper log10 front
-end, and one push of a 256-stream streaming iSTFT (n_fft 20, hop 5, 10 ms at 24 kHz = 48 frames)
-against ``torch.istft`` on the same chunk (which carries no state).
+"highest" and "high" through the auto path (on a GPU: nbxsig.stft.spectrogram -- the four-step
+kernel of ``nbxsig.kernels.fourstep`` at n_fft 400 -- + one mel matmul), two GPU paths forced
+("probe": the fused four-step mel kernel, and spectrogram + matmul), the dense fused kernel and the
+torch backend at both precisions for comparison, the Whisper log10 front end (auto, and with the
+four-step kernel off everywhere: the FFT spectrogram + matmul), and one push of a 256-stream
+streaming iSTFT (n_fft 20, hop 5, 10 ms at 24 kHz = 48 frames) against ``torch.istft`` on the same
+chunk (which carries no state).
 """
 
 from __future__ import annotations
@@ -28,6 +31,21 @@ def _with_precision(precision: str, fn):
             return fn()
         finally:
             torch.set_float32_matmul_precision(previous)
+
+    return run
+
+
+def _without_fourstep(fn):
+    """``fn`` with the four-step kernel off in every auto path (``kernels.fourstep.*_AUTO``)."""
+    from ..kernels import fourstep
+
+    def run():
+        saved = fourstep.MEL_AUTO, fourstep.SPECTROGRAM_AUTO
+        fourstep.MEL_AUTO = fourstep.SPECTROGRAM_AUTO = False
+        try:
+            return fn()
+        finally:
+            fourstep.MEL_AUTO, fourstep.SPECTROGRAM_AUTO = saved
 
     return run
 
@@ -121,6 +139,25 @@ def cases(*, quick: bool = False) -> list[Case]:
                     check=_with_precision(precision, lambda impl=impl: _rel(impl(x[:8]), mel64)),
                 )
             )
+    # Both GPU paths of mel_path forced, for the dispatch rule's record: the four-step kernel (the
+    # auto path for composite n_fft) and nbxsig.stft's spectrogram + one mel matmul.
+    for precision in ("highest", "high"):
+        for path in ("fourstep", "unfused"):
+            out.append(
+                Case(
+                    name=f"{name}, {precision}, _path={path}",
+                    run=_with_precision(
+                        precision, lambda path=path: kmel.mel_spectrogram(x, **common, _path=path)
+                    ),
+                    baseline=_with_precision(precision, lambda: theirs(x)),
+                    bytes_moved=mel_bytes,
+                    target="probe",
+                    check=_with_precision(
+                        precision,
+                        lambda path=path: _rel(kmel.mel_spectrogram(x[:8], **common, _path=path), mel64),
+                    ),
+                )
+            )
     for precision in ("highest", "high"):
         out.append(
             Case(
@@ -135,6 +172,23 @@ def cases(*, quick: bool = False) -> list[Case]:
             )
         )
 
+    # Whisper with the four-step kernel switched off (the previous auto path: FFT + matmul).
+    for precision in ("highest", "high"):
+        unfused = _without_fourstep(_with_precision(precision, lambda: nf.whisper_log_mel(x)))
+        out.append(
+            Case(
+                name=f"Whisper log-mel (80 mels, max−8), {batch}×{seconds} s, {precision}, unfused",
+                run=unfused,
+                baseline=_with_precision(
+                    precision, lambda: torch.clamp(theirs(x)[..., :-1], min=1e-10).log10()
+                ),
+                bytes_moved=mel_bytes,
+                target="probe",
+                check=_without_fourstep(
+                    _with_precision(precision, lambda: _rel(nf.whisper_log_mel(x[:8]), whisper64))
+                ),
+            )
+        )
     try:
         out += _streaming_cases(device, gen)
     except Exception as err:  # a failure here must not cost the mel rows above

@@ -3,7 +3,8 @@
 All cases: float32 (unless marked), periodic Hann, center=True, reflect padding, onesided,
 torch's default ``get_float32_matmul_precision("highest")``. ``rel. error`` is against torch in
 float64 on the same input. Rows marked "probe" force the dense or the fft path at one n_fft to
-locate the crossover that sets ``nbxsig.kernels.stft.DENSE_MAX_N``.
+locate the crossover that sets ``nbxsig.kernels.stft.DENSE_MAX_N``, or force the power spectrogram's
+four-step kernel (``nbxsig.kernels.fourstep``) on or off.
 """
 
 from __future__ import annotations
@@ -135,6 +136,30 @@ def _probe(case: Case, dense: bool) -> Case:
     return case
 
 
+def _fourstep_probe(case: Case, on: bool, precision: str = "highest") -> Case:
+    """``case`` with the power spectrogram's four-step kernel forced on or off, at ``precision``."""
+    from ..kernels import fourstep
+
+    def forced(fn):
+        def run():
+            saved, previous = fourstep.SPECTROGRAM_AUTO, torch.get_float32_matmul_precision()
+            fourstep.SPECTROGRAM_AUTO = on
+            torch.set_float32_matmul_precision(precision)
+            try:
+                return fn()
+            finally:
+                fourstep.SPECTROGRAM_AUTO = saved
+                torch.set_float32_matmul_precision(previous)
+
+        return run
+
+    case.run, case.check = forced(case.run), forced(case.check)
+    case.name += f", {precision}"
+    case.notes = f"probe: {'four-step kernel' if on else 'frames + torch.fft + power kernel'}"
+    case.target = ""
+    return case
+
+
 def cases(*, quick: bool = False) -> list[Case]:
     if quick:
         return [
@@ -157,6 +182,13 @@ def cases(*, quick: bool = False) -> list[Case]:
         _stft_case(20, 5, 64, 240000, target="report", dtype=torch.bfloat16),
         _stft_case(400, 160, 64, 160000, target="report", dtype=torch.bfloat16),
     ]
+    # The power spectrogram's two large-n_fft paths (the four-step kernel is the auto path for
+    # composite n_fft): both forced, at both matmul precisions.
+    for n_fft, hop in ((400, 160), (512, 128), (256, 64)):
+        for precision in ("highest", "high"):
+            for on in (True, False):
+                case = _stft_case(n_fft, hop, 64, 160000, spectrogram=True)
+                out.append(_fourstep_probe(case, on, precision))
     for n_fft in (32, 50, 64, 128):
         for dense in (True, False):
             out.append(_probe(_stft_case(n_fft, n_fft // 4, 64, 160000), dense))

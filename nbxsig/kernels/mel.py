@@ -25,7 +25,10 @@ forces another choice ("ieee": CUDA-core fp32 FMA).
 
 Which implementation runs: :func:`mel_path`. On a GPU, ``nbxsig.stft.spectrogram`` + one mel
 matmul (:func:`_unfused`) is measured faster than this kernel, so it is the auto path there; the
-kernel runs as ``_path="fused"`` and under the interpreter. docs/features.md has the numbers.
+kernel runs as ``_path="fused"`` and under the interpreter. docs/features.md has the numbers. The
+four-step kernel of :mod:`nbxsig.kernels.fourstep` computes the same function for composite n_fft
+without any spectrogram tensor (``_path="fourstep"``; measured slower than the unfused path, so
+opt-in) -- and the unfused path's spectrogram is itself that kernel where it measured faster.
 
 Backward: the kernel stores nothing for autograd; :class:`_FusedMel` recomputes the torch twin
 under autograd in ``backward`` (its ``|X|^power`` has a finite, zero gradient where ``|X| = 0``).
@@ -671,20 +674,27 @@ def _launch(
 
 
 def mel_path(*, device_type: str, center: bool, pad_mode: str, n_fft: int, length: int) -> str:
-    """Which implementation the Triton backend runs: "fused" (this module's kernel) or "unfused"
-    (``nbxsig.stft.spectrogram``'s FFT path, then one mel matmul). Pure: no device queries.
+    """Which implementation the Triton backend runs: "fused" (this module's kernel), "unfused"
+    (``nbxsig.stft.spectrogram``, then one mel matmul) or "fourstep" (:mod:`nbxsig.kernels.fourstep`,
+    only while its ``MEL_AUTO`` switch is on: it is off, see there). Pure: no device queries.
 
     Measured on an H200 (torch 2.11, triton 3.6; docs/features.md, ``python -m nbxsig.bench.mel_sweep``):
     MelSpectrogram 16 kHz, n_fft 400, hop 160, 80 mels, 64 × 30 s fp32 -- unfused 869 µs ("high")
     and 973 µs ("highest"), the best fused tile config 1574 µs and 2147 µs, torchaudio 1302 µs and
     1408 µs. So on a GPU the unfused path runs wherever ``nbxsig.stft`` takes the call (it refuses
     circular centre padding longer than the signal), and the fused kernel elsewhere: under the
-    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``.
+    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``. With the
+    four-step spectrogram inside the unfused path (2026-12-03, same case): unfused 878 µs and 569 µs,
+    the four-step mel kernel 2385 µs and 653 µs, torchaudio 1417 µs and 1311 µs.
     """
+    from . import fourstep
+
     if device_type != "cuda":
         return "fused"
     if center and pad_mode == "circular" and n_fft // 2 > length:
         return "fused"
+    if fourstep.MEL_AUTO and fourstep.supports(n_fft):
+        return "fourstep"
     return "unfused"
 
 
@@ -740,6 +750,10 @@ def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) 
     if path == "unfused":
         check_launchable(x, window, filters)
         return _unfused(x, window=window, filters=filters, **{k: v for k, v in opts.items() if k[0] != "_"})
+    if path == "fourstep":
+        from . import fourstep
+
+        return fourstep.mel_spectrogram(x, window=window, filters=filters, **opts)
     return _launch(x, window=window, filters=filters, **opts)
 
 

@@ -1,0 +1,182 @@
+"""Launch-config sweep of the four-step kernel, plus selected benchmark rows (a tuning tool, not a
+``nbxsig bench`` suite).
+
+``python -m nbxsig.bench.fourstep_sweep [--jobs 12] [--rows SUBSTRING ...]`` on a GPU: compiles
+every candidate launch config (``BLOCK_T``, warps, stages) of :mod:`nbxsig.kernels.fourstep` for the
+power spectrogram (n_fft 400, hop 160, 64 × 160000) and MelSpectrogram (n_fft 400, hop 160, 80
+mels, 64 × 30 s), at TF32 and 3xTF32, in parallel worker processes (Triton's on-disk cache is
+shared), then times each with ``triton.testing.do_bench`` (median) next to torch's recipe, with the
+relative error against a float64 oracle on the first 8 signals. ``--rows`` then measures the rows of
+the ``spectral`` and ``features`` suites whose names contain any of the substrings, with the suites'
+own harness (torch/torchaudio in the same process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import multiprocessing as mp
+
+import torch
+
+CANDIDATES = [
+    dict(BLOCK_T=8, num_warps=2, num_stages=1),
+    dict(BLOCK_T=8, num_warps=4, num_stages=1),
+    dict(BLOCK_T=16, num_warps=2, num_stages=1),
+    dict(BLOCK_T=16, num_warps=4, num_stages=1),
+    dict(BLOCK_T=16, num_warps=8, num_stages=1),
+    dict(BLOCK_T=32, num_warps=4, num_stages=1),
+    dict(BLOCK_T=32, num_warps=8, num_stages=1),
+    dict(BLOCK_T=16, num_warps=4, num_stages=1, PERMUTE_STORE=False),
+    dict(BLOCK_T=8, num_warps=4, num_stages=1, PERMUTE_STORE=False),
+]
+PRECISIONS = ("tf32", "tf32x3", "ieee")  # "ieee" (CUDA-core FMA) only for the spectrogram
+KINDS = ("spectrogram", "mel")
+
+
+def _fits(kind: str, config: dict, precision: str = "tf32") -> bool:
+    if kind == "spectrogram":
+        return True
+    if "PERMUTE_STORE" in config:  # a spectrogram-only switch
+        return False
+    return config["BLOCK_T"] >= 16 and precision != "ieee"  # the mel dot's M is BLOCK_T (>= 16)
+
+
+def _operands(device):
+    from .. import features as nf
+
+    window = nf.prepare_window(None, 400, 400, device)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=torch.float64, device=device)
+    return window, filters
+
+
+def _call(kind, x, window, filters, precision, config):
+    from ..kernels import fourstep
+
+    common = dict(center=True, pad_mode="reflect", scale=1.0, power=2.0, _precision=precision, _config=config)
+    if kind == "spectrogram":
+        return fourstep.spectrogram(x, n_fft=400, hop=160, window=window, **common)
+    return fourstep.mel_spectrogram(
+        x, n_fft=400, hop_length=160, window=window, filters=filters, floor=None, log=None, drop_last=False,
+        whisper=False, **common,
+    )  # fmt: skip
+
+
+def _compile(jobs: list[tuple[str, str, dict]]) -> None:
+    device = torch.device("cuda")
+    window, filters = _operands(device)
+    x = torch.randn(2, 16000, device=device)
+    for kind, precision, config in jobs:
+        try:
+            _call(kind, x, window, filters, precision, config)
+        except Exception as err:  # reported again (with the timing) by the main process
+            print(f"compile {kind} {precision} {config}: {err!r}"[:300], flush=True)
+    torch.cuda.synchronize()
+
+
+def _sweep(tag: str, precisions: list[str]) -> None:
+    import triton.testing
+
+    def bench(fn):
+        return 1e3 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    device = torch.device("cuda")
+    window, filters = _operands(device)
+    window32 = window.float()
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    hann64 = torch.hann_window(400, dtype=torch.float64, device=device)
+    inputs = {
+        "spectrogram": torch.randn(64, 160000, generator=gen).to(device),
+        "mel": (0.1 * torch.randn(64, 16000 * 30, generator=gen)).to(device),
+    }
+    rows = []
+    for kind in KINDS:
+        x = inputs[kind]
+        spec64 = torch.stft(x[:8].double(), 400, 160, window=hann64, return_complex=True).abs() ** 2
+        ref = spec64 if kind == "spectrogram" else (spec64.transpose(-1, -2) @ filters).transpose(-1, -2)
+        del spec64
+        fb32 = filters.float()
+
+        def torch_recipe(x=x, kind=kind, fb32=fb32):
+            spec = torch.stft(x, 400, 160, window=window32, return_complex=True).abs().pow(2)
+            return (
+                spec
+                if kind == "spectrogram"
+                else torch.matmul(spec.transpose(-1, -2), fb32).transpose(-1, -2)
+            )
+
+        for precision in precisions:
+            torch_precision = "high" if precision == "tf32" else "highest"
+            torch.set_float32_matmul_precision(torch_precision)
+            rows.append((kind, torch_precision, "torch recipe", bench(torch_recipe), float("nan")))
+            for config in (c for c in CANDIDATES if _fits(kind, c, precision)):
+                label = f"{precision} " + "T{BLOCK_T} w{num_warps} s{num_stages}".format(**config)
+                label += "" if config.get("PERMUTE_STORE", True) else " (k1-row stores)"
+                fn = lambda c=config, p=precision, k=kind, x=x: _call(k, x, window, filters, p, c)  # noqa: E731
+                try:
+                    out = fn()[:8].double()
+                    rows.append(
+                        (kind, torch_precision, label, bench(fn), ((out - ref).norm() / ref.norm()).item())
+                    )
+                except Exception as err:  # one failing config must not cost the others
+                    rows.append(
+                        (kind, torch_precision, f"{label}: {err!r}"[:150], float("nan"), float("nan"))
+                    )
+            torch.set_float32_matmul_precision("highest")
+        del ref
+        torch.cuda.empty_cache()
+    print(f"\nGPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; {tag}")
+    print("| kind | precision | config | µs | rel. error |\n|---|---|---|---:|---:|")
+    for kind, precision, name, us, err in rows:
+        print(f"| {kind} | {precision} | {name} | {us:.1f} | {err:.2e} |", flush=True)
+
+
+def _rows(substrings: list[str], skip: list[str], markdown: str | None) -> None:
+    from ._harness import Environment, copy_bandwidth_gbps, format_environment, format_table, measure
+
+    device = torch.device("cuda")
+    copy_gbps = copy_bandwidth_gbps(device)
+    sections = [f"Environment: {format_environment(Environment.capture(device, copy_gbps))}"]
+    for suite in ("spectral", "features"):
+        module = importlib.import_module(f"nbxsig.bench.{suite}")
+        results = []
+        for case in module.cases():
+            label = case.name + case.notes
+            if any(s in label for s in substrings) and not any(s in label for s in skip):
+                try:
+                    results.append(measure(case, device=device, copy_gbps=copy_gbps))
+                except Exception as err:  # one failing row must not cost the others
+                    print(f"{case.name}: {err!r}"[:300], flush=True)
+        sections.append(f"### {suite} (selected rows)\n\n{format_table(results)}")
+        print(sections[-1], flush=True)
+    if markdown:
+        with open(markdown, "w", encoding="utf-8") as f:
+            f.write("\n\n".join(sections) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=12)
+    parser.add_argument("--phase", choices=("compile", "sweep", "rows", "all"), default="all")
+    parser.add_argument("--rows", nargs="*", default=[], help="substrings of the suite rows to measure")
+    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument("--tag", default="", help="a label for the sweep's table (e.g. the environment)")
+    parser.add_argument("--skip", nargs="*", default=[], help="substrings of rows to leave out")
+    parser.add_argument("--markdown", help="write the selected rows' tables to this file")
+    args = parser.parse_args()
+    if args.phase in ("compile", "all"):
+        work = [(k, p, c) for c in CANDIDATES for p in args.precisions for k in KINDS if _fits(k, c, p)]
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_compile, args=(work[i :: args.jobs],)) for i in range(args.jobs)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+    if args.phase in ("sweep", "all"):
+        _sweep(args.tag, args.precisions)
+    if args.phase in ("rows", "all") and args.rows:
+        _rows(args.rows, args.skip, args.markdown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,534 @@
+"""Power spectrogram and (log-)mel for composite n_fft as one fused four-step DFT kernel.
+
+One program takes ``BLOCK_T`` frames of one signal, gathers them straight from the signal (centre
+padding by index mapping, :func:`nbxsig.kernels.stft._load_signal`), applies the window and computes
+the onesided DFT by the Cooley–Tukey four-step factorisation ``N = N1·N2``: with ``n = N2·n1 + n2``
+and ``k = k1 + N1·k2``::
+
+    Y[k1, n2]       = Σ_{n1} x[N2·n1 + n2] · W_N1^{n1·k1}          stage 1: (T·N2P, N1P) @ (N1P, 2·N1P)
+    Z[k1, n2]       = Y[k1, n2] · W_N^{n2·k1}                       twiddle (fp32, elementwise)
+    X[k1 + N1·k2]   = Σ_{n2} Z[k1, n2] · W_N2^{n2·k2}               stage 2: (T·N1P, 2·N2P) @ (2·N2P, 2·K2P)
+
+Both stages are ``tl.dot`` s with small DFT bases; the frame tile is transposed in registers between
+them (``tl.permute``). Real and imaginary parts travel interleaved in one operand (column ``2·k + part``),
+so each stage is one dot. The output is onesided: stage 2 computes only ``k2 <= N2/2``
+(``K2 = N2//2 + 1`` columns), which covers every ``k <= N/2``. Factors are padded to powers of two
+(``N1P``, ``N2P``, ``K2P``; dot dims >= 16) with zero basis rows/columns; :func:`plan` picks the
+factorisation with the fewest padded multiply-adds (400 → 16 × 25, 512 → 32 × 16).
+
+The epilogue writes ``|X|^power`` into a ``(B, T, F)`` buffer (returned as its ``(B, F, T)`` view,
+the layout torch.stft and the FFT path give), or multiplies the power tile by the mel filterbank
+(rows permuted on the host to the kernel's ``(k1, k2)`` order, zero rows for ``k > N/2``) with one more
+``tl.dot``, then an optional floor/log; Whisper's per-example maximum comes from one ``atomic_max``
+per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`. No frame, padded-signal, complex or
+(for mel) power tensor exists in device memory.
+
+Precision: :func:`nbxsig.kernels.mel.dot_precision` -- "highest" → 3xTF32 (data split hi/lo in the
+kernel, bases split on the host), "high"/"medium" → TF32 with operands rounded to nearest; the
+interpreter computes fp32 dots. Tables are built in float64 with ``k·n`` reduced modulo the length
+before forming the angle, then stored in fp32.
+
+Floors on an H200 (4.2 TB/s copy bandwidth; dense TF32 ~495 TFLOP/s, fp32 FMA ~67 TFLOP/s):
+
+* spectrogram power=2, n_fft 400 hop 160, 64 × 160000 fp32 (1001 frames): bytes = 41 MB in + 51.5 MB
+  out = 92.5 MB → 22 µs. Padded MACs per frame (16 × 25 → 16·32 padded): stage 1 32·16·32 = 16 384,
+  stage 2 16·64·32 = 32 768, i.e. 49 152 MAC × 64 064 frames = 6.3 GFLOP → 13 µs at TF32, 38 µs at
+  3xTF32, 94 µs as fp32 FMA. Floor at "highest": ~40 µs (the 3xTF32 dots; the loads overlap them).
+* MelSpectrogram 400/160/80 mels, 64 × 30 s (3001 frames): 123 MB in + 61 MB out → 44 µs. MACs per
+  frame 49 152 + 256·80 = 69 632 × 192 064 frames = 26.7 GFLOP → 54 µs at TF32, 162 µs at 3xTF32,
+  400 µs as fp32 FMA: the floor is ~54 µs at "high" and ~162 µs at "highest".
+
+Measured (H200, 2026-12-03, ``python -m nbxsig.bench.fourstep_sweep``, torch in the same process):
+spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µs; the FFT path 255 µs)
+-- 5× and 9× its floor. The gap: every stage boundary (dot output → re/im split → twiddle → transpose
+→ dot operand) is a layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of
+shared memory per frame, which caps the tile (32 frames do not fit) and the programs per SM. With
+Triton's Hopper wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran
+188-192 µs. The fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every
+program re-reads the K-chunked filterbank (80 KB per plane, hi + lo at 3xTF32) from L2 -- ~1.9 GB over
+the 12 004 programs of the 64 × 30 s case.
+
+Backward: the kernel keeps nothing for autograd. Its callers (``nbxsig.kernels.stft.stft_forward``
+without grad, ``nbxsig.kernels.mel._FusedMel``, which recomputes the torch twin in ``backward``) keep
+their gradient paths.
+
+Example::
+
+    >>> x = torch.randn(4, 16000, device="cuda")
+    >>> S = spectrogram(x, n_fft=400, hop=160, window=torch.hann_window(400, device="cuda"),
+    ...                 center=True, pad_mode="reflect", scale=1.0, power=2.0)      # (4, 201, 101)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+
+from .._dispatch import interpreter_enabled
+from ._runtime import check_launchable, empty_output
+from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, _whisper_finish_kernel, dot_precision, mel_blocks
+from .stft import _PAD_MODES, _load_signal, _load_window
+
+#: Largest padded frame ``N1P·N2P`` the kernel takes: the frame tile (BLOCK_T × N1P·N2P fp32, and its
+#: split/transposed copies) lives in registers, so larger frames spill.
+MAX_PADDED = 1024
+
+
+def _p2(n: int, minimum: int) -> int:
+    return max(minimum, 1 << max(0, n - 1).bit_length())
+
+
+@lru_cache(maxsize=256)
+def plan(n_fft: int) -> tuple[int, int] | None:
+    """``(N1, N2)`` with ``N1·N2 = n_fft`` and the fewest padded multiply-adds per frame (stage 1 +
+    stage 2 + a 128-mel projection), or None where no factorisation fits (primes, tiny or huge N).
+
+    >>> plan(400), plan(512), plan(401)
+    ((16, 25), (32, 16), None)
+    """
+    best, best_cost = None, None
+    for n1 in range(2, n_fft):
+        if n_fft % n1:
+            continue
+        n2 = n_fft // n1
+        if n2 < 2:
+            continue
+        n1p, n2p, k2p = _pads(n1, n2)
+        if n1p * n2p > MAX_PADDED:
+            continue
+        cost = n2p * n1p * 2 * n1p + n1p * 2 * n2p * 2 * k2p + n1p * k2p * 128
+        if best_cost is None or cost < best_cost:
+            best, best_cost = (n1, n2), cost
+    return best
+
+
+def _pads(n1: int, n2: int) -> tuple[int, int, int]:
+    # N1P is a dot's K and half its N (>= 16); 2·N2P and 2·K2P are dots' K and N (>= 16).
+    return _p2(n1, 16), _p2(n2, 8), _p2(n2 // 2 + 1, 8)
+
+
+def supports(n_fft: int, *, onesided: bool = True) -> bool:
+    """Whether the four-step kernel computes this transform (a onesided spectrum of composite n_fft
+    above the dense range, whose padded frame fits in registers)."""
+    return onesided and n_fft > 32 and plan(n_fft) is not None
+
+
+#: Whether the four-step kernel is the auto path on a GPU: None → the measured rule below, True →
+#: wherever it is supported (the benchmark's probes force it), False → never.
+SPECTROGRAM_AUTO: bool | None = None
+#: The mel auto path: off. Measured on an H200 (64 × 30 s, 80 mels, n_fft 400): the fused mel kernel
+#: 2385 µs at "highest" and 653 µs at "high" (its best tiles), nbxsig.stft's spectrogram (itself this
+#: kernel) + one matmul 878 µs and 569 µs -- the 16-frame mel dots reload the filterbank per program.
+#: ``_path="fourstep"`` runs it (no spectrogram tensor: 0 MB extra instead of 155 MB).
+MEL_AUTO = False
+#: n_fft where the four-step power spectrogram measured faster than the FFT path (fused framing +
+#: torch.fft + a power kernel) on an H200, 64 × 160000 fp32, per dot precision ("tf32x3": "highest",
+#: "tf32": "high"/"medium"). "highest": 400 → 206 µs vs 255 µs (256: 247 vs 226, 512: 357 vs 241,
+#: both with an untuned 16-frame tile); "high": 256 → 156 vs 226, 400 → 116 vs 256, 512 → 229 vs 242.
+AUTO_SPECTROGRAM_N = {"tf32x3": (400,), "tf32": (256, 400, 512)}
+
+
+def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool, precision: str) -> str:
+    """The Triton power spectrogram's path above the dense range: "fourstep" (this kernel) or "fft"
+    (fused framing, torch.fft, a power kernel). Pure: no device queries.
+
+    On a GPU the four-step kernel runs where it was measured faster (:data:`AUTO_SPECTROGRAM_N` for
+    the dot ``precision``); under the interpreter (CPU tensors) the FFT path stays, and tests call
+    this module's launchers directly.
+    """
+    if device_type != "cuda" or SPECTROGRAM_AUTO is False or not supports(n_fft, onesided=onesided):
+        return "fft"
+    if SPECTROGRAM_AUTO or n_fft in AUTO_SPECTROGRAM_N.get(precision, ()):
+        return "fourstep"
+    return "fft"
+
+
+@triton.jit
+def _fourstep_kernel(
+    x_ptr,
+    stride_xb,
+    stride_xl,
+    length,
+    win_ptr,
+    b1_ptr,
+    b1_lo_ptr,
+    tw_ptr,
+    b2_ptr,
+    b2_lo_ptr,
+    fb_ptr,
+    fb_lo_ptr,
+    out_ptr,
+    stride_ob,
+    stride_of,
+    stride_ot,
+    peak_ptr,
+    n_frames,
+    hop,
+    pad,
+    scale,
+    power,
+    floor,
+    n_mels,
+    N_FFT: tl.constexpr,
+    N1: tl.constexpr,
+    N2: tl.constexpr,
+    N1P: tl.constexpr,
+    N2P: tl.constexpr,
+    K2P: tl.constexpr,
+    MODE: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    POWER_MODE: tl.constexpr,  # 2: |X|², 1: |X|, 0: any other power
+    MEL: tl.constexpr,
+    HAS_FLOOR: tl.constexpr,
+    LOG: tl.constexpr,
+    TRACK_PEAK: tl.constexpr,
+    M_TOT: tl.constexpr,
+    M1: tl.constexpr,
+    M2: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    PRECISION: tl.constexpr,
+    PERMUTE_STORE: tl.constexpr,  # spectrogram: store rows (frame, k2) (contiguous bins), else (frame, k1)
+):
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    t0 = pid * BLOCK_T
+    # Stage 1 rows are (frame, n2), columns n1: x[t, N2·n1 + n2], gathered from the signal.
+    R1: tl.constexpr = BLOCK_T * N2P
+    r1 = tl.arange(0, R1)
+    t1 = t0 + r1 // N2P
+    n2 = r1 % N2P
+    n1 = tl.arange(0, N1P)
+    n = n1[None, :] * N2 + n2[:, None]
+    valid = (n1 < N1)[None, :] & (n2 < N2)[:, None]
+    # A tile whose frames all lie inside the signal (most of them) loads with 32-bit offsets from
+    # its first sample and no padding map (the host keeps (BLOCK_T·hop + n_fft)·stride < 2^31);
+    # the few tiles at either end map indices (64-bit positions: t·hop can pass 2^31).
+    first = t0.to(tl.int64) * hop - pad
+    if (first >= 0) & (first + (BLOCK_T - 1) * hop + N_FFT <= length):
+        rel = (r1 // N2P)[:, None] * hop + n
+        v = tl.load(x_ptr + b * stride_xb + first * stride_xl + rel * stride_xl, mask=valid, other=0.0)
+        v = v.to(tl.float32)
+    else:
+        p = t1.to(tl.int64)[:, None] * hop + n
+        v = _load_signal(
+            x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE
+        )
+    v = v * (_load_window(win_ptr, n, valid, HAS_WINDOW) * scale)
+    # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
+    c1 = tl.arange(0, 2 * N1P)
+    o1 = n1[:, None] * (2 * N1P) + c1[None, :]
+    y = _dot(v, b1_ptr + o1, b1_lo_ptr + o1, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION)
+    y_re, y_im = tl.split(tl.reshape(y, (R1, N1P, 2)))
+    # Twiddle W_N^{n2·k1} = c − i·s (tables (N2P, N1P), the same for every frame).
+    k1 = tl.arange(0, N1P)
+    ot = n2[:, None] * N1P + k1[None, :]
+    c = tl.load(tw_ptr + ot)
+    s = tl.load(tw_ptr + N2P * N1P + ot)
+    z_re = y_re * c + y_im * s
+    z_im = y_im * c - y_re * s
+    # Transpose each frame's (n2, k1) block to (k1, n2): stage 2 rows are (frame, k1), columns
+    # 2·n2 + part.
+    z_re = tl.permute(tl.reshape(z_re, (BLOCK_T, N2P, N1P)), (0, 2, 1))
+    z_im = tl.permute(tl.reshape(z_im, (BLOCK_T, N2P, N1P)), (0, 2, 1))
+    R2: tl.constexpr = BLOCK_T * N1P
+    z = tl.reshape(tl.join(z_re, z_im), (R2, 2 * N2P))
+    # Stage 2: the onesided half, columns 2·k2 + part for k2 < K2P.
+    i2 = tl.arange(0, 2 * N2P)
+    c2 = tl.arange(0, 2 * K2P)
+    o2 = i2[:, None] * (2 * K2P) + c2[None, :]
+    xk = _dot(z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION)
+    x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
+    pw = x_re * x_re + x_im * x_im  # (R2, K2P): rows (frame, k1), columns k2
+    if POWER_MODE == 1:
+        pw = tl.sqrt(pw)
+    elif POWER_MODE == 0:
+        pw = tl.where(pw > 0, tl.exp2(tl.log2(tl.where(pw > 0, pw, 1.0)) * (power * 0.5)), 0.0)
+    if not MEL and PERMUTE_STORE:
+        # Rows (frame, k2), columns k1: along a row the bins k1 + N1·k2 are consecutive, so with the
+        # (B, T, F) buffer each row is one contiguous store.
+        pq = tl.reshape(tl.permute(tl.reshape(pw, (BLOCK_T, N1P, K2P)), (0, 2, 1)), (BLOCK_T * K2P, N1P))
+        rq = tl.arange(0, BLOCK_T * K2P)
+        tq = t0 + rq // K2P
+        kq1 = tl.arange(0, N1P)
+        k = kq1[None, :] + N1 * (rq % K2P)[:, None]
+        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k <= N_FFT // 2)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs, pq, mask=ok)
+    elif not MEL:
+        r2 = tl.arange(0, R2)
+        t2 = t0 + r2 // N1P
+        kk1 = r2 % N1P
+        k2 = tl.arange(0, K2P)
+        k = kk1[:, None] + N1 * k2[None, :]
+        ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k <= N_FFT // 2)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs, pw, mask=ok)
+    else:
+        # Mel: the power tile times the permuted filterbank, in four K-chunks (k2 mod 4, taken apart
+        # with tl.split), so each dot's filter operand is a quarter of the filterbank: the whole one
+        # (256 × 128 fp32, hi + lo) would not fit in shared memory.
+        pe, po = tl.split(tl.reshape(pw, (R2, K2P // 2, 2)))  # k2 = 2q, 2q + 1
+        p0, p2 = tl.split(tl.reshape(pe, (R2, K2P // 4, 2)))  # k2 = 4q, 4q + 2
+        p1, p3 = tl.split(tl.reshape(po, (R2, K2P // 4, 2)))  # k2 = 4q + 1, 4q + 3
+        KC: tl.constexpr = N1P * K2P // 4
+        p0 = tl.reshape(p0, (BLOCK_T, KC))
+        p1 = tl.reshape(p1, (BLOCK_T, KC))
+        p2 = tl.reshape(p2, (BLOCK_T, KC))
+        p3 = tl.reshape(p3, (BLOCK_T, KC))
+        t = t0 + tl.arange(0, BLOCK_T)
+        t_ok = t < n_frames
+        m1 = tl.arange(0, M1)
+        acc1 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m1, KC, M_TOT, BLOCK_T, M1, PRECISION)
+        if TRACK_PEAK:
+            # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
+            peak = tl.max(tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0)
+        _store_mels(
+            acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+        )
+        if M2 > 0:
+            m2 = M1 + tl.arange(0, M2)
+            acc2 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m2, KC, M_TOT, BLOCK_T, M2, PRECISION)
+            if TRACK_PEAK:
+                ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
+                peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
+            _store_mels(
+                acc2, m2, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+            )
+        if TRACK_PEAK:
+            tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _mel_block(
+    p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m, KC: tl.constexpr, M_TOT: tl.constexpr, BLOCK_T: tl.constexpr,
+    MB: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """``Σ_j p_j @ fb[j][:, m]`` over the four K-chunks (filter table ``(4, KC, M_TOT)``)."""
+    o = tl.arange(0, KC)[:, None] * M_TOT + m[None, :]
+    acc = tl.zeros((BLOCK_T, MB), dtype=tl.float32)
+    acc = _dot(p0, fb_ptr + o, fb_lo_ptr + o, acc, PRECISION)
+    acc = _dot(p1, fb_ptr + KC * M_TOT + o, fb_lo_ptr + KC * M_TOT + o, acc, PRECISION)
+    acc = _dot(p2, fb_ptr + 2 * KC * M_TOT + o, fb_lo_ptr + 2 * KC * M_TOT + o, acc, PRECISION)
+    acc = _dot(p3, fb_ptr + 3 * KC * M_TOT + o, fb_lo_ptr + 3 * KC * M_TOT + o, acc, PRECISION)
+    return acc
+
+
+def _planes(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 values, TF32 hi and fp32 lo planes of a float64 table."""
+    f = v.float().contiguous()
+    return (f, *_split_hi_lo(f))
+
+
+def _angles(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:
+    # a·b reduced mod n in integers before forming the angle (exact at every n).
+    return ((a[:, None] * b[None, :]) % n).double() * (2.0 * math.pi / n)
+
+
+@lru_cache(maxsize=32)
+def _tables(n_fft: int, device: torch.device):
+    """The stage-1 basis ``(N1P, 2·N1P)``, the twiddles ``(2, N2P, N1P)`` and the stage-2 basis
+    ``(2·N2P, 2·K2P)``, built in float64 and stored as (fp32, hi, lo) planes."""
+    n1_, n2_ = plan(n_fft)
+    n1p, n2p, k2p = _pads(n1_, n2_)
+    i1 = torch.arange(n1_, device=device)
+    i2 = torch.arange(n2_, device=device)
+    a1 = _angles(i1, i1, n1_)  # (n1, k1)
+    b1 = torch.zeros(n1p, n1p, 2, dtype=torch.float64, device=device)
+    b1[:n1_, :n1_, 0] = torch.cos(a1)
+    b1[:n1_, :n1_, 1] = -torch.sin(a1)
+    at = _angles(i2, i1, n_fft)  # (n2, k1)
+    tw = torch.zeros(2, n2p, n1p, dtype=torch.float64, device=device)
+    tw[0, :n2_, :n1_] = torch.cos(at)
+    tw[1, :n2_, :n1_] = torch.sin(at)
+    k2 = torch.arange(n2_ // 2 + 1, device=device)
+    a2 = _angles(i2, k2, n2_)  # (n2, k2)
+    c2, s2 = torch.cos(a2), torch.sin(a2)
+    b2 = torch.zeros(n2p, 2, k2p, 2, dtype=torch.float64, device=device)  # (n2, part in, k2, part out)
+    kk = k2.numel()
+    b2[:n2_, 0, :kk, 0] = c2  # Re X = Σ Re Z·c + Im Z·s
+    b2[:n2_, 1, :kk, 0] = s2
+    b2[:n2_, 0, :kk, 1] = -s2  # Im X = Σ Im Z·c − Re Z·s
+    b2[:n2_, 1, :kk, 1] = c2
+    return _planes(b1.reshape(n1p, 2 * n1p)), tw.float().contiguous(), _planes(b2.reshape(2 * n2p, 2 * k2p))
+
+
+_FB_CACHE: OrderedDict = OrderedDict()
+
+
+def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
+    """The filterbank as the kernel's four K-chunks ``(4, KC, M_TOT)``: chunk ``j``, row
+    ``k1·(K2P/4) + q`` holds bin ``k1 + N1·(4q + j)`` (zero rows for padding and ``k > N/2``), mels
+    zero-padded to ``M_TOT``; as (fp32, hi, lo) planes, cached per tensor (identity and ``_version``,
+    as :func:`nbxsig.kernels.mel._packed`)."""
+    key = (id(filters), filters._version, n_fft, m_tot)
+    hit = _FB_CACHE.get(key)
+    if hit is not None and hit[0] is filters:
+        _FB_CACHE.move_to_end(key)
+        return hit[1]
+    n1_, n2_ = plan(n_fft)
+    n1p, _, k2p = _pads(n1_, n2_)
+    dev = filters.device
+    j = torch.arange(4, device=dev)[:, None, None]
+    k1 = torch.arange(n1p, device=dev)[None, :, None]
+    q = torch.arange(k2p // 4, device=dev)[None, None, :]
+    k2 = 4 * q + j
+    k = (k1 + n1_ * k2).reshape(-1)
+    ok = ((k1 < n1_) & (k2 <= n2_ // 2)).reshape(-1) & (k <= n_fft // 2)
+    fb = torch.zeros(4 * n1p * (k2p // 4), m_tot, dtype=torch.float64, device=dev)
+    fb[ok, : filters.shape[1]] = filters.double()[k[ok]]
+    packed = _planes(fb)
+    _FB_CACHE[key] = (filters, packed)
+    if len(_FB_CACHE) > 8:
+        _FB_CACHE.popitem(last=False)
+    return packed
+
+
+#: Launch configs (frames per program, warps, stages), module level so the benchmark can set them.
+#: From ``python -m nbxsig.bench.fourstep_sweep`` on an H200 (n_fft 400, hop 160): spectrogram
+#: 64 × 160000 -- 8 frames on 4 warps 206 µs at 3xTF32 and 116 µs at TF32 (16 frames on 8 warps 231 /
+#: 162 µs, on 4 warps 376 / 131 µs; 32 frames need 278 KB of shared memory at 3xTF32: over the
+#: limit); mel 64 × 30 s -- 16 frames on 4 warps 2385 / 653 µs (on 8 warps 4056 / 979 µs). The mel
+#: dot's M is the tile's frame count, so it needs >= 16. Only n_fft 400 was swept: other n_fft keep
+#: the 16-frame, 8-warp tile they were measured (and checked on the GPU) with.
+SPEC_CONFIGS = {400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1}}
+SPEC_CONFIG = {"BLOCK_T": 16, "num_warps": 8, "num_stages": 1}
+MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
+#: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
+#: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs).
+PERMUTE_STORE = True
+
+
+def _launch(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    out_strides: tuple[int, int, int],
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    pad_mode: str,
+    scale: float,
+    power: float,
+    n_frames: int,
+    filters: tuple | None = None,
+    n_mels: int = 0,
+    m_blocks: tuple[int, int] = (16, 0),
+    floor: float | None = None,
+    log: str | None = None,
+    peak: torch.Tensor | None = None,
+    precision: str | None = None,
+    config: dict | None = None,
+) -> None:
+    device = x.device
+    n1_, n2_ = plan(n_fft)
+    n1p, n2p, k2p = _pads(n1_, n2_)
+    precision = precision or dot_precision(device)
+    (b1, b1_hi, b1_lo), tw, (b2, b2_hi, b2_lo) = _tables(n_fft, device)
+    if filters is None:
+        fb = fb_lo = tw  # unused (MEL=False)
+    else:
+        fb, fb_hi, fb_lo = filters
+        fb = fb if precision == "ieee" else fb_hi
+    if precision != "ieee":
+        b1, b2 = b1_hi, b2_hi
+    interpreted = interpreter_enabled() and device.type == "cpu"
+    base = MEL_CONFIG if filters is not None else SPEC_CONFIGS.get(n_fft, SPEC_CONFIG)
+    meta = {"PERMUTE_STORE": PERMUTE_STORE, **base, **(config or {})}
+    block_t = meta.pop("BLOCK_T")
+    if interpreted:  # the interpreter takes no warps/stages
+        meta.pop("num_warps", None)
+        meta.pop("num_stages", None)
+    m1, m2 = m_blocks
+    if (block_t * hop + n_fft) * abs(x.stride(1)) >= 2**31:
+        # The interior tiles' 32-bit offsets would overflow (a last-dimension stride of ~2^31 / 3000).
+        x = x.contiguous()
+    grid = (triton.cdiv(n_frames, block_t), x.shape[0])
+    win = window if window is not None else x
+    _fourstep_kernel[grid](
+        x, x.stride(0), x.stride(1), x.shape[1], win, b1, b1_lo, tw, b2, b2_lo, fb, fb_lo,
+        out, *out_strides, peak if peak is not None else tw,
+        n_frames, hop, n_fft // 2 if center else 0, float(scale), float(power), float(floor or 0.0), n_mels,
+        N_FFT=n_fft, N1=n1_, N2=n2_, N1P=n1p, N2P=n2p, K2P=k2p, MODE=_PAD_MODES[pad_mode],
+        HAS_WINDOW=window is not None, POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
+        MEL=filters is not None, HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=peak is not None,
+        M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision, **meta,
+    )  # fmt: skip
+
+
+def spectrogram(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    pad_mode: str,
+    scale: float,
+    power: float,
+    _precision: str | None = None,
+    _config: dict | None = None,
+) -> torch.Tensor:
+    """``|scale · STFT(x)|^power`` onesided, ``(B, L)`` → ``(B, n_fft//2 + 1, T)`` float32: a view of a
+    contiguous ``(B, T, F)`` buffer. ``power > 0``; ``supports(n_fft)`` must hold."""
+    device = check_launchable(x, *(() if window is None else (window,)))
+    pad = n_fft // 2 if center else 0
+    n_frames = 1 + (x.shape[1] + 2 * pad - n_fft) // hop
+    n_bins = n_fft // 2 + 1
+    out = empty_output((x.shape[0], n_frames, n_bins), dtype=torch.float32, device=device)
+    if n_frames > 0:
+        _launch(
+            x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
+            center=center, pad_mode=pad_mode, scale=scale, power=power, n_frames=n_frames,
+            precision=_precision, config=_config,
+        )  # fmt: skip
+    return out.transpose(1, 2)
+
+
+def mel_spectrogram(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop_length: int,
+    window: torch.Tensor,
+    filters: torch.Tensor,
+    power: float,
+    scale: float,
+    center: bool,
+    pad_mode: str,
+    floor: float | None,
+    log: str | None,
+    drop_last: bool,
+    whisper: bool,
+    _precision: str | None = None,
+    _config: dict | None = None,
+) -> torch.Tensor:
+    """The function of :func:`nbxsig.kernels.mel._launch` (``(B, L)`` → ``(B, n_mels, T)`` in x's dtype)
+    through the four-step kernel; ``supports(n_fft)`` must hold."""
+    device = check_launchable(x, window, filters)
+    pad = n_fft // 2 if center else 0
+    n_frames = 1 + (x.shape[1] + 2 * pad - n_fft) // hop_length - (1 if drop_last else 0)
+    n_mels = filters.shape[1]
+    m1, m2 = mel_blocks(n_mels)
+    out = empty_output((x.shape[0], n_mels, n_frames), dtype=x.dtype, device=device)
+    peak = torch.zeros(x.shape[0], dtype=torch.int32, device=device) if whisper else None
+    if n_frames <= 0:
+        return out
+    _launch(
+        x, out, out.stride(), n_fft=n_fft, hop=hop_length, window=window, center=center, pad_mode=pad_mode,
+        scale=scale, power=power, n_frames=n_frames, filters=_filters(filters, n_fft, m1 + m2),
+        n_mels=n_mels, m_blocks=(m1, m2), floor=floor, log=log, peak=peak, precision=_precision,
+        config=_config,
+    )  # fmt: skip
+    if whisper:
+        per_example = n_mels * n_frames
+        block = 1024
+        _whisper_finish_kernel[(triton.cdiv(per_example, block), x.shape[0])](
+            out, peak, per_example, BLOCK=block
+        )
+    return out

@@ -1,0 +1,338 @@
+"""The four-step DFT kernel (nbxsig.kernels.fourstep) vs float64 per-frame rfft oracles: power
+spectrogram and (log-)mel for composite n_fft, the factorisation and the dispatch rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_features_gpu import whisper_oracle
+
+import nbxsig.features as nf
+import nbxsig.stft as S
+from nbxsig.kernels import fourstep
+from nbxsig.kernels import mel as kmel
+from nbxsig.testing import assert_close, random_tensor
+
+F64 = torch.float64
+
+
+def power_oracle(x, n_fft, hop, window, *, center=True, pad_mode="reflect", scale=1.0, power=2.0):
+    """``|scale · rfft(frame · w)|^power`` per frame in float64: ``(B, L)`` → ``(B, F, T)``."""
+    x = x.to("cpu", F64)
+    if center:
+        pad = n_fft // 2
+        x = F.pad(x[:, None], (pad, pad), mode=pad_mode).squeeze(1)
+    frames = x.unfold(-1, n_fft, hop)  # (B, T, n_fft)
+    w = torch.ones(n_fft, dtype=F64) if window is None else window.to("cpu", F64)
+    spec = torch.fft.rfft(frames * w, dim=-1) * scale
+    return spec.abs().pow(power).transpose(1, 2)
+
+
+def _window(kind, n_fft, win_length, generator):
+    if kind is None:
+        return None
+    if kind == "hann":
+        w = torch.hann_window(win_length, dtype=F64)
+    else:
+        w = random_tensor((win_length,), generator=generator, dtype=F64, low=0.1, high=1.0)
+    full = torch.zeros(n_fft, dtype=F64)
+    left = (n_fft - win_length) // 2
+    full[left : left + win_length] = w
+    return full
+
+
+def _x(shape, generator, device, *, strided):
+    if strided:  # a non-contiguous view: every other sample of a longer signal
+        big = random_tensor((shape[0], 2 * shape[1]), generator=generator)
+        return big.to(device)[:, ::2]
+    return random_tensor(shape, generator=generator).to(device)
+
+
+# ---------------------------------------------------------------- factorisation and dispatch
+
+
+def test_plan_minimises_padded_work():
+    # 400: 16 × 25 (padded 16 × 32) beats 20 × 20 (32 × 32) and 25 × 16 (32 × 16 with 32 k1 rows).
+    assert fourstep.plan(400) == (16, 25)
+    assert fourstep.plan(512) == (32, 16)
+    assert fourstep.plan(48) == (6, 8)
+    for prime in (37, 401, 1021):
+        assert fourstep.plan(prime) is None
+    assert fourstep.plan(4096) is None  # the padded frame no longer fits in registers
+    for n_fft in (12, 20, 24, 40, 48, 400, 512, 1000):
+        n1, n2 = fourstep.plan(n_fft)
+        assert n1 * n2 == n_fft
+
+
+def test_dispatch_rules(monkeypatch):
+    def path(n_fft, *, device_type="cuda", onesided=True, precision="tf32x3"):
+        return fourstep.spectrogram_path(
+            device_type=device_type, n_fft=n_fft, onesided=onesided, precision=precision
+        )
+
+    # The measured rule: 400 at both precisions, 256 and 512 only with TF32 dots.
+    assert path(400) == "fourstep" and path(400, precision="tf32") == "fourstep"
+    assert path(512) == "fft" and path(512, precision="tf32") == "fourstep"
+    assert path(400, onesided=False) == "fft"
+    assert path(20, precision="tf32") == "fft"  # the dense range
+    assert path(400, device_type="cpu") == "fft"  # the interpreter: tests call the launchers
+    monkeypatch.setattr(fourstep, "SPECTROGRAM_AUTO", True)  # forced: wherever it is supported
+    assert path(512) == "fourstep" and path(401) == "fft"
+    monkeypatch.setattr(fourstep, "SPECTROGRAM_AUTO", False)
+    assert path(400) == "fft"
+    # Mel: the four-step kernel is opt-in (measured slower than spectrogram + matmul).
+    common = dict(center=True, pad_mode="reflect", length=16000)
+    assert kmel.mel_path(device_type="cuda", n_fft=400, **common) == "unfused"
+    assert kmel.mel_path(device_type="cpu", n_fft=400, **common) == "fused"
+    monkeypatch.setattr(fourstep, "MEL_AUTO", True)
+    assert kmel.mel_path(device_type="cuda", n_fft=400, **common) == "fourstep"
+    assert kmel.mel_path(device_type="cuda", n_fft=401, **common) == "unfused"
+
+
+# ---------------------------------------------------------------- power spectrogram
+
+SPEC_CASES = [
+    pytest.param(dict(n_fft=12, hop=3, window="hann", pad_mode="reflect"), id="n12-hop3-hann-reflect"),
+    pytest.param(
+        dict(n_fft=20, hop=7, window="random", pad_mode="constant", power=1.0), id="n20-rand-const-p1"
+    ),
+    pytest.param(dict(n_fft=24, hop=24, window=None, pad_mode="replicate"), id="n24-hop24-rect-replicate"),
+    pytest.param(
+        dict(n_fft=40, hop=10, window="hann", win_length=30, pad_mode="circular"), id="n40-win30-circ"
+    ),
+    pytest.param(dict(n_fft=48, hop=13, window="random", center=False, power=0.7), id="n48-nocenter-p0.7"),
+    pytest.param(
+        dict(n_fft=48, hop=50, window="hann", normalized=True, strided=True), id="n48-hop50-norm-strided"
+    ),
+    pytest.param(dict(n_fft=400, hop=160, window="hann", batch=3), id="n400-hop160-b3"),
+    pytest.param(
+        dict(n_fft=40, hop=10, window="random", length=1000, strided=True), id="n40-long-interior-tiles"
+    ),
+    pytest.param(dict(n_fft=48, hop=5, window="hann", length=700, pad_mode="circular"), id="n48-long-circ"),
+    pytest.param(dict(n_fft=512, hop=128, window="random", pad_mode="constant"), id="n512-const"),
+]
+
+
+@pytest.mark.parametrize("case", SPEC_CASES)
+def test_spectrogram_matches_float64_rfft(case, device, generator):
+    n_fft, hop = case["n_fft"], case["hop"]
+    center, pad_mode = case.get("center", True), case.get("pad_mode", "reflect")
+    power = case.get("power", 2.0)
+    window = _window(case["window"], n_fft, case.get("win_length", n_fft), generator)
+    scale = 1.0 / math.sqrt(n_fft) if case.get("normalized") else 1.0
+    length = case.get("length", 3 * n_fft + 17)
+    x = _x((case.get("batch", 2), length), generator, device, strided=case.get("strided", False))
+    got = fourstep.spectrogram(
+        x, n_fft=n_fft, hop=hop, window=None if window is None else window.float().to(device), center=center,
+        pad_mode=pad_mode, scale=scale, power=power,
+    )  # fmt: skip
+    expected = power_oracle(x, n_fft, hop, window, center=center, pad_mode=pad_mode, scale=scale, power=power)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    assert_close(got, expected, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32"])
+def test_spectrogram_split_precisions(precision, device, generator):
+    # The GPU precisions' operand handling (hi/lo split, rounding to nearest); the interpreter's fp32
+    # dots then compute them exactly, so the bounds are the TF32 ones.
+    x = random_tensor((2, 1500), generator=generator).to(device)
+    window = torch.hann_window(400, dtype=F64)
+    got = fourstep.spectrogram(
+        x, n_fft=400, hop=160, window=window.float().to(device), center=True, pad_mode="reflect",
+        scale=1.0, power=2.0, _precision=precision,
+    )  # fmt: skip
+    expected = power_oracle(x, 400, 160, window)
+    if precision == "tf32x3":
+        assert_close(got, expected, dtype="float32", rel_error=2e-6)
+    else:
+        assert_close(got, expected, dtype="tf32", rel_error=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_spectrogram_half_input(dtype, device, generator):
+    # Upcast on load in both the interior tiles and the padded ones: the float64 oracle of the same
+    # (rounded) samples.
+    x = random_tensor((2, 3000), generator=generator, dtype=dtype).to(device)
+    window = torch.hann_window(400, dtype=F64)
+    got = fourstep.spectrogram(
+        x, n_fft=400, hop=100, window=window.float().to(device), center=True, pad_mode="reflect",
+        scale=1.0, power=2.0,
+    )  # fmt: skip
+    assert got.dtype == torch.float32
+    assert_close(got, power_oracle(x, 400, 100, window), dtype="float32", rel_error=2e-6)
+
+
+# ---------------------------------------------------------------- mel and log-mel
+
+MEL_CASES = [
+    pytest.param(dict(n_fft=400, hop=160, n_mels=80), id="n400-m80"),
+    pytest.param(
+        dict(n_fft=400, hop=160, n_mels=128, norm="slaney", mel_scale="slaney"), id="n400-m128-slaney"
+    ),
+    pytest.param(dict(n_fft=48, hop=12, n_mels=8, power=1.0, pad_mode="constant"), id="n48-m8-p1-const"),
+    pytest.param(
+        dict(n_fft=40, hop=9, n_mels=8, floor=1e-6, log="ln", center=False), id="n40-m8-ln-nocenter"
+    ),
+    pytest.param(
+        dict(n_fft=24, hop=5, n_mels=5, floor=1e-8, log="log2", pad_mode="replicate"), id="n24-m5-log2"
+    ),
+    pytest.param(
+        dict(n_fft=400, hop=160, n_mels=40, floor=1e-10, log="log10", normalized=True),
+        id="n400-m40-log10-norm",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", MEL_CASES)
+def test_mel_matches_float64(case, device, generator):
+    n_fft, hop, n_mels = case["n_fft"], case["hop"], case["n_mels"]
+    center, pad_mode, power = (
+        case.get("center", True),
+        case.get("pad_mode", "reflect"),
+        case.get("power", 2.0),
+    )
+    floor, log = case.get("floor"), case.get("log")
+    sr = 16000
+    filters = nf.mel_filterbank(
+        n_fft // 2 + 1, 0.0, sr / 2, n_mels, sr, case.get("norm"), case.get("mel_scale", "htk"), dtype=F64
+    )
+    window = torch.hann_window(n_fft, dtype=F64)
+    scale = 1.0 / math.sqrt(n_fft) if case.get("normalized") else 1.0
+    x = _x((2, 4 * n_fft + 5), generator, device, strided=True)
+    got = kmel.mel_spectrogram(
+        x, n_fft=n_fft, hop_length=hop, window=window.float().to(device), filters=filters.to(device),
+        power=power, scale=scale, center=center, pad_mode=pad_mode, floor=floor, log=log, _path="fourstep",
+    )  # fmt: skip
+    spec = power_oracle(x, n_fft, hop, window, center=center, pad_mode=pad_mode, scale=scale, power=power)
+    expected = (spec.transpose(1, 2) @ filters).transpose(1, 2)
+    if floor is not None:
+        expected = {"ln": torch.log, "log2": torch.log2, "log10": torch.log10}[log](expected.clamp(min=floor))
+    assert got.shape == expected.shape
+    assert_close(got, expected, dtype="float32", rel_error=2e-6, atol=1e-5 if log else None)
+
+
+def test_whisper_and_half_input(device, generator):
+    audio = 0.1 * random_tensor((2, 2000), generator=generator)
+    audio[1] *= 1e-3  # a quiet clip: its own floor (per-example maximum)
+    window = nf.prepare_window(None, 400, 400, device)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, "slaney", "slaney", dtype=F64, device=device)
+    opts = dict(n_fft=400, hop_length=160, window=window, filters=filters, power=2.0, scale=1.0)
+    opts.update(center=True, pad_mode="reflect", floor=1e-10, log="log10", drop_last=True, whisper=True)
+    got = kmel.mel_spectrogram(audio.to(device), _path="fourstep", **opts)
+    assert got.shape == (2, 80, 12)
+    for i in range(2):
+        assert_close(got[i], whisper_oracle(audio[i].double(), 80), atol=1e-5, rtol=1e-5)
+    half = kmel.mel_spectrogram(audio.half().to(device), _path="fourstep", **opts)
+    assert half.dtype == torch.float16
+    assert_close(half, got, dtype=torch.float16)
+
+
+def test_mel_gradient_matches_reference(device, generator):
+    # The kernel stores nothing for autograd: _FusedMel recomputes the torch twin in backward.
+    x = random_tensor((2, 1300), generator=generator)
+    x[:, :300] = 0.0  # |X| = 0 frames: the gradient stays finite
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 40, 16000, dtype=F64)
+    window = torch.hann_window(400, dtype=F64)
+    opts = dict(n_fft=400, hop_length=160, power=1.0, scale=1.0, center=True, pad_mode="reflect")
+    gy = random_tensor((2, 40, 9), generator=generator)
+    xg = x.to(device).clone().requires_grad_(True)
+    out = kmel.mel_spectrogram(
+        xg, window=window.float().to(device), filters=filters.to(device), _path="fourstep", **opts
+    )
+    out.backward(gy.to(device))
+    x64 = x.double().requires_grad_(True)
+    from nbxsig.reference import mel as ref
+
+    ref.mel_spectrogram(x64, window=window, filters=filters, **opts).backward(gy.double())
+    assert torch.isfinite(xg.grad).all()
+    assert_close(xg.grad, x64.grad, dtype="float32", rel_error=1e-5)
+
+
+def test_mel_tile_configs_agree(device, generator):
+    # Each launch tile computes the same function (16- and 32-frame tiles).
+    x = random_tensor((1, 5000), generator=generator).to(device)
+    window = nf.prepare_window(None, 400, 400, device)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=F64, device=device)
+    opts = dict(n_fft=400, hop_length=160, window=window, filters=filters, power=2.0, scale=1.0)
+    opts.update(center=True, pad_mode="reflect", _path="fourstep")
+    # TF32 dots: a 32-frame tile needs more shared memory than an H200 has at 3xTF32.
+    a = kmel.mel_spectrogram(x, _config={"BLOCK_T": 16}, _precision="tf32", **opts)
+    b = kmel.mel_spectrogram(x, _config={"BLOCK_T": 32}, _precision="tf32", **opts)
+    assert_close(a, b, dtype="float32")
+
+
+# ---------------------------------------------------------------- GPU, through the public API
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["highest", "high"])
+@pytest.mark.parametrize("n_fft,hop", [(400, 160), (512, 128), (48, 12)])
+def test_gpu_spectrogram_auto_path(precision, n_fft, hop, cuda_device, generator):
+    x = random_tensor((3, 16000 * 2 + 77), generator=generator)
+    window = torch.hann_window(n_fft, dtype=F64)
+    expected = power_oracle(x, n_fft, hop, window)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        got = S.spectrogram(
+            x.to(cuda_device), n_fft, hop, window=window.float().to(cuda_device), backend="triton"
+        )
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    if precision == "highest":
+        assert_close(got, expected, dtype="float32", rel_error=2e-6)
+    else:
+        assert_close(got, expected, dtype="tf32", rel_error=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pad_mode", ["reflect", "constant", "replicate", "circular"])
+def test_gpu_pad_modes_and_strided(pad_mode, cuda_device, generator):
+    x = _x((2, 9001), generator, cuda_device, strided=True)
+    window = torch.hann_window(400, dtype=F64)
+    got = fourstep.spectrogram(
+        x, n_fft=400, hop=100, window=window.float().to(cuda_device), center=True, pad_mode=pad_mode,
+        scale=1.0, power=1.0, _precision="tf32x3",
+    )  # fmt: skip
+    assert_close(
+        got, power_oracle(x, 400, 100, window, pad_mode=pad_mode, power=1.0), dtype="float32", rel_error=2e-6
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "config",
+    [dict(BLOCK_T=16, num_warps=4), dict(BLOCK_T=16, num_warps=8)],
+    ids=["T16-w4", "T16-w8"],
+)
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32"])
+def test_gpu_mel_configs(config, precision, cuda_device, generator):
+    x = random_tensor((3, 16000 * 2 + 77), generator=generator)
+    window = torch.hann_window(400, dtype=F64)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=F64)
+    expected = (power_oracle(x, 400, 160, window).transpose(1, 2) @ filters).transpose(1, 2)
+    got = kmel.mel_spectrogram(
+        x.to(cuda_device), n_fft=400, hop_length=160, window=window.float().to(cuda_device),
+        filters=filters.to(cuda_device), power=2.0, scale=1.0, center=True, pad_mode="reflect",
+        _path="fourstep", _precision=precision, _config=config,
+    )  # fmt: skip
+    if precision == "tf32x3":
+        assert_close(got, expected, dtype="float32", rel_error=2e-6)
+    else:
+        assert_close(got, expected, atol=4e-3, rtol=4e-3, rel_error=7e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_mel_gradient_through_auto_path(cuda_device, generator):
+    x = random_tensor((2, 4000), generator=generator)
+    x[:, :2000] = 0.0
+    grads = []
+    for backend, dev in (("triton", cuda_device), ("torch", torch.device("cpu"))):
+        xg = x.to(dev, F64 if backend == "torch" else torch.float32).requires_grad_(True)
+        nf.log_mel_spectrogram(xg, n_mels=80, hop_length=160, backend=backend).sum().backward()
+        grads.append(xg.grad.cpu())
+    assert torch.isfinite(grads[0]).all()
+    assert_close(grads[0], grads[1], dtype="float32", rel_error=1e-5)
