@@ -59,7 +59,7 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--jobs",
             type=click.IntRange(min=0),
             default=None,
-            help="Decode worker processes (0: decode in the main process). Default: CPUs, at most 8.",
+            help="Decode worker processes (0: decode in the main process). Default: CPUs, at most 16.",
         ),
         click.option(
             "--batch-size",
@@ -148,15 +148,6 @@ def execute(
         sys.exit(128 + int(summary.signal or 2))
     if summary.failed:
         sys.exit(1)
-
-
-#: Inputs whose decoding is little more than a copy: decoded in threads (see batch.Job.thread_load).
-CHEAP_DECODE_EXTENSIONS = (".wav", ".npy")
-
-
-def cheap_to_decode(path: Path) -> bool:
-    """Whether ``path`` decodes cheaply enough for a thread (PCM WAV, ``.npy``)."""
-    return path.suffix.lower() in CHEAP_DECODE_EXTENSIONS
 
 
 class Notice:
