@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +33,19 @@ class MelParams:
 
 
 def mel_process(
-    items: list[nio.Audio], *, p: MelParams, device: Any, notice: Notice, clock: batch.DeviceClock
+    items: list[nio.Audio],
+    *,
+    p: MelParams,
+    device: Any,
+    notice: Notice,
+    clock: batch.DeviceClock | None = None,
 ) -> list[np.ndarray]:
     """Batched (log-)mel spectrograms equal to per-file ones: each file is resampled (when
     --sample-rate asks) and reflect-padded by n_fft // 2 on its own, the batch is zero-padded to the
     longest and transformed with center=False, and each file's frames are cut back to its own count.
     Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only.
     Without resampling the batch is assembled on the CPU and moved in one copy (int16 PCM as is).
-    ``clock`` adds up the device time from the copy in to the copy out."""
+    ``clock``, when given, adds up the device time from the copy in to the copy out."""
     import torch
 
     for it in items:
@@ -69,7 +75,7 @@ def mel_process(
     cuda = torch.device(device).type == "cuda"
     host = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, pin_memory=cuda)
     batch.stack_padded(arrays, pad=half, mode="reflect", width=width, out=host.numpy())
-    with clock.measure(device):
+    with clock.measure(device) if clock is not None else contextlib.nullcontext():
         mel = _mel(batch.to_device_float(host, device), p, target).to(torch.float32)
         if cuda:
             # One pinned, asynchronous copy back, then one wait (a pageable copy stages through a

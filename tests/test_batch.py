@@ -458,9 +458,8 @@ def test_a_crashing_decoder_fails_only_its_file_and_leaks_nothing(tmp_path: Path
     job = ToyJob().job()
     job.load = crashing_load
     stream = stdio.StringIO()
-    summary = batch.run(
-        _tasks(tmp_path), job, batch_size=3, jobs=2, stream=stream, manifest=tmp_path / "m.jsonl"
-    )
+    manifest = tmp_path / "m.jsonl"
+    summary = batch.run(_tasks(tmp_path), job, batch_size=3, jobs=2, stream=stream, manifest=manifest)
     assert (summary.ok, summary.failed) == (len(lengths), 3), stream.getvalue()
     text = stream.getvalue()
     assert "crash1.npy: the decoder process crashed on this file" in text
