@@ -34,7 +34,6 @@ import multiprocessing.connection as mp_connection
 import os
 import pickle
 import queue
-import secrets
 import signal
 import sys
 import threading
@@ -546,59 +545,62 @@ class _Loaded:
 # ~100-byte message through the pipe. A value that does not fit its slot (or every value when no
 # arena could be made) travels through the pipe instead, pickled whole: slower, same result.
 
-#: Bytes per slot: 2 min of 16 kHz mono float32 (17 min of int16). Slots cost address space only
-#: until touched (tmpfs pages), so they are sized for long files rather than for the typical one.
-_SLOT_BYTES = 8 << 20
+#: Bytes per slot: 1 min of 16 kHz mono float32 (4 min of int16). Slots cost address space only
+#: until touched, so they are sized for long files rather than for the typical one.
+_SLOT_BYTES = 4 << 20
 #: Slots smaller than this are not worth an arena (the pipe is used throughout).
 _MIN_SLOT_BYTES = 64 << 10
-#: The arena's address space: at most this, and at most half the free space of /dev/shm -- a worker
-#: writing past the free space of a full tmpfs would die of SIGBUS.
+#: The arena's address space: at most this, and at most a quarter of the free physical memory
+#: (every slot may end up touched).
 _MAX_ARENA_BYTES = 8 << 30
-#: Files queued per worker: the next one is waiting when a decode ends, so a worker never idles
+#: Slots at least, where a device warm-up runs: while the device starts (CUDA context, kernels: ~1 s)
+#: the workers decode ahead into the arena instead of idling behind a full first batch.
+_WARM_UP_SLOTS = 1024
+#: Files queued per worker: the next ones are waiting when a decode ends, so a worker does not idle
 #: for the main process's round trip.
 _PER_WORKER = 4
-_SHM_FOLDER = "/dev/shm"
 
 
-def _map_shared(name: str, size: int) -> mmap.mmap:
-    """Map the POSIX shared-memory segment ``name`` (Linux: a file in /dev/shm). Mapped directly
-    rather than attached as a ``SharedMemory``: an attached segment registers with the resource
-    tracker, which would then unlink it when the worker exits (or complain about it twice)."""
-    fd = os.open(os.path.join(_SHM_FOLDER, name), os.O_RDWR)
+def _map_arena(owner: int, fd: int, size: int) -> mmap.mmap:
+    """Map the arena (a memfd) of process ``owner`` in another process, through /proc."""
+    own = os.open(f"/proc/{owner}/fd/{fd}", os.O_RDWR)
     try:
-        return mmap.mmap(fd, size)
+        return mmap.mmap(own, size)
     finally:
-        os.close(fd)
+        os.close(own)
 
 
 class _Arena:
-    """A shared-memory segment cut into equal slots; owned by the main process, which hands the
-    slots out and unlinks the segment at the end (a killed main process leaves it to
-    multiprocessing's resource tracker, which unlinks it)."""
+    """Shared memory cut into equal slots: an anonymous memory file (``memfd``), owned by the main
+    process, mapped by the workers through /proc. It has no name anywhere: nothing to unlink, and
+    nothing left behind however the processes end (the memory goes with the last mapping). Not in
+    /dev/shm either, whose size containers often limit to 64 MB (a write past a full tmpfs would kill
+    the worker with SIGBUS)."""
 
     def __init__(self, slots: int, slot_bytes: int) -> None:
-        from multiprocessing import shared_memory
-
         self.slot_bytes = slot_bytes
         self.size = slots * slot_bytes
-        name = f"nbxsig-{os.getpid()}-{secrets.token_hex(4)}"
-        self._shm = shared_memory.SharedMemory(name=name, create=True, size=self.size)
+        self.fd = os.memfd_create("nbxsig-arena", os.MFD_CLOEXEC)
         try:
-            # The main process's own mapping, never closed explicitly: values handed to the job are
-            # views of it, and it is unmapped when the last of them is gone.
-            self.view = memoryview(_map_shared(self._shm.name, self.size))
-        finally:
-            self._shm.close()  # the SharedMemory object only created (and will unlink) the segment
+            os.ftruncate(self.fd, self.size)
+            # Never closed explicitly: values handed to the job are views of it; it is unmapped when
+            # the last of them is gone.
+            self.view = memoryview(mmap.mmap(self.fd, self.size))
+        except OSError:
+            os.close(self.fd)
+            raise
         self.free = list(range(slots - 1, -1, -1))
 
     @classmethod
     def make(cls, slots: int) -> _Arena | None:
-        """An arena of ``slots`` slots, or None where shared memory is unavailable or too small."""
-        try:
-            st = os.statvfs(_SHM_FOLDER)
-        except OSError:
+        """An arena of ``slots`` slots, or None where anonymous shared memory is unavailable."""
+        if not hasattr(os, "memfd_create") or not os.path.isdir(f"/proc/{os.getpid()}/fd"):
             return None
-        room = min(_MAX_ARENA_BYTES, st.f_bavail * st.f_frsize // 2)
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            free = _MAX_ARENA_BYTES
+        room = min(_MAX_ARENA_BYTES, free // 4)
         slot_bytes = min(_SLOT_BYTES, room // max(1, slots)) // mmap.PAGESIZE * mmap.PAGESIZE
         if slot_bytes < _MIN_SLOT_BYTES:
             return None
@@ -608,8 +610,9 @@ class _Arena:
             return None
 
     @property
-    def name(self) -> str:
-        return self._shm.name
+    def spec(self) -> tuple[int, int, int]:
+        """What a worker needs to map it: (owner pid, fd, size)."""
+        return os.getpid(), self.fd, self.size
 
     def take(self) -> int | None:
         return self.free.pop() if self.free else None
@@ -621,8 +624,10 @@ class _Arena:
         return pickle.loads(head, buffers=[self.view[o : o + n] for o, n in spans])
 
     def close(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._shm.unlink()
+        """Close the descriptor (the mappings stay valid while they are used)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _pack(value: Any, view: memoryview | None, offset: int, capacity: int) -> tuple[bytes, list | None]:
@@ -647,13 +652,16 @@ def _pack(value: Any, view: memoryview | None, offset: int, capacity: int) -> tu
     return pickle.dumps(value, protocol=5), None
 
 
-def _decode_worker(conn: Connection, arena: tuple[str, int] | None, load: Callable[[Path], Any]) -> None:
+def _decode_worker(conn: Connection, arena: tuple[int, int, int] | None, load: Callable[[Path], Any]) -> None:
     """A decode process: ``(path, offset, capacity)`` in, ``(ok, pickle | error, spans, seconds)``
     out, in order, until the pipe closes or ``None`` arrives. Its first message says it started."""
     # Ctrl-C reaches the whole process group: the main process handles it and stops the workers;
     # a worker ignores it instead of printing a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    view = memoryview(_map_shared(*arena)) if arena is not None else None
+    view = None
+    if arena is not None:
+        with contextlib.suppress(OSError):  # then every value goes through the pipe
+            view = memoryview(_map_arena(*arena))
     conn.send("ready")
     while True:
         try:
@@ -703,7 +711,7 @@ class _DecodePool:
 
     def _start(self) -> _Worker:
         parent, child = self.context.Pipe(duplex=True)
-        spec = (self.arena.name, self.arena.size) if self.arena is not None else None
+        spec = self.arena.spec if self.arena is not None else None
         process = self.context.Process(
             target=_decode_worker, args=(child, spec, self.load), name="nbxsig-decode", daemon=True
         )
@@ -716,9 +724,12 @@ class _DecodePool:
         return sum(len(w.queued) for w in self.workers if w is not None)
 
     def feed(self, todo: deque[Task]) -> None:
-        """Queue files from ``todo`` until every worker has ``_PER_WORKER`` (or ``todo`` is empty)."""
+        """Queue files from ``todo`` until every worker has ``_PER_WORKER``, ``todo`` is empty or the
+        arena has no free slot."""
         for i, worker in enumerate(self.workers):
             while todo and (worker is None or len(worker.queued) < _PER_WORKER):
+                if self.arena is not None and not self.arena.free:
+                    return  # every slot holds a file not yet written: wait for writes
                 if worker is None:
                     worker = self.workers[i] = self._start()
                 task = todo.popleft()
@@ -850,8 +861,8 @@ class _Engine:
                     self._drain_saves(block=False)
             else:
                 self._pump(saver)
-            for key in list(self.buckets):
-                self._flush(key, saver)
+            while self.buckets:
+                self._flush(next(iter(self.buckets)), saver)
             self._join_warm_up()  # not left compiling at exit when every input failed
             self._drain_saves(block=True)
         finally:
@@ -896,13 +907,24 @@ class _Engine:
                 self.clock_after_warm_up = self.job.clock.seconds
 
     def _pump(self, saver: ThreadPoolExecutor) -> None:
-        # Every decoded value holds its slot until its result is written: size the arena for the
-        # most that can be held at once (queued + buffered + one batch + pending writes).
+        # Every decoded value holds its slot until its result is written: room for the most that
+        # can be held at once (queued + buffered + one batch + pending writes), and during a device
+        # warm-up for decoding ahead.
         slots = self.jobs * _PER_WORKER + self.max_buffered + 2 * self.batch_size + self.max_pending_saves
+        if self.warm_thread is not None:
+            slots = max(slots, _WARM_UP_SLOTS)
         self.arena = _Arena.make(slots)
         self.pool = pool = _DecodePool(self.job.load, self.jobs, self.arena)
         while self.todo or pool.queued:
             pool.feed(self.todo)
+            if not pool.queued:
+                # Every slot holds a file waiting for its batch or its write: run a batch, then
+                # wait for a write to end.
+                if self.buckets:
+                    self._join_warm_up()
+                    self._flush(max(self.buckets, key=lambda k: len(self.buckets[k])), saver)
+                self._drain_saves(block=True, keep=max(0, self.saves_pending - 1))
+                continue
             t0 = time.perf_counter()
             answers = list(pool.collect(self.todo))
             self.summary.wait_seconds += time.perf_counter() - t0
@@ -913,22 +935,46 @@ class _Engine:
                     self._add(_Loaded(task, value, seconds, slot), saver)
             self._drain_saves(block=False)
 
+    def _warming_up(self) -> bool:
+        """Whether the device warm-up still runs and the arena has room to decode ahead meanwhile."""
+        return (
+            self.warm_thread is not None
+            and self.warm_thread.is_alive()
+            and self.arena is not None
+            and len(self.arena.free) > self.jobs * _PER_WORKER
+        )
+
     def _add(self, loaded: _Loaded, saver: ThreadPoolExecutor) -> None:
         length = max(1, int(self.job.length(loaded.value)))
         key = (self.job.group_key(loaded.value), int(math.log2(length) * _BUCKETS_PER_OCTAVE))
         self.summary.decode_seconds += loaded.decode_seconds
-        bucket = self.buckets.setdefault(key, [])
-        bucket.append(loaded)
-        total = self.bucket_lengths[key] = self.bucket_lengths.get(key, 0) + length
+        self.buckets.setdefault(key, []).append(loaded)
+        self.bucket_lengths[key] = self.bucket_lengths.get(key, 0) + length
         self.buffered += 1
-        if len(bucket) >= self.batch_size or total >= _MAX_BATCH_LENGTH:
-            self._flush(key, saver)
-        elif self.buffered > self.max_buffered:
+        if self._warming_up():
+            return  # batches would wait for the device; decoding goes on
+        for k in list(self.buckets) if self.warm_thread is not None else [key]:
+            # After a warm-up, the batches that filled up meanwhile.
+            while k in self.buckets and (
+                len(self.buckets[k]) >= self.batch_size or self.bucket_lengths[k] >= _MAX_BATCH_LENGTH
+            ):
+                self._flush(k, saver)
+        while self.buffered > self.max_buffered:
             self._flush(max(self.buckets, key=lambda k: len(self.buckets[k])), saver)
 
     def _flush(self, key: Hashable, saver: ThreadPoolExecutor) -> None:
-        items = self.buckets.pop(key, [])
-        self.bucket_lengths.pop(key, None)
+        """Process one batch from bucket ``key``: its first files, up to the batch size and length."""
+        bucket = self.buckets.get(key, [])
+        count, total = 0, 0
+        while count < min(len(bucket), self.batch_size) and (count == 0 or total < _MAX_BATCH_LENGTH):
+            total += max(1, int(self.job.length(bucket[count].value)))
+            count += 1
+        items, rest = bucket[:count], bucket[count:]
+        if rest:
+            self.buckets[key], self.bucket_lengths[key] = rest, self.bucket_lengths[key] - total
+        else:
+            self.buckets.pop(key, None)
+            self.bucket_lengths.pop(key, None)
         self.buffered -= len(items)
         if not items:
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io as stdio
 import json
@@ -375,12 +376,20 @@ def test_stack_padded_reflect_in_place_equals_torch_and_fills_width(pad: int) ->
 # decode workers and the shared-memory arena
 
 
-def _segments() -> set[str]:
-    """This process's arena segments in /dev/shm."""
+def _arena_left() -> bool:
+    """Whether this process still has an arena (a memfd) open or mapped."""
+    import gc
     import os
 
-    prefix = f"nbxsig-{os.getpid()}-"
-    return {p.name for p in Path(batch._SHM_FOLDER).glob(prefix + "*")}
+    gc.collect()
+    fds = Path("/proc/self/fd")
+    links = []
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(fd))
+    return (
+        any("nbxsig-arena" in link for link in links) or "nbxsig-arena" in Path("/proc/self/maps").read_text()
+    )
 
 
 def _no_children_left() -> bool:
@@ -409,12 +418,16 @@ def test_workers_hand_values_over_in_shared_memory(tmp_path: Path, monkeypatch: 
         return value
 
     monkeypatch.setattr(batch._Arena, "unpack", unpack)
-    assert _segments() == set()
+    assert not _arena_left()
+    arena = batch._Arena.make(4)
+    assert arena is not None and _arena_left()  # the check sees an arena
+    arena.close()
+    del arena
     summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=4, jobs=2)
     assert (summary.ok, summary.failed) == (len(lengths), 0)
     assert sorted(unpacked) == sorted(lengths)
     _check_doubled(tmp_path, lengths)
-    assert _segments() == set() and _no_children_left()
+    assert not _arena_left() and _no_children_left()
 
 
 def test_values_too_large_for_a_slot_travel_through_the_pipe(
@@ -432,13 +445,13 @@ def test_values_too_large_for_a_slot_travel_through_the_pipe(
     assert (summary.ok, summary.failed) == (6, 0)
     assert len(unpacked) == 3  # the three short ones
     _check_doubled(tmp_path, lengths)
-    assert _segments() == set()
+    assert not _arena_left()
 
 
 def test_without_shared_memory_the_pipes_carry_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(batch, "_SHM_FOLDER", str(tmp_path / "no-shm-here"))
+    monkeypatch.setattr(batch._Arena, "make", classmethod(lambda cls, slots: None))
     lengths = [40, 41, 42, 43, 44]
     _arrays(tmp_path / "in", lengths)
     summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=2, jobs=2)
@@ -468,7 +481,7 @@ def test_a_crashing_decoder_fails_only_its_file_and_leaks_nothing(tmp_path: Path
     rows = {Path(r["input"]).name: r["status"] for r in _rows(manifest)}
     assert len(rows) == len(lengths) + 3 and list(rows.values()).count("failed") == 3
     _check_doubled(tmp_path, lengths)
-    assert _segments() == set() and _no_children_left()
+    assert not _arena_left() and _no_children_left()
 
 
 def test_a_worker_that_cannot_start_is_an_error_not_a_bad_file(
@@ -481,7 +494,7 @@ def test_a_worker_that_cannot_start_is_an_error_not_a_bad_file(
     job.load = unloadable_load
     with pytest.raises(batch.DecodeWorkerError, match="exited at start-up"):
         batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2)
-    assert _segments() == set() and _no_children_left()
+    assert not _arena_left() and _no_children_left()
 
 
 def test_an_interrupted_run_stops_its_workers_and_unlinks_the_arena(tmp_path: Path) -> None:
@@ -498,7 +511,38 @@ def test_an_interrupted_run_stops_its_workers_and_unlinks_the_arena(tmp_path: Pa
     summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2)
     assert summary.interrupted and summary.ok >= 1
     assert not [p for p in (tmp_path / "out").rglob("*") if nio.is_temp_name(p.name)]
-    assert _segments() == set() and _no_children_left()
+    assert not _arena_left() and _no_children_left()
+
+
+def test_workers_decode_ahead_while_the_device_warms_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    lengths = [30 + i % 3 for i in range(40)]
+    _arrays(tmp_path / "in", lengths)
+    unpacked: list[int] = []
+    original = batch._Arena.unpack
+    monkeypatch.setattr(batch._Arena, "unpack", lambda self, h, s: unpacked.append(1) or original(self, h, s))
+    toy = ToyJob()
+    decoded_at_first_batch: list[int] = []
+
+    def process(items):
+        if not decoded_at_first_batch:
+            decoded_at_first_batch.append(-1)
+            time.sleep(3.0)  # the warm-up: a slow device start
+        elif len(decoded_at_first_batch) == 1:
+            decoded_at_first_batch.append(len(unpacked))
+        return toy.process(items)
+
+    job = toy.job()
+    job.process, job.warm_up = process, True
+    summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2)
+    assert (summary.ok, summary.failed) == (40, 0)
+    # Without decoding ahead, the first batch would find at most ~10 decoded (2 + 2 workers × 4).
+    assert decoded_at_first_batch[1] >= 30, decoded_at_first_batch
+    assert all(len(b) <= 2 for b in toy.batches[1:])  # buffered files still go in batches of 2
+    assert not _arena_left() and _no_children_left()
 
 
 def test_stale_temporaries_of_this_runs_outputs_are_removed_once(tmp_path: Path) -> None:
