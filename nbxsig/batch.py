@@ -349,6 +349,9 @@ class Summary:
     startup_seconds: float = 0.0
     startup_wait_seconds: float = 0.0
     batches: int = 0
+    #: Decoded values that came from a worker through its pipe rather than the shared arena (too
+    #: large for a slot, or no shared memory here): the slow path, counted to be seen.
+    piped: int = 0
     #: Device busy time over the files' batches (warm-up excluded), from :attr:`Job.clock`.
     device_busy_seconds: float | None = None
     interrupted: bool = False
@@ -371,6 +374,8 @@ class Summary:
             f"device {self.process_seconds:.2f} s in {self.batches} batches, "
             f"write {self.save_seconds:.1f} s (threads), waiting for decode {self.wait_seconds:.1f} s"
         )
+        if self.piped:
+            text += f"; {self.piped} decoded values through pipes (not shared memory)"
         if self.device_busy_seconds is not None and self.seconds > 0:
             text += (
                 f"; device busy {self.device_busy_seconds:.3f} s "
@@ -932,6 +937,7 @@ class _Engine:
                 if error is not None:
                     self.reporter.row(task, "failed", error=error, seconds=seconds)
                 else:
+                    self.summary.piped += slot is None
                     self._add(_Loaded(task, value, seconds, slot), saver)
             self._drain_saves(block=False)
 

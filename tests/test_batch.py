@@ -425,7 +425,7 @@ def test_workers_hand_values_over_in_shared_memory(tmp_path: Path, monkeypatch: 
     del arena
     summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=4, jobs=2)
     assert (summary.ok, summary.failed) == (len(lengths), 0)
-    assert sorted(unpacked) == sorted(lengths)
+    assert sorted(unpacked) == sorted(lengths) and summary.piped == 0
     _check_doubled(tmp_path, lengths)
     assert not _arena_left() and _no_children_left()
 
@@ -443,7 +443,8 @@ def test_values_too_large_for_a_slot_travel_through_the_pipe(
     monkeypatch.setattr(batch._Arena, "unpack", lambda self, h, s: unpacked.append(1) or original(self, h, s))
     summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=2, jobs=2)
     assert (summary.ok, summary.failed) == (6, 0)
-    assert len(unpacked) == 3  # the three short ones
+    assert len(unpacked) == 3 and summary.piped == 3  # the short ones fit their slots
+    assert "3 decoded values through pipes" in summary.details()
     _check_doubled(tmp_path, lengths)
     assert not _arena_left()
 
@@ -455,7 +456,7 @@ def test_without_shared_memory_the_pipes_carry_everything(
     lengths = [40, 41, 42, 43, 44]
     _arrays(tmp_path / "in", lengths)
     summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=2, jobs=2)
-    assert (summary.ok, summary.failed) == (5, 0)
+    assert (summary.ok, summary.failed, summary.piped) == (5, 0, 5)
     _check_doubled(tmp_path, lengths)
 
 
