@@ -59,7 +59,7 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--jobs",
             type=click.IntRange(min=0),
             default=None,
-            help="Decode worker processes (0: decode in the main process). Default: CPUs, at most 16.",
+            help="Decode worker processes (0: decode in the main process). Default: CPUs, at most 8.",
         ),
         click.option(
             "--batch-size",
