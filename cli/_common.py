@@ -150,15 +150,6 @@ def execute(
         sys.exit(1)
 
 
-#: Inputs whose decoding is little more than a copy: decoded in threads (see batch.Job.thread_load).
-CHEAP_DECODE_EXTENSIONS = (".wav", ".npy")
-
-
-def cheap_to_decode(path: Path) -> bool:
-    """Whether ``path`` decodes cheaply enough for a thread (PCM WAV, ``.npy``)."""
-    return path.suffix.lower() in CHEAP_DECODE_EXTENSIONS
-
-
 class Notice:
     """Prints a message on stderr once per run (e.g. an assumed sample rate)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 from nbxsig import batch
 from nbxsig import io as nio
 
-from ._common import BatchOptions, Notice, batch_options, cheap_to_decode, execute, resolve_device
+from ._common import BatchOptions, Notice, batch_options, execute, resolve_device
 
 #: Rate assumed for .npy waveforms when --sample-rate is not given.
 DEFAULT_ARRAY_RATE = 16000
@@ -31,15 +32,21 @@ class MelParams:
     whisper: bool
 
 
-def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: Notice) -> list[np.ndarray]:
+def mel_process(
+    items: list[nio.Audio],
+    *,
+    p: MelParams,
+    device: Any,
+    notice: Notice,
+    clock: batch.DeviceClock | None = None,
+) -> list[np.ndarray]:
     """Batched (log-)mel spectrograms equal to per-file ones: each file is resampled (when
     --sample-rate asks) and reflect-padded by n_fft // 2 on its own, the batch is zero-padded to the
     longest and transformed with center=False, and each file's frames are cut back to its own count.
     Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only.
-    Without resampling the batch is assembled on the CPU and moved in one copy (int16 PCM as is)."""
+    Without resampling the batch is assembled on the CPU and moved in one copy (int16 PCM as is).
+    ``clock``, when given, adds up the device time from the copy in to the copy out."""
     import torch
-
-    import nbxsig.features
 
     for it in items:
         if it.rate_assumed and p.sample_rate is None:
@@ -47,63 +54,40 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
     rate = items[0].sample_rate  # the group key makes the rates equal
     target = 16000 if p.whisper else (p.sample_rate or rate)
     half = 0 if p.whisper else p.n_fft // 2
-    cuda = torch.device(device).type == "cuda"
     if target == rate:
         arrays = [it.data for it in items]
-        # Whisper batches hold equal lengths (30 s after its own padding): nothing to align.
-        width = 0 if p.whisper else _aligned_width(max(it.samples for it in items) + 2 * half, p)
-        shape, dtype = batch.stacked_shape(arrays, pad=half, width=width)
-        # Pinned host memory: the copy to the device is asynchronous and at full PCIe rate.
-        torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
-        host = torch.empty(shape, dtype=torch_dtype, pin_memory=True) if cuda else None
-        stack, _ = batch.stack_padded(
-            arrays, pad=half, mode="reflect", width=width, out=None if host is None else host.numpy()
-        )
-        x = batch.to_device_float(stack if host is None else host, device)
         lengths = [it.samples for it in items]
     else:
         import nbxsig.filters
 
-        signals = [
-            nbxsig.filters.resample(batch.to_device_float(it.data, device), rate, target) for it in items
+        arrays = [
+            nbxsig.filters.resample(batch.to_device_float(it.data, device), rate, target).cpu().numpy()
+            for it in items
         ]
-        lengths = [s.shape[-1] for s in signals]
-        width = 0 if p.whisper else _aligned_width(max(lengths) + 2 * half, p)
-        stack, _ = batch.stack_padded(
-            [s.cpu().numpy() for s in signals], pad=half, mode="reflect", width=width
-        )
-        x = torch.from_numpy(stack).to(device)
+        lengths = [a.shape[-1] for a in arrays]
+    frames = [1 + (n + 2 * half - p.n_fft) // p.hop_length for n in lengths]
+    if not p.whisper and min(frames) < 1:
+        raise nio.InputFileError(f"{min(lengths)} samples are too few for n_fft={p.n_fft}")
+    # Whisper batches hold equal lengths (30 s after its own padding): nothing to align.
+    width = 0 if p.whisper else _aligned_width(max(lengths) + 2 * half, p)
+    shape, dtype = batch.stacked_shape(arrays, pad=half, width=width)
+    # Pinned host memory: the copy to the device is asynchronous and at full PCIe rate.
+    cuda = torch.device(device).type == "cuda"
+    host = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, pin_memory=cuda)
+    batch.stack_padded(arrays, pad=half, mode="reflect", width=width, out=host.numpy())
+    with clock.measure(device) if clock is not None else contextlib.nullcontext():
+        mel = _mel(batch.to_device_float(host, device), p, target).to(torch.float32)
+        if cuda:
+            # One pinned, asynchronous copy back, then one wait (a pageable copy stages through a
+            # bounce buffer at a fraction of the rate).
+            host_mel = torch.empty(mel.shape, dtype=torch.float32, pin_memory=True)
+            host_mel.copy_(mel, non_blocking=True)
+            torch.cuda.current_stream(mel.device).synchronize()
+        else:
+            host_mel = mel
+    mel_np = host_mel.numpy()
     if p.whisper:
-        mel = nbxsig.features.whisper_log_mel(x, n_mels=p.n_mels)
-        frames = [mel.shape[-1]] * len(items)
-    else:
-        frames = [1 + (n + 2 * half - p.n_fft) // p.hop_length for n in lengths]
-        if min(frames) < 1:
-            raise nio.InputFileError(f"{min(lengths)} samples are too few for n_fft={p.n_fft}")
-        fn = nbxsig.features.log_mel_spectrogram if p.log else nbxsig.features.mel_spectrogram
-        mel = fn(
-            x,
-            sample_rate=target,
-            n_fft=p.n_fft,
-            hop_length=p.hop_length,
-            f_min=p.f_min,
-            f_max=p.f_max,
-            n_mels=p.n_mels,
-            # None: the library's cached periodic Hann (the CLI's window), so the kernel's packed
-            # DFT basis is reused across batches instead of rebuilt for a fresh window tensor.
-            window=None,
-            center=False,
-        )
-    mel = mel.to(torch.float32)
-    if cuda:
-        # One pinned, asynchronous copy back, then one wait (a pageable copy stages through a bounce
-        # buffer at a fraction of the rate).
-        host_mel = torch.empty(mel.shape, dtype=torch.float32, pin_memory=True)
-        host_mel.copy_(mel, non_blocking=True)
-        torch.cuda.current_stream(mel.device).synchronize()
-        mel_np = host_mel.numpy()
-    else:
-        mel_np = mel.cpu().numpy()
+        frames = [mel_np.shape[-1]] * len(items)
     out, r = [], 0
     for it, n in zip(items, frames, strict=True):
         c = it.data.shape[0]
@@ -111,6 +95,28 @@ def mel_process(items: list[nio.Audio], *, p: MelParams, device: Any, notice: No
         out.append(mel_np[r : r + c, :, :n])
         r += c
     return out
+
+
+def _mel(x: Any, p: MelParams, target: int) -> Any:
+    """The batch's (log-)mel on its device (``x``: the reflect-padded, stacked signals)."""
+    import nbxsig.features
+
+    if p.whisper:
+        return nbxsig.features.whisper_log_mel(x, n_mels=p.n_mels)
+    fn = nbxsig.features.log_mel_spectrogram if p.log else nbxsig.features.mel_spectrogram
+    return fn(
+        x,
+        sample_rate=target,
+        n_fft=p.n_fft,
+        hop_length=p.hop_length,
+        f_min=p.f_min,
+        f_max=p.f_max,
+        n_mels=p.n_mels,
+        # None: the library's cached periodic Hann (the CLI's window), so the kernel's packed DFT
+        # basis is reused across batches instead of rebuilt for a fresh window tensor.
+        window=None,
+        center=False,
+    )
 
 
 #: Triton specialises integer arguments on divisibility by 16: a batch width and frame count that are
@@ -175,15 +181,16 @@ def mel(
         raise click.BadParameter(f"--whisper takes 80 or 128 mels, got {n_mels}", param_hint="--n-mels")
     p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
     device = resolve_device(opts)
+    clock = batch.DeviceClock()
     job = batch.Job(
         # PCM_16 stays int16 until it is on the device: half the bytes from the decode workers.
         load=functools.partial(nio.read_signal, default_rate=sample_rate or DEFAULT_ARRAY_RATE, pcm16=True),
-        process=functools.partial(mel_process, p=p, device=device, notice=Notice()),
+        process=functools.partial(mel_process, p=p, device=device, notice=Notice(), clock=clock),
         save=mel_save,
         group_key=functools.partial(mel_key, p=p),
         length=lambda a: a.samples,
         # CUDA context + kernel compilation/autotuning while the first files decode.
         warm_up=device.type == "cuda",
-        thread_load=cheap_to_decode,
+        clock=clock,
     )
     execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".npy")

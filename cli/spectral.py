@@ -18,7 +18,6 @@ from ._common import (
     BatchOptions,
     Notice,
     batch_options,
-    cheap_to_decode,
     execute,
     make_window,
     resolve_device,
@@ -152,7 +151,6 @@ def stft(
         process=functools.partial(stft_process, p=p, device=device, notice=Notice()),
         save=functools.partial(stft_save, p=p),
         length=lambda a: a.samples,
-        thread_load=cheap_to_decode,
     )
     execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".npz")
 

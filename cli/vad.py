@@ -22,7 +22,7 @@ from nbxsig import batch
 from nbxsig import io as nio
 
 from . import features
-from ._common import BatchOptions, Notice, batch_options, cheap_to_decode, execute, resolve_device
+from ._common import BatchOptions, Notice, batch_options, execute, resolve_device
 
 
 @dataclass(frozen=True)
@@ -222,6 +222,5 @@ def vad(
         group_key=functools.partial(features.mel_key, p=mel_p),
         length=lambda a: a.samples,
         warm_up=device.type == "cuda",
-        thread_load=cheap_to_decode,
     )
     execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".json")

@@ -14,7 +14,12 @@ Guarantees (the CLI's contract):
 * a file that cannot be decoded, processed or written is reported and skipped, the rest goes on;
 * decoding overlaps device work: ``jobs`` worker processes decode while the main process runs
   batches of files grouped by :attr:`Job.group_key` and by length (within ~9%), padded to the
-  longest; ``process`` trims each result to its own length, so batching never changes a result.
+  longest; ``process`` trims each result to its own length, so batching never changes a result;
+* decoded arrays reach the main process through shared memory (a fixed arena of slots, unlinked at
+  the end), not pickled through pipes; writer threads write the results while the next batches run.
+
+The main process's share per file is small (a ~100-byte message, bucketing, a manifest row): decode
+scales with ``jobs``, writing with the writer threads, and a crashing decoder fails only its file.
 """
 
 from __future__ import annotations
@@ -23,8 +28,12 @@ import contextlib
 import functools
 import json
 import math
+import mmap
 import multiprocessing
+import multiprocessing.connection as mp_connection
 import os
+import pickle
+import queue
 import signal
 import sys
 import threading
@@ -32,9 +41,9 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -309,12 +318,8 @@ class Job:
             context, Triton compilation and autotuning, several seconds on a cold cache -- then
             overlaps decoding instead of stalling the first batch. For commands whose ``process``
             is pure (writes nothing) and runs compiled kernels.
-        thread_load: ``path -> bool``: decode this input in a thread of the main process rather than
-            in a worker process. For inputs whose decoding is little more than a copy (PCM WAV,
-            ``.npy``): moving 10 s of int16 audio through a worker's pipe costs more than decoding
-            it, and a process start costs ~0.3 s. ``load`` must then be thread-safe and release
-            the GIL for its bulk work (libsndfile and file reads do). Worker processes remain for
-            the rest, and only they isolate a crashing decoder.
+        clock: where ``process`` adds up the device's busy time (see :class:`DeviceClock`), for
+            the ``--verbose`` summary; None where it does not.
     """
 
     load: Callable[[Path], Any]
@@ -323,7 +328,7 @@ class Job:
     group_key: Callable[[Any], Hashable] = field(default=lambda item: None)
     length: Callable[[Any], int] = field(default=lambda item: 0)
     warm_up: bool = False
-    thread_load: Callable[[Path], bool] = field(default=lambda path: False)
+    clock: DeviceClock | None = None
 
 
 @dataclass
@@ -344,6 +349,11 @@ class Summary:
     startup_seconds: float = 0.0
     startup_wait_seconds: float = 0.0
     batches: int = 0
+    #: Decoded values that came from a worker through its pipe rather than the shared arena (too
+    #: large for a slot, or no shared memory here): the slow path, counted to be seen.
+    piped: int = 0
+    #: Device busy time over the files' batches (warm-up excluded), from :attr:`Job.clock`.
+    device_busy_seconds: float | None = None
     interrupted: bool = False
     #: The signal that interrupted the run (SIGINT or SIGTERM), for the exit code 128 + signal.
     signal: int | None = None
@@ -364,31 +374,19 @@ class Summary:
             f"device {self.process_seconds:.2f} s in {self.batches} batches, "
             f"write {self.save_seconds:.1f} s (threads), waiting for decode {self.wait_seconds:.1f} s"
         )
+        if self.piped:
+            text += f"; {self.piped} decoded values through pipes (not shared memory)"
+        if self.device_busy_seconds is not None and self.seconds > 0:
+            text += (
+                f"; device busy {self.device_busy_seconds:.3f} s "
+                f"({100 * self.device_busy_seconds / self.seconds:.1f}% of the run)"
+            )
         if self.startup_seconds:
             text += (
                 f"; start-up {self.startup_seconds:.1f} s (device init, kernel compilation; "
                 f"overlapped with decoding, stalled {self.startup_wait_seconds:.1f} s)"
             )
         return text
-
-
-@dataclass
-class _Loaded:
-    task: Task
-    value: Any
-    decode_seconds: float
-
-
-def _worker_init() -> None:
-    # Ctrl-C reaches the whole process group: the main process handles it and shuts the pool down;
-    # workers ignore it instead of each printing a traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _timed_load(load: Callable[[Path], Any], path: Path) -> tuple[Any, float]:
-    start = time.perf_counter()
-    value = load(path)
-    return value, time.perf_counter() - start
 
 
 class _Reporter:
@@ -496,6 +494,8 @@ def run(
             reporter.row(task, "skipped", error=None)
         else:
             todo.append(task)
+    # Temporaries a killed run left behind, one folder listing each (not one per file).
+    nio.remove_stale_temps_of(t.output for t in todo if t.output is not None)
     previous = _raise_on_sigterm()
     try:
         _Engine(todo, job, batch_size=max(1, batch_size), jobs=max(0, jobs), reporter=reporter).run()
@@ -532,6 +532,295 @@ def _restore_sigterm(previous: Any) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
+@dataclass
+class _Loaded:
+    task: Task
+    value: Any
+    decode_seconds: float
+    #: The arena slot holding the value's arrays (None: the value owns its memory).
+    slot: int | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Decode workers and the shared-memory arena
+#
+# A worker decodes a file and pickles the result with protocol 5, its arrays out of band: each
+# array is copied once into the worker's arena slot, and the main process rebuilds the value around
+# views of the slot -- no copy, no unpickling of the samples under the main process's GIL, only a
+# ~100-byte message through the pipe. A value that does not fit its slot (or every value when no
+# arena could be made) travels through the pipe instead, pickled whole: slower, same result.
+
+#: Bytes per slot: 1 min of 16 kHz mono float32 (4 min of int16). Slots cost address space only
+#: until touched, so they are sized for long files rather than for the typical one.
+_SLOT_BYTES = 4 << 20
+#: Slots smaller than this are not worth an arena (the pipe is used throughout).
+_MIN_SLOT_BYTES = 64 << 10
+#: The arena's address space: at most this, and at most a quarter of the free physical memory
+#: (every slot may end up touched).
+_MAX_ARENA_BYTES = 8 << 30
+#: Slots at least, where a device warm-up runs: while the device starts (CUDA context, kernels: ~1 s)
+#: the workers decode ahead into the arena instead of idling behind a full first batch.
+_WARM_UP_SLOTS = 1024
+#: Files queued per worker: the next ones are waiting when a decode ends, so a worker does not idle
+#: for the main process's round trip.
+_PER_WORKER = 4
+
+
+def _map_arena(owner: int, fd: int, size: int) -> mmap.mmap:
+    """Map the arena (a memfd) of process ``owner`` in another process, through /proc."""
+    own = os.open(f"/proc/{owner}/fd/{fd}", os.O_RDWR)
+    try:
+        return mmap.mmap(own, size)
+    finally:
+        os.close(own)
+
+
+class _Arena:
+    """Shared memory cut into equal slots: an anonymous memory file (``memfd``), owned by the main
+    process, mapped by the workers through /proc. It has no name anywhere: nothing to unlink, and
+    nothing left behind however the processes end (the memory goes with the last mapping). Not in
+    /dev/shm either, whose size containers often limit to 64 MB (a write past a full tmpfs would kill
+    the worker with SIGBUS)."""
+
+    def __init__(self, slots: int, slot_bytes: int) -> None:
+        self.slot_bytes = slot_bytes
+        self.size = slots * slot_bytes
+        self.fd = os.memfd_create("nbxsig-arena", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, self.size)
+            # Never closed explicitly: values handed to the job are views of it; it is unmapped when
+            # the last of them is gone.
+            self.view = memoryview(mmap.mmap(self.fd, self.size))
+        except OSError:
+            os.close(self.fd)
+            raise
+        self.free = list(range(slots - 1, -1, -1))
+
+    @classmethod
+    def make(cls, slots: int) -> _Arena | None:
+        """An arena of ``slots`` slots, or None where anonymous shared memory is unavailable."""
+        if not hasattr(os, "memfd_create") or not os.path.isdir(f"/proc/{os.getpid()}/fd"):
+            return None
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            free = _MAX_ARENA_BYTES
+        room = min(_MAX_ARENA_BYTES, free // 4)
+        slot_bytes = min(_SLOT_BYTES, room // max(1, slots)) // mmap.PAGESIZE * mmap.PAGESIZE
+        if slot_bytes < _MIN_SLOT_BYTES:
+            return None
+        try:
+            return cls(slots, slot_bytes)
+        except OSError:
+            return None
+
+    @property
+    def spec(self) -> tuple[int, int, int]:
+        """What a worker needs to map it: (owner pid, fd, size)."""
+        return os.getpid(), self.fd, self.size
+
+    def take(self) -> int | None:
+        return self.free.pop() if self.free else None
+
+    def give(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def unpack(self, head: bytes, spans: list[tuple[int, int]]) -> Any:
+        return pickle.loads(head, buffers=[self.view[o : o + n] for o, n in spans])
+
+    def close(self) -> None:
+        """Close the descriptor (the mappings stay valid while they are used)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _pack(value: Any, view: memoryview | None, offset: int, capacity: int) -> tuple[bytes, list | None]:
+    """``value`` pickled with its arrays copied into ``view[offset : offset + capacity]`` (returns the
+    pickle and the arrays' spans), or pickled whole (spans None) when they do not fit."""
+    if view is not None and capacity:
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        spans, pos, end = [], offset, offset + capacity
+        for buffer in buffers:
+            try:
+                raw = buffer.raw()
+            except BufferError:  # a non-contiguous buffer: not a NumPy array's
+                break
+            if pos + raw.nbytes > end:
+                break
+            view[pos : pos + raw.nbytes] = raw
+            spans.append((pos, raw.nbytes))
+            pos += -(-raw.nbytes // 64) * 64  # aligned for vector loads
+        else:
+            return head, spans
+    return pickle.dumps(value, protocol=5), None
+
+
+def _decode_worker(conn: Connection, arena: tuple[int, int, int] | None, load: Callable[[Path], Any]) -> None:
+    """A decode process: ``(path, offset, capacity)`` in, ``(ok, pickle | error, spans, seconds)``
+    out, in order, until the pipe closes or ``None`` arrives. Its first message says it started."""
+    # Ctrl-C reaches the whole process group: the main process handles it and stops the workers;
+    # a worker ignores it instead of printing a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    view = None
+    if arena is not None:
+        with contextlib.suppress(OSError):  # then every value goes through the pipe
+            view = memoryview(_map_arena(*arena))
+    conn.send("ready")
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        path, offset, capacity = message
+        start = time.perf_counter()
+        try:
+            head, spans = _pack(load(path), view, offset, capacity)
+            reply = (True, head, spans, time.perf_counter() - start)
+        except Exception as exc:
+            reply = (False, _error_text(path, exc), None, time.perf_counter() - start)
+        try:
+            conn.send(reply)
+        except OSError:  # the main process is gone
+            return
+
+
+#: What the pool yields per file: (task, value, arena slot, decode seconds, error text or None).
+_Answer = tuple[Task, Any, "int | None", float, "str | None"]
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    queued: deque[tuple[Task, int | None]] = field(default_factory=deque)
+    ready: bool = False
+
+
+class DecodeWorkerError(NbxsigError, RuntimeError):
+    """A decode worker process died before it could start (a broken installation, not a bad file)."""
+
+
+class _DecodePool:
+    """``jobs`` spawned decode processes (spawn, not fork: the main process may hold a CUDA context,
+    which a forked child cannot use), each fed through its own pipe. Started on first use."""
+
+    def __init__(self, load: Callable[[Path], Any], jobs: int, arena: _Arena | None) -> None:
+        self.load = load
+        self.arena = arena
+        self.context = multiprocessing.get_context("spawn")
+        self.workers: list[_Worker | None] = [None] * jobs
+
+    def _start(self) -> _Worker:
+        parent, child = self.context.Pipe(duplex=True)
+        spec = self.arena.spec if self.arena is not None else None
+        process = self.context.Process(
+            target=_decode_worker, args=(child, spec, self.load), name="nbxsig-decode", daemon=True
+        )
+        process.start()
+        child.close()
+        return _Worker(process, parent)
+
+    @property
+    def queued(self) -> int:
+        return sum(len(w.queued) for w in self.workers if w is not None)
+
+    def feed(self, todo: deque[Task]) -> None:
+        """Queue files from ``todo`` until every worker has ``_PER_WORKER``, ``todo`` is empty or the
+        arena has no free slot."""
+        for i, worker in enumerate(self.workers):
+            while todo and (worker is None or len(worker.queued) < _PER_WORKER):
+                if self.arena is not None and not self.arena.free:
+                    return  # every slot holds a file not yet written: wait for writes
+                if worker is None:
+                    worker = self.workers[i] = self._start()
+                task = todo.popleft()
+                slot = self.arena.take() if self.arena is not None else None
+                offset, capacity = (0, 0) if slot is None else self._span(slot)
+                try:
+                    worker.conn.send((task.input, offset, capacity))
+                except OSError:  # it died idle (killed from outside): replace it, retry the file
+                    self._give(slot)
+                    todo.appendleft(task)
+                    worker.process.join(1.0)
+                    worker.conn.close()
+                    worker = self.workers[i] = self._start()
+                    continue
+                worker.queued.append((task, slot))
+
+    def collect(self, todo: deque[Task]) -> Iterator[_Answer]:
+        """Wait until some workers answer; yield ``(task, value, slot, seconds, error)`` for each answer.
+        A worker that died fails the file it was decoding and gives its other files back to ``todo``."""
+        by_conn = {w.conn: w for w in self.workers if w is not None and w.queued}
+        for conn in mp_connection.wait(list(by_conn)):
+            worker = by_conn[conn]  # type: ignore[index]
+            try:
+                while conn.poll():  # every answer already there, not one per wait
+                    reply = conn.recv()
+                    if reply == "ready":
+                        worker.ready = True
+                        continue
+                    task, slot = worker.queued.popleft()
+                    ok, payload, spans, seconds = reply
+                    if not ok:
+                        self._give(slot)
+                        yield task, None, None, seconds, payload
+                    elif spans is None:
+                        self._give(slot)
+                        yield task, pickle.loads(payload), None, seconds, None
+                    else:
+                        assert self.arena is not None
+                        yield task, self.arena.unpack(payload, spans), slot, seconds, None
+                    if not worker.queued:
+                        break
+            except (EOFError, OSError):
+                yield from self._died(worker, todo)
+
+    def _died(self, worker: _Worker, todo: deque[Task]) -> Iterator[_Answer]:
+        self.workers[self.workers.index(worker)] = None
+        worker.conn.close()
+        worker.process.join(5)
+        if not worker.ready:
+            raise DecodeWorkerError(
+                f"a decode worker process exited at start-up (exit code {worker.process.exitcode}); "
+                "run with -j 0 to decode in the main process and see the error"
+            )
+        # A worker decodes its files in order: the first still queued is the one it died on; the
+        # others were never started and go back to the front of the queue.
+        task, slot = worker.queued.popleft()
+        self._give(slot)
+        for other, other_slot in reversed(worker.queued):
+            self._give(other_slot)
+            todo.appendleft(other)
+        yield task, None, None, 0.0, f"{task.input}: the decoder process crashed on this file"
+
+    def _span(self, slot: int) -> tuple[int, int]:
+        assert self.arena is not None
+        return slot * self.arena.slot_bytes, self.arena.slot_bytes
+
+    def _give(self, slot: int | None) -> None:
+        if slot is not None and self.arena is not None:
+            self.arena.give(slot)
+
+    def close(self) -> None:
+        """Stop the workers: ask, wait a little, then terminate the ones still decoding."""
+        live = [w for w in self.workers if w is not None]
+        for w in live:
+            with contextlib.suppress(OSError):
+                w.conn.send(None)
+        deadline = time.monotonic() + 2.0
+        for w in live:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join(1.0)
+            w.conn.close()
+        self.workers = [None] * len(self.workers)
+
+
 class _Engine:
     """Decode in workers → bucket by (group key, length) → process in batches → save in threads."""
 
@@ -544,48 +833,54 @@ class _Engine:
         self.reporter = reporter
         self.summary = reporter.summary
         self.buckets: dict[Hashable, list[_Loaded]] = {}
+        self.bucket_lengths: dict[Hashable, int] = {}
         self.buffered = 0
-        # Enough decodes in flight to fill the next batch while the current one runs.
-        self.max_in_flight = max(2 * self.jobs, batch_size + self.jobs)
         self.max_buffered = 2 * batch_size + self.jobs
         # Results waiting for a writer: beyond this the main process waits for writes (memory bound).
         self.max_pending_saves = max(4 * batch_size, 64)
         self.warm_thread: threading.Thread | None = None
+        # Finished saves, queued by the writer threads' callbacks, reported by the main thread.
+        self.saves_done: queue.SimpleQueue[tuple[Future, _Loaded, float]] = queue.SimpleQueue()
+        self.saves_pending = 0
+        self.arena: _Arena | None = None
+        self.pool: _DecodePool | None = None
+        self.clock_after_warm_up = 0.0
 
     def run(self) -> None:
         # Writes (encode + fsync) overlap each other and the device work. fsync waits on the disk,
         # not the CPU, so more threads than cores help: their syncs share journal commits.
         saver = ThreadPoolExecutor(max_workers=_SAVE_THREADS, thread_name_prefix="nbxsig-save")
-        self.saves: list[tuple[Future, _Loaded, float]] = []
         if self.job.warm_up and self.todo:
             self._start_warm_up(self.todo[0])
-        self.pool: ProcessPoolExecutor | None = None
-        self.threads: ThreadPoolExecutor | None = None
         try:
             if self.jobs == 0:
                 while self.todo:
                     task = self.todo.popleft()
+                    start = time.perf_counter()
                     try:
-                        value, seconds = _timed_load(self.job.load, task.input)
+                        value = self.job.load(task.input)
                     except Exception as exc:
                         self.reporter.row(task, "failed", error=_error_text(task.input, exc))
                         continue
-                    self._add(_Loaded(task, value, seconds), saver)
+                    self._add(_Loaded(task, value, time.perf_counter() - start), saver)
                     self._drain_saves(block=False)
             else:
                 self._pump(saver)
-            for key in list(self.buckets):
-                self._flush(key, saver)
+            while self.buckets:
+                self._flush(next(iter(self.buckets)), saver)
             self._join_warm_up()  # not left compiling at exit when every input failed
             self._drain_saves(block=True)
         finally:
             if self.pool is not None:
-                self.pool.shutdown(wait=False, cancel_futures=True)
-            if self.threads is not None:
-                self.threads.shutdown(wait=False, cancel_futures=True)
+                self.pool.close()
             saver.shutdown(wait=True, cancel_futures=True)
             # Saves that ran before an interruption still count.
             self._drain_saves(block=False)
+            self.buckets.clear()
+            if self.arena is not None:
+                self.arena.close()
+            if self.job.clock is not None:
+                self.summary.device_busy_seconds = self.job.clock.seconds - self.clock_after_warm_up
 
     def _start_warm_up(self, first: Task) -> None:
         batch = self.batch_size
@@ -613,100 +908,84 @@ class _Engine:
                 self.warm_thread.join(0.1)  # short joins: Ctrl-C/SIGTERM stay responsive
             self.summary.startup_wait_seconds = time.perf_counter() - t0
             self.warm_thread = None
-
-    def _submit(self, task: Task, *, process: bool = False) -> tuple[Future, bool]:
-        """Start decoding ``task``: in a thread where the job says its load is a cheap copy (no
-        pickling through a pipe, no process start), else in a worker process (started on first use).
-        Returns the future and whether a process runs it."""
-        if not process and self.job.thread_load(task.input):
-            if self.threads is None:
-                self.threads = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nbxsig-decode")
-            return self.threads.submit(_timed_load, self.job.load, task.input), False
-        if self.pool is None:
-            # spawn, not fork: the main process may hold a CUDA context, which a forked child cannot use.
-            self.pool = ProcessPoolExecutor(
-                max_workers=self.jobs,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init,
-            )
-        return self.pool.submit(_timed_load, self.job.load, task.input), True
+            if self.job.clock is not None:  # the device time of the files, not of the warm-up
+                self.clock_after_warm_up = self.job.clock.seconds
 
     def _pump(self, saver: ThreadPoolExecutor) -> None:
-        in_flight: dict[Future, Task] = {}
-        in_process: set[Future] = set()
-        # Files that were being decoded when a worker died. One of them killed it; decoding them
-        # one at a time finds which, without blaming the others.
-        suspects: deque[Task] = deque()
-        alone: Task | None = None
-        while self.todo or in_flight or suspects:
-            if suspects:
-                if not in_flight:
-                    alone = suspects.popleft()
-                    fut, _ = self._submit(alone, process=True)
-                    in_flight[fut] = alone
-                    in_process.add(fut)
-            else:
-                alone = None
-                while self.todo and len(in_flight) < self.max_in_flight:
-                    task = self.todo.popleft()
-                    fut, by_process = self._submit(task)
-                    in_flight[fut] = task
-                    if by_process:
-                        in_process.add(fut)
+        # Every decoded value holds its slot until its result is written: room for the most that
+        # can be held at once (queued + buffered + one batch + pending writes), and during a device
+        # warm-up for decoding ahead.
+        slots = self.jobs * _PER_WORKER + self.max_buffered + 2 * self.batch_size + self.max_pending_saves
+        if self.warm_thread is not None:
+            slots = max(slots, _WARM_UP_SLOTS)
+        self.arena = _Arena.make(slots)
+        self.pool = pool = _DecodePool(self.job.load, self.jobs, self.arena)
+        while self.todo or pool.queued:
+            pool.feed(self.todo)
+            if not pool.queued:
+                # Every slot holds a file waiting for its batch or its write: run a batch, then
+                # wait for a write to end.
+                if self.buckets:
+                    self._join_warm_up()
+                    self._flush(max(self.buckets, key=lambda k: len(self.buckets[k])), saver)
+                self._drain_saves(block=True, keep=max(0, self.saves_pending - 1))
+                continue
             t0 = time.perf_counter()
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            answers = list(pool.collect(self.todo))
             self.summary.wait_seconds += time.perf_counter() - t0
-            broken = False
-            for fut in done:
-                task = in_flight.pop(fut)
-                in_process.discard(fut)
-                try:
-                    value, seconds = fut.result()
-                except BrokenProcessPool:
-                    broken = True
-                    if task is alone:
-                        error = f"{task.input}: the decoder process crashed on this file"
-                        self.reporter.row(task, "failed", error=error)
-                    else:
-                        suspects.append(task)
-                    continue
-                except Exception as exc:
-                    self.reporter.row(task, "failed", error=_error_text(task.input, exc))
-                    continue
-                self._add(_Loaded(task, value, seconds), saver)
-            if broken:
-                # The pool is unusable after a worker death: every decode queued in it is lost with
-                # it (decodes in threads go on); the next process decode starts a fresh pool.
-                for fut in in_process:
-                    suspects.append(in_flight.pop(fut))
-                in_process.clear()
-                assert self.pool is not None
-                self.pool.shutdown(wait=False, cancel_futures=True)
-                self.pool = None
+            for task, value, slot, seconds, error in answers:
+                if error is not None:
+                    self.reporter.row(task, "failed", error=error, seconds=seconds)
+                else:
+                    self.summary.piped += slot is None
+                    self._add(_Loaded(task, value, seconds, slot), saver)
             self._drain_saves(block=False)
+
+    def _warming_up(self) -> bool:
+        """Whether the device warm-up still runs and the arena has room to decode ahead meanwhile."""
+        return (
+            self.warm_thread is not None
+            and self.warm_thread.is_alive()
+            and self.arena is not None
+            and len(self.arena.free) > self.jobs * _PER_WORKER
+        )
 
     def _add(self, loaded: _Loaded, saver: ThreadPoolExecutor) -> None:
         length = max(1, int(self.job.length(loaded.value)))
         key = (self.job.group_key(loaded.value), int(math.log2(length) * _BUCKETS_PER_OCTAVE))
         self.summary.decode_seconds += loaded.decode_seconds
-        bucket = self.buckets.setdefault(key, [])
-        bucket.append(loaded)
+        self.buckets.setdefault(key, []).append(loaded)
+        self.bucket_lengths[key] = self.bucket_lengths.get(key, 0) + length
         self.buffered += 1
-        if (
-            len(bucket) >= self.batch_size
-            or sum(self.job.length(b.value) for b in bucket) >= _MAX_BATCH_LENGTH
-        ):
-            self._flush(key, saver)
-        elif self.buffered > self.max_buffered:
+        if self._warming_up():
+            return  # batches would wait for the device; decoding goes on
+        for k in list(self.buckets) if self.warm_thread is not None else [key]:
+            # After a warm-up, the batches that filled up meanwhile.
+            while k in self.buckets and (
+                len(self.buckets[k]) >= self.batch_size or self.bucket_lengths[k] >= _MAX_BATCH_LENGTH
+            ):
+                self._flush(k, saver)
+        while self.buffered > self.max_buffered:
             self._flush(max(self.buckets, key=lambda k: len(self.buckets[k])), saver)
 
     def _flush(self, key: Hashable, saver: ThreadPoolExecutor) -> None:
-        items = self.buckets.pop(key, [])
+        """Process one batch from bucket ``key``: its first files, up to the batch size and length."""
+        bucket = self.buckets.get(key, [])
+        count, total = 0, 0
+        while count < min(len(bucket), self.batch_size) and (count == 0 or total < _MAX_BATCH_LENGTH):
+            total += max(1, int(self.job.length(bucket[count].value)))
+            count += 1
+        items, rest = bucket[:count], bucket[count:]
+        if rest:
+            self.buckets[key], self.bucket_lengths[key] = rest, self.bucket_lengths[key] - total
+        else:
+            self.buckets.pop(key, None)
+            self.bucket_lengths.pop(key, None)
         self.buffered -= len(items)
         if not items:
             return
         self._join_warm_up()
-        if len(self.saves) > self.max_pending_saves:
+        if self.saves_pending > self.max_pending_saves:
             self._drain_saves(block=True, keep=self.max_pending_saves // 2)
         t0 = time.perf_counter()
         try:
@@ -733,41 +1012,51 @@ class _Engine:
         share = elapsed / len(items)
         for it, result, exc in outcomes:
             if exc is not None:
-                self.reporter.row(
-                    it.task,
-                    "failed",
-                    error=_error_text(it.task.input, exc),
-                    seconds=it.decode_seconds + share,
-                )
+                error = _error_text(it.task.input, exc)
+                self.reporter.row(it.task, "failed", error=error, seconds=it.decode_seconds + share)
+                self._release(it)
                 continue
+            entry_seconds = it.decode_seconds + share
             fut = saver.submit(self._save, it, result)
-            self.saves.append((fut, it, it.decode_seconds + share))
+            self.saves_pending += 1
+            fut.add_done_callback(lambda f, it=it, s=entry_seconds: self.saves_done.put((f, it, s)))
 
     def _save(self, loaded: _Loaded, result: Any) -> float:
         t0 = time.perf_counter()
         assert loaded.task.output is not None
-        nio.remove_stale_temps(loaded.task.output)
         self.job.save(loaded.value, result, loaded.task.output)
         return time.perf_counter() - t0
 
+    def _release(self, loaded: _Loaded) -> None:
+        """The value is done with: its arena slot may take the next file."""
+        loaded.value = None
+        if loaded.slot is not None and self.arena is not None:
+            self.arena.give(loaded.slot)
+            loaded.slot = None
+
     def _drain_saves(self, *, block: bool, keep: int = 0) -> None:
-        """Report finished saves; with ``block``, wait until at most ``keep`` (the newest) are left."""
-        remaining = []
-        wait_for = len(self.saves) - keep if block else 0
-        for i, (fut, it, seconds) in enumerate(self.saves):
-            if not fut.done() and i >= wait_for:
-                remaining.append((fut, it, seconds))
-                continue
-            if fut.cancelled():
-                continue
+        """Report finished saves; with ``block``, wait until at most ``keep`` are pending."""
+        while True:
             try:
-                save_seconds = fut.result()
-            except Exception as exc:
-                self.reporter.row(it.task, "failed", error=_error_text(it.task.output or it.task.input, exc))
-                continue
-            self.summary.save_seconds += save_seconds
-            self.reporter.row(it.task, "ok", seconds=seconds + save_seconds, value=it.value)
-        self.saves = remaining
+                fut, it, seconds = self.saves_done.get_nowait()
+            except queue.Empty:
+                if not block or self.saves_pending <= keep:
+                    return
+                try:
+                    fut, it, seconds = self.saves_done.get(timeout=0.1)  # Ctrl-C stays responsive
+                except queue.Empty:
+                    continue
+            self.saves_pending -= 1
+            if not fut.cancelled():
+                try:
+                    save_seconds = fut.result()
+                except Exception as exc:
+                    error = _error_text(it.task.output or it.task.input, exc)
+                    self.reporter.row(it.task, "failed", error=error)
+                else:
+                    self.summary.save_seconds += save_seconds
+                    self.reporter.row(it.task, "ok", seconds=seconds + save_seconds, value=it.value)
+            self._release(it)
 
 
 # --------------------------------------------------------------------------------------------
@@ -870,5 +1159,42 @@ def _cpu_count() -> int:
 
 
 def default_jobs() -> int:
-    """Decode workers by default: the CPUs available, at most 8."""
+    """Decode workers by default: the CPUs available, at most 8. More did not help on the 16-CPU GPU
+    machine (2000 × 10 s WAV through ``nbxsig mel``: 3.0 s with 8, 3.2 s with 16): past a few
+    workers the main process -- device start-up, batches, writes, one GIL -- is the limit."""
     return min(8, _cpu_count())
+
+
+class DeviceClock:
+    """Adds up the device time of each batch's device work, for the ``--verbose`` summary's
+    "device busy": on CUDA the interval between two events recorded around the work (from the first
+    copy to the device to the last copy back; an upper bound on kernel time, since gaps in which the
+    device waits for the host inside the interval count too); on the CPU the host's wall time.
+
+    Example::
+
+        clock = DeviceClock()
+        with clock.measure(x.device):
+            y = work(x).cpu()
+        clock.seconds
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    @contextlib.contextmanager
+    def measure(self, device: Any) -> Iterator[None]:
+        import torch
+
+        device = torch.device(device)
+        if device.type != "cuda":
+            start = time.perf_counter()
+            yield
+            self.seconds += time.perf_counter() - start
+            return
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record(torch.cuda.current_stream(device))
+        yield
+        end.record(torch.cuda.current_stream(device))
+        end.synchronize()
+        self.seconds += begin.elapsed_time(end) / 1000.0

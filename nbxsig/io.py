@@ -22,9 +22,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -334,6 +336,26 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> int:
     return removed
 
 
+def remove_stale_temps_of(paths: Iterable[str | os.PathLike[str]]) -> int:
+    """:func:`remove_stale_temps` for many destinations, listing each folder once (not once per
+    destination, which costs a listing of the whole folder per file); returns how many were removed.
+    Only temporaries of the given destinations go: another process writing other outputs into the
+    same folder (``--shard``) keeps its own."""
+    wanted: dict[Path, set[str]] = {}
+    for p in paths:
+        p = Path(p)
+        wanted.setdefault(p.parent, set()).add(p.name)
+    removed = 0
+    for folder, names in wanted.items():
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                if is_temp_name(entry.name) and entry.name[1:].rpartition(_TEMP_MARK)[0] in names:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+                        removed += 1
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], *, make_parents: bool = True) -> Iterator[IO[bytes]]:
     """Open a binary file object whose contents replace ``path`` atomically when the block ends
@@ -344,10 +366,15 @@ def atomic_open(path: str | os.PathLike[str], *, make_parents: bool = True) -> I
         OSError: the folder cannot be created or written (e.g. a parent is a regular file).
     """
     path = Path(path)
-    if make_parents:
-        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(path)
-    f = open(tmp, "xb")  # noqa: SIM115 - closed below, before the rename
+    try:
+        f = open(tmp, "xb")  # noqa: SIM115 - closed below, before the rename
+    except FileNotFoundError:
+        if not make_parents:
+            raise
+        # Only now: a batch writes thousands of files into folders that exist after the first.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(tmp, "xb")  # noqa: SIM115
     try:
         yield f
         f.flush()
@@ -396,9 +423,29 @@ def write_audio(
 
 
 def write_npy(path: str | os.PathLike[str], data: Any) -> None:
-    """Save one array as ``.npy``, atomically."""
+    """Save one array as ``.npy``, atomically (the bytes of ``np.save``)."""
+    arr = _numpy(data)
+    if not arr.flags.c_contiguous or arr.dtype.hasobject or arr.dtype.fields is not None:
+        with atomic_open(path) as f:
+            np.save(f, arr, allow_pickle=False)
+        return
+    # The common case in few Python steps: a batch writes thousands of these from writer threads
+    # that share one GIL, which os.write releases for the data (np.save's file handling does not).
+    header = _npy_header(arr.shape, np.lib.format.dtype_to_descr(arr.dtype))
     with atomic_open(path) as f:
-        np.save(f, _numpy(data), allow_pickle=False)
+        fd = f.fileno()
+        for chunk in (header, memoryview(arr.reshape(-1).view(np.uint8))):
+            while chunk:
+                chunk = chunk[os.write(fd, chunk) :]
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(shape: tuple[int, ...], descr: str) -> memoryview:
+    """The .npy (version 1.0) header np.save writes for a C-ordered array (cached: a batch's files
+    mostly share shapes)."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    return memoryview(buffer.getvalue())
 
 
 def write_npz(path: str | os.PathLike[str], arrays: dict[str, Any]) -> None:

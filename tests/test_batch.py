@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io as stdio
 import json
@@ -350,21 +351,6 @@ def test_stack_padded_modes_and_mixed_dtypes() -> None:
         batch.stack_padded([b], pad=2, mode="reflect")
 
 
-def test_a_crashing_decoder_fails_only_its_file(tmp_path: Path) -> None:
-    from test_batch_crashloader import crashing_load
-
-    paths = _arrays(tmp_path / "in", [30, 31, 32, 33, 34, 35])
-    np.save(tmp_path / "in/crash.npy", np.ones((1, 30), np.float32))
-    toy = ToyJob()
-    job = toy.job()
-    job.load = crashing_load
-    stream = stdio.StringIO()
-    summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2, stream=stream)
-    assert (summary.ok, summary.failed) == (len(paths), 1), stream.getvalue()
-    assert "crash.npy: the decoder process crashed on this file" in stream.getvalue()
-    assert all((tmp_path / "out" / p.name).exists() for p in paths)
-
-
 @pytest.mark.parametrize("pad", [1, 3, 5, 6])
 def test_stack_padded_reflect_in_place_equals_torch_and_fills_width(pad: int) -> None:
     # Written in place (no np.pad); includes the edge case of exactly pad + 1 samples.
@@ -386,38 +372,207 @@ def test_stack_padded_reflect_in_place_equals_torch_and_fills_width(pad: int) ->
         batch.stack_padded(arrays, pad=pad, out=np.zeros((4, 3), np.float32))
 
 
-def test_decode_threads_and_processes_mix(tmp_path: Path) -> None:
-    # Cheap inputs decode in threads, the rest in worker processes; a crash in a process still
-    # fails only its own file, and no thread decode is lost when the pool is replaced.
-    from test_batch_crashloader import crashing_load
+# --------------------------------------------------------------------------------------------
+# decode workers and the shared-memory arena
 
-    lengths = [30, 31, 32, 33, 34, 35, 36, 37]
-    paths = _arrays(tmp_path / "in", lengths)
-    np.save(tmp_path / "in/crash.npy", np.ones((1, 30), np.float32))
-    toy = ToyJob()
-    job = toy.job()
-    job.load = crashing_load
-    in_thread = {p.name for p in paths[::2]}
-    job.thread_load = lambda path: path.name in in_thread
-    stream = stdio.StringIO()
-    summary = batch.run(_tasks(tmp_path), job, batch_size=3, jobs=2, stream=stream)
-    assert (summary.ok, summary.failed) == (len(paths), 1), stream.getvalue()
-    assert "crash.npy: the decoder process crashed on this file" in stream.getvalue()
+
+def _arena_left() -> bool:
+    """Whether this process still has an arena (a memfd) open or mapped."""
+    import gc
+    import os
+
+    gc.collect()
+    fds = Path("/proc/self/fd")
+    links = []
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(fd))
+    return (
+        any("nbxsig-arena" in link for link in links) or "nbxsig-arena" in Path("/proc/self/maps").read_text()
+    )
+
+
+def _no_children_left() -> bool:
+    import multiprocessing
+
+    return multiprocessing.active_children() == []
+
+
+def _check_doubled(tmp_path: Path, lengths: list[int]) -> None:
     for i, n in enumerate(lengths):
         got = np.load(tmp_path / f"out/x{i:02d}.npy")
         np.testing.assert_array_equal(got, 2 * np.arange(1, n + 1, dtype=np.float32)[None] / n)
 
 
-def test_decode_threads_only_start_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_pool(*args, **kwargs):
-        raise AssertionError("a worker process was started for thread-decodable inputs")
+def test_workers_hand_values_over_in_shared_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lengths = [300, 301, 302, 303, 304, 305, 306, 307, 5000]
+    _arrays(tmp_path / "in", lengths)
+    unpacked: list[int] = []
+    original = batch._Arena.unpack
 
-    monkeypatch.setattr(batch, "ProcessPoolExecutor", no_pool)
-    _arrays(tmp_path / "in", [40, 41, 42, 43, 44])
+    def unpack(self, head, spans):
+        value = original(self, head, spans)
+        unpacked.append(value.samples)
+        # The samples are a view of the arena, not a copy.
+        assert value.data.base is not None and not value.data.flags.owndata
+        return value
+
+    monkeypatch.setattr(batch._Arena, "unpack", unpack)
+    assert not _arena_left()
+    arena = batch._Arena.make(4)
+    assert arena is not None and _arena_left()  # the check sees an arena
+    arena.close()
+    del arena
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=4, jobs=2)
+    assert (summary.ok, summary.failed) == (len(lengths), 0)
+    assert sorted(unpacked) == sorted(lengths) and summary.piped == 0
+    _check_doubled(tmp_path, lengths)
+    assert not _arena_left() and _no_children_left()
+
+
+def test_values_too_large_for_a_slot_travel_through_the_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 4 KiB slots: 1000 float32 samples fit, 2000 do not.
+    monkeypatch.setattr(batch, "_SLOT_BYTES", 4096)
+    monkeypatch.setattr(batch, "_MIN_SLOT_BYTES", 4096)
+    lengths = [1000, 2000, 1001, 2001, 1002, 2002]
+    _arrays(tmp_path / "in", lengths)
+    unpacked: list[int] = []
+    original = batch._Arena.unpack
+    monkeypatch.setattr(batch._Arena, "unpack", lambda self, h, s: unpacked.append(1) or original(self, h, s))
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=2, jobs=2)
+    assert (summary.ok, summary.failed) == (6, 0)
+    assert len(unpacked) == 3 and summary.piped == 3  # the short ones fit their slots
+    assert "3 decoded values through pipes" in summary.details()
+    _check_doubled(tmp_path, lengths)
+    assert not _arena_left()
+
+
+def test_without_shared_memory_the_pipes_carry_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch._Arena, "make", classmethod(lambda cls, slots: None))
+    lengths = [40, 41, 42, 43, 44]
+    _arrays(tmp_path / "in", lengths)
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=2, jobs=2)
+    assert (summary.ok, summary.failed, summary.piped) == (5, 0, 5)
+    _check_doubled(tmp_path, lengths)
+
+
+def test_a_crashing_decoder_fails_only_its_file_and_leaks_nothing(tmp_path: Path) -> None:
+    # The crash comes while other files are queued to the same worker: they go to a fresh one.
+    from test_batch_crashloader import crashing_load
+
+    lengths = [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41]
+    _arrays(tmp_path / "in", lengths)
+    for name in ("crash1.npy", "crash2.npy"):
+        np.save(tmp_path / "in" / name, np.ones((1, 30), np.float32))
+    (tmp_path / "in/corrupt.npy").write_bytes(b"\x93NUMPY garbage")
     job = ToyJob().job()
-    job.thread_load = lambda path: True
+    job.load = crashing_load
+    stream = stdio.StringIO()
+    manifest = tmp_path / "m.jsonl"
+    summary = batch.run(_tasks(tmp_path), job, batch_size=3, jobs=2, stream=stream, manifest=manifest)
+    assert (summary.ok, summary.failed) == (len(lengths), 3), stream.getvalue()
+    text = stream.getvalue()
+    assert "crash1.npy: the decoder process crashed on this file" in text
+    assert "crash2.npy: the decoder process crashed on this file" in text
+    assert "corrupt.npy: cannot load as a NumPy array" in text
+    rows = {Path(r["input"]).name: r["status"] for r in _rows(manifest)}
+    assert len(rows) == len(lengths) + 3 and list(rows.values()).count("failed") == 3
+    _check_doubled(tmp_path, lengths)
+    assert not _arena_left() and _no_children_left()
+
+
+def test_a_worker_that_cannot_start_is_an_error_not_a_bad_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_batch_crashloader import unloadable_load
+
+    _arrays(tmp_path / "in", [30, 31, 32, 33])
+    job = ToyJob().job()
+    job.load = unloadable_load
+    with pytest.raises(batch.DecodeWorkerError, match="exited at start-up"):
+        batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2)
+    assert not _arena_left() and _no_children_left()
+
+
+def test_an_interrupted_run_stops_its_workers_and_unlinks_the_arena(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [30 + i for i in range(12)])
+    toy = ToyJob()
+
+    def process(items):
+        if len(toy.batches) == 2:
+            raise KeyboardInterrupt
+        return toy.process(items)
+
+    job = toy.job()
+    job.process = process
     summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2)
-    assert (summary.ok, summary.failed) == (5, 0)
+    assert summary.interrupted and summary.ok >= 1
+    assert not [p for p in (tmp_path / "out").rglob("*") if nio.is_temp_name(p.name)]
+    assert not _arena_left() and _no_children_left()
+
+
+def test_workers_decode_ahead_while_the_device_warms_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    lengths = [30 + i % 3 for i in range(40)]
+    _arrays(tmp_path / "in", lengths)
+    unpacked: list[int] = []
+    original = batch._Arena.unpack
+    monkeypatch.setattr(batch._Arena, "unpack", lambda self, h, s: unpacked.append(1) or original(self, h, s))
+    toy = ToyJob()
+    decoded_at_first_batch: list[int] = []
+
+    def process(items):
+        if not decoded_at_first_batch:
+            decoded_at_first_batch.append(-1)
+            time.sleep(3.0)  # the warm-up: a slow device start
+        elif len(decoded_at_first_batch) == 1:
+            decoded_at_first_batch.append(len(unpacked))
+        return toy.process(items)
+
+    job = toy.job()
+    job.process, job.warm_up = process, True
+    summary = batch.run(_tasks(tmp_path), job, batch_size=2, jobs=2)
+    assert (summary.ok, summary.failed) == (40, 0)
+    # Without decoding ahead, the first batch would find at most ~10 decoded (2 + 2 workers × 4).
+    assert decoded_at_first_batch[1] >= 30, decoded_at_first_batch
+    assert all(len(b) <= 2 for b in toy.batches[1:])  # buffered files still go in batches of 2
+    assert not _arena_left() and _no_children_left()
+
+
+def test_stale_temporaries_of_this_runs_outputs_are_removed_once(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 11])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".x00.npy.tmp-1-dead").write_bytes(b"partial")  # a killed run's
+    (out / ".other.npy.tmp-1-live").write_bytes(b"another process's")  # not ours: kept
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), jobs=0)
+    assert summary.ok == 2
+    assert sorted(p.name for p in out.iterdir()) == [".other.npy.tmp-1-live", "x00.npy", "x01.npy"]
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.ones((1, 80, 1001), np.float32),
+        np.arange(6, dtype=">i4").reshape(2, 3),
+        np.zeros((0, 3), np.complex64),
+        np.float64(3.5),
+        np.ones((3, 4), np.float32)[:, :2],
+        np.zeros(5, [("a", "f4")]),
+    ],
+    ids=["f32", "big-endian", "empty", "0-d", "strided", "structured"],
+)
+def test_write_npy_writes_the_bytes_of_np_save(tmp_path: Path, array: np.ndarray) -> None:
+    nio.write_npy(tmp_path / "sub/a.npy", array)  # the folder is created on demand
+    np.save(tmp_path / "ref.npy", array)
+    assert (tmp_path / "sub/a.npy").read_bytes() == (tmp_path / "ref.npy").read_bytes()
 
 
 @pytest.mark.parametrize("fail", [False, True])
@@ -465,7 +620,7 @@ def test_pending_writes_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     def flush(self, *args, **kwargs):
         original_flush(self, *args, **kwargs)
-        peak[0] = max(peak[0], len(self.saves))
+        peak[0] = max(peak[0], self.saves_pending)
 
     monkeypatch.setattr(batch._Engine, "__init__", init)
     monkeypatch.setattr(batch._Engine, "_flush", flush)

@@ -1,10 +1,12 @@
-"""A decoder that kills its worker process on files named ``crash*`` (for tests/test_batch.py).
+"""Decoders that kill their worker process (for tests/test_batch.py): on files named ``crash*``, or
+before the worker can start.
 
 Kept apart from the test module so that spawned workers import only numpy and nbxsig.io.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -15,3 +17,18 @@ def crashing_load(path: Path) -> nio.Audio:
     if path.name.startswith("crash"):
         os._exit(3)  # what a segfaulting decoder looks like to the pool
     return nio.read_signal(path, default_rate=1000)
+
+
+class _Unpicklable:
+    """Unpickling it (in a spawned worker, before the worker runs) exits the process."""
+
+    def __reduce__(self):
+        return os._exit, (4,)
+
+
+def _never_called(path: Path, *, marker: object) -> nio.Audio:
+    raise AssertionError("unreachable")
+
+
+#: A load function whose worker dies while starting (as a broken installation would).
+unloadable_load = functools.partial(_never_called, marker=_Unpicklable())

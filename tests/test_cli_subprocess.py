@@ -103,6 +103,49 @@ def test_sigterm_leaves_no_temporaries(tmp_path: Path) -> None:
     assert [p for p in out.rglob("*") if p.is_file() and nio.is_temp_name(p.name)] == []
 
 
+def _children(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")  # a zombie has stopped running
+
+
+def test_sigterm_with_decode_workers_stops_them_and_leaves_no_temporaries(tmp_path: Path) -> None:
+    src = _folder(tmp_path, 80)
+    out = tmp_path / "out"
+    cmd = [*NBXSIG, "stft", str(src), "-o", str(out), "--n-fft", "64", "-j", "2", "--batch-size", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    workers: set[int] = set()
+    while proc.poll() is None and len(list(out.rglob("*.npz"))) < 5:
+        workers |= _children(proc.pid)
+        time.sleep(0.002)
+    workers |= _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert len(workers) >= 2  # the decode workers (and multiprocessing's resource tracker)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in workers):
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in workers), "a decode worker outlived the run"
+    _check_outputs(out)
+    assert [p for p in out.rglob("*") if p.is_file() and nio.is_temp_name(p.name)] == []
+
+
 def test_decode_workers_and_no_progress_off_a_terminal(tmp_path: Path) -> None:
     src = _folder(tmp_path, 12, samples=1000)
     nio.write_audio(src / "x.flac", np.full((1, 1030), 0.25), 16000)
