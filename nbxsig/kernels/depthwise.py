@@ -58,6 +58,10 @@ _FUSED_SEP_MAX_TAPS = 8
 # no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
 _STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
+# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
+# both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, num_warps).
+_SEP_DOT_MIN_TAPS = 5
+_SEP_DOT_TILE = (64, 64, 32, 4)
 
 
 @triton.jit
@@ -638,6 +642,51 @@ def _sep_kernel(
 
 
 @triton.jit
+def _sep_dot_kernel(
+    x_ptr, wy_ptr, wx_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top, left,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+    BU: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Separable depthwise correlation (stride 1, forward only) as two Toeplitz matrix products per tile on
+    tensor cores, both passes fused: for each chunk of ``BU`` input columns of the tile's halo,
+    ``mid = Ty @ X`` (``Ty[r, v] = wy[o, v - r]``, ``X`` the ``(BH + KH - 1) × BU`` input block, loaded
+    once), then ``acc += mid @ Tx`` (``Tx[u, t] = wx[o, u - t]``). No intermediate image, every input
+    sample read from L2 about ``(BH + KH - 1)(BW + KW - 1) / (BH·BW)`` times, and the ~``2·(K + B)``
+    multiply-adds per output run at tensor-core rate: the direct stencil's 31-tap row pass was bound by its
+    per-tap L1 loads. float32 operands go through ``tf32x3``. Taps are float32 ``(CO, K)`` contiguous."""
+    o = tl.program_id(1)
+    n = tl.program_id(2).to(tl.int64)
+    n_wt = tl.cdiv(WO, BW)
+    h0 = (tl.program_id(0) // n_wt) * BH
+    w0 = (tl.program_id(0) % n_wt) * BW
+    x_base = x_ptr + n * sxn + (o // DIV).to(tl.int64) * sxc
+    r = tl.arange(0, BH)
+    t = tl.arange(0, BW)
+    u = tl.arange(0, BU)
+    acc = tl.zeros((BH, BW), dtype=tl.float32)
+    for cu in range(tl.cdiv(BW + KW - 1, BU)):
+        cidx, cok = _map_index(w0 - left + cu * BU + u, W, BOUNDARY)
+        mid = tl.zeros((BH, BU), dtype=tl.float32)
+        for cv in range(tl.cdiv(BH + KH - 1, BU)):
+            ridx, rok = _map_index(h0 - top + cv * BU + u, H, BOUNDARY)
+            xv = tl.load(
+                x_base + ridx.to(tl.int64)[:, None] * sxh + (cidx * sxw)[None, :],
+                mask=rok[:, None] & cok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            wi = (cv * BU + u)[None, :] - r[:, None]
+            ty = tl.load(wy_ptr + o * KH + wi, mask=(wi >= 0) & (wi < KH), other=0.0)
+            mid = tl.dot(ty, xv, mid, input_precision=PRECISION)
+        wk = (cu * BU + u)[:, None] - t[None, :]
+        tx = tl.load(wx_ptr + o * KW + wk, mask=(wk >= 0) & (wk < KW), other=0.0)
+        acc = tl.dot(mid, tx, acc, input_precision=PRECISION)
+    oh = h0 + r
+    ow = w0 + t
+    y_off = n * syn + o.to(tl.int64) * syc + oh.to(tl.int64)[:, None] * syh + (ow * syw)[None, :]
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(oh < HO)[:, None] & (ow < WO)[None, :])
+
+
+@triton.jit
 def _wgrad_kernel(
     x_ptr,
     g_ptr,
@@ -1025,6 +1074,27 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
     return y
 
 
+def _separable_dot(x, wy, wx, *, pads, boundary, config=None):
+    """One launch of ``_sep_dot_kernel`` (stride 1, forward only); ``config``: ``(BH, BW, BU, num_warps)``
+    instead of ``_SEP_DOT_TILE`` (the benchmark's variants)."""
+    top, bottom, left, right = pads
+    n, c, h, w = x.shape
+    co, kh, kw = wy.shape[0], wy.shape[1], wx.shape[1]
+    y = _like_format(x, (n, co, h + top + bottom - kh + 1, w + left + right - kw + 1), x.dtype)
+    wy32 = wy.detach().to(torch.float32).contiguous()
+    wx32 = wx.detach().to(torch.float32).contiguous()
+    check_launchable(x, wy32, wx32)
+    bh, bw, bu, warps = _SEP_DOT_TILE if config is None else config
+    ho, wo = y.shape[2], y.shape[3]
+    grid = (triton.cdiv(ho, bh) * triton.cdiv(wo, bw), co, n)
+    _sep_dot_kernel[grid](
+        x, wy32, wx32, y, h, w, ho, wo, co // c, *x.stride(), *y.stride(), top, left,
+        KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], BH=bh, BW=bw, BU=bu, PRECISION="tf32x3",
+        num_warps=warps,
+    )  # fmt: skip
+    return y
+
+
 def _separable_chunked(x, wy, wx, *, stride, pads, boundary, budget):
     """Column pass then row pass (forward only), over chunks of (image, channels) planes so the float32
     intermediate stays within ``budget`` bytes (at least one plane): the whole-image intermediate was 403 MB
@@ -1081,6 +1151,13 @@ def depthwise_conv2d_separable(
     if not (
         torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
     ):
+        channels_last = x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
+        if (
+            stride == (1, 1)
+            and not channels_last
+            and max(weight_y.shape[1], weight_x.shape[1]) >= _SEP_DOT_MIN_TAPS
+        ):
+            return _separable_dot(x, weight_y, weight_x, pads=pads, boundary=boundary)
         if max(weight_y.shape[1], weight_x.shape[1]) <= _FUSED_SEP_MAX_TAPS:
             return _separable_fused(x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary)
         return _separable_chunked(
