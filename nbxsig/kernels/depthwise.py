@@ -48,6 +48,10 @@ _UNROLL_MAX = 8
 # the Toeplitz product ~3·(128 + K) tensor-core MACs); the bench suite measures both paths at 33/65/129 taps.
 _DOT_MIN_TAPS = 48
 _BANK_MIN_FILTERS = 16
+# Tiles of those kernels: (R, T, BU, num_warps, num_stages) and (BL, BK, num_warps, num_stages); the bench
+# suite measures variants of both.
+_TOEPLITZ_TILE = (64, 128, 32, 8, 3)
+_BANK_TILE = (128, 32, 8, 3)
 # Separable filters without gradients: up to this many taps per side in one fused pass (``_sep_kernel``),
 # longer ones as two passes over plane chunks with at most _SEP_CHUNK_BYTES of float32 intermediate.
 # The fused band filters (ROWS-1+KH) input rows per ROWS output rows, KW loads each: cheap for short
@@ -784,7 +788,7 @@ def _fir_toeplitz_kernel(
     t = tl.arange(0, T)
     u = tl.arange(0, BU)
     acc = tl.zeros((R, T), dtype=tl.float32)
-    for u0 in tl.static_range(0, T + K - 1, BU):
+    for u0 in range(0, T + K - 1, BU):
         pos = base + r[:, None] * T + (u0 + u)[None, :] - left
         idx, ok = _map_index(pos, L, BOUNDARY)
         xv = tl.load(x_base + idx * sxw, mask=ok, other=0.0).to(tl.float32)
@@ -831,7 +835,7 @@ def _bank_kernel(
     x_base = x_ptr + n * sxn + c.to(tl.int64) * sxc
     rows = c * M + f
     acc = tl.zeros((BL, BF), dtype=tl.float32)
-    for k0 in tl.static_range(0, K, BK):
+    for k0 in range(0, K, BK):
         k = k0 + tl.arange(0, BK)
         km = k < K
         idx, ok = _map_index(l[:, None] * stride + k[None, :] - left, L, BOUNDARY)
@@ -934,18 +938,18 @@ def _forward(
 
 
 def _launch_toeplitz(x, w, y, *, div, left, boundary):
-    r, t, bu = 64, 128, 32
+    r, t, bu, warps, stages = _TOEPLITZ_TILE
     lo = y.shape[3]
     grid = (triton.cdiv(lo, r * t), y.shape[1], x.shape[0])
     _fir_toeplitz_kernel[grid](
         x, w, y, x.shape[3], lo, div, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], R=r, T=t, BU=bu,
-        PRECISION="tf32x3", num_warps=8,
+        PRECISION="tf32x3", num_warps=warps, num_stages=stages,
     )  # fmt: skip
 
 
 def _launch_bank(x, w, y, *, m, stride, left, boundary):
-    bl, bk = 128, 32
+    bl, bk, warps, stages = _BANK_TILE
     bf = min(64, max(16, _next_pow2(m)))
     lo = y.shape[3]
     n_fb = triton.cdiv(m, bf)
@@ -953,7 +957,7 @@ def _launch_bank(x, w, y, *, m, stride, left, boundary):
     _bank_kernel[grid](
         x, w, y, x.shape[3], lo, m, n_fb, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), stride, left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], BL=bl, BF=bf, BK=bk,
-        PRECISION="tf32x3", num_warps=8,
+        PRECISION="tf32x3", num_warps=warps, num_stages=stages,
     )  # fmt: skip
 
 
