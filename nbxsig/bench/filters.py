@@ -266,7 +266,7 @@ def cases(*, quick: bool = False) -> list[Case]:
     out.append(_fir_case(129, path="tensor-core", target="≥ 6×", dev=dev, quick=quick))
     # _TOEPLITZ_TILE variants: (R, T, BU, num_warps, num_stages).
     for tile in ((128, 128, 32, 8, 3), (64, 64, 32, 4, 3), (128, 64, 32, 8, 3), (64, 128, 64, 8, 3),
-                 (64, 128, 32, 8, 1), (128, 128, 32, 8, 2)):  # fmt: skip
+                 (64, 128, 32, 8, 1), (256, 32, 32, 8, 3), (128, 32, 32, 4, 3)):  # fmt: skip
         out.append(_fir_case(129, path="tensor-core", target="", dev=dev, quick=quick, tile=tile))
     if not quick:
         out.append(_fir_case(129, path="direct", target="crossover", dev=dev, quick=quick))
