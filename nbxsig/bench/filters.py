@@ -9,6 +9,8 @@ against ``F.pad`` + ``F.conv2d`` (separable for the 31×31 Gaussian), the issue'
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import torch.nn.functional as F
 
@@ -97,13 +99,18 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
     return out
 
 
+@lru_cache(maxsize=1)
+def _fir_input(b: int, c: int, n: int, dev) -> torch.Tensor:
+    """One input for every FIR row (1.3 GB each otherwise: the suite holds all its cases at once)."""
+    return torch.randn(b, c, n, device=dev, generator=torch.Generator(device=dev).manual_seed(1))
+
+
 def _fir_case(k: int, *, path: str, target: str, dev, quick: bool, tile=None) -> Case:
     """``path``: "tensor-core" or "direct" (the stencil forced, to measure the crossover); ``tile``: a
     ``_TOEPLITZ_TILE`` variant."""
     b, c, n = (8, 64, 160000) if quick else (32, 64, 160000)
-    g = torch.Generator(device=dev).manual_seed(1)
-    x = torch.randn(b, c, n, device=dev, generator=g)
-    w = torch.randn(c, k, device=dev, generator=g) / k**0.5
+    x = _fir_input(b, c, n, dev)
+    w = torch.randn(c, k, device=dev, generator=torch.Generator(device=dev).manual_seed(k)) / k**0.5
 
     def call():
         return nf.depthwise_conv1d(x, w, backend="triton")
