@@ -279,22 +279,28 @@ def test_separable_forward_paths_are_reference(layout, boundary, budget_planes, 
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)
-def test_separable_tensor_core_kernel_is_reference(boundary, generator, device):
-    """The fused Toeplitz-product blur (stride 1): odd sizes, several tiles and halo chunks (a 16×16 tile
-    with taps longer than the tile), a channel multiplier, unequal pads, a non-contiguous batched view,
-    float16/bfloat16 inputs; the public no-grad call takes it from _SEP_DOT_MIN_TAPS taps."""
+def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, monkeypatch):
+    """The fused Toeplitz-product blur (stride 1, opt-in): odd sizes, several tiles and halo chunks (a
+    16×16 tile with taps longer than the tile), a channel multiplier, unequal pads, a non-contiguous
+    batched view, float16/bfloat16 inputs through the public no-grad call with _SEP_DOT_MIN_TAPS set."""
     from nbxsig.kernels import depthwise as dk
 
-    base = random_tensor((3, 2, 23, 41), generator=generator, dtype=torch.float64)
-    x = base[:, :, 1:, 3:40:2]  # (3, 2, 22, 19), column stride 2
-    wy = random_tensor((4, 21), generator=generator, dtype=torch.float64)
-    wx = random_tensor((4, 6), generator=generator, dtype=torch.float64)
-    for pads in ((10, 10, 2, 3), (0, 0, 0, 0), (4, 13, 5, 1)):
+    monkeypatch.setattr(dk, "_SEP_DOT_MIN_TAPS", 5)
+
+    base = random_tensor((2, 1, 23, 41), generator=generator, dtype=torch.float64)
+    x = base[:, :, 1:, 3:40:2]  # (2, 1, 22, 19), column stride 2
+    wy = random_tensor((2, 21), generator=generator, dtype=torch.float64)
+    wx = random_tensor((2, 6), generator=generator, dtype=torch.float64)
+    args = (wy.float().to(device), wx.float().to(device))
+    for pads, config in (
+        ((10, 10, 2, 3), None),
+        ((0, 0, 0, 0), (16, 16, 16, 4)),
+        ((4, 13, 5, 1), (16, 32, 16, 4)),
+    ):
         ref = nf.depthwise_conv2d(x, (wy, wx), padding=pads, boundary=boundary, backend="torch")
-        args = (wy.float().to(device), wx.float().to(device))
-        for config in ((16, 16, 16, 4), None):
-            y = dk._separable_dot(x.float().to(device), *args, pads=pads, boundary=boundary, config=config)
-            assert_close(y, ref, dtype=torch.float32)
+        y = dk._separable_dot(x.float().to(device), *args, pads=pads, boundary=boundary, config=config)
+        assert_close(y, ref, dtype=torch.float32)
+    monkeypatch.setattr(dk, "_SEP_DOT_TILE", (16, 16, 16, 4))
     for dtype in (torch.float16, torch.bfloat16):
         xl = x.to(dtype)
         ref = nf.depthwise_conv2d(xl.double(), (wy, wx), boundary=boundary, backend="torch")

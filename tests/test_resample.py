@@ -59,10 +59,15 @@ def test_triton_noncontiguous_and_half(generator, AF, device):
     assert_close(y16, AF.resample(x.half().double(), 44100, 16000), dtype=torch.float16)
 
 
+@pytest.mark.parametrize("tile", [None, (16, 16, 16, 4), (32, 32, 32, 4)], ids=str)
 @pytest.mark.parametrize("rates", [(48000, 1000), (1000, 1013), (7, 300)], ids=_ids)
-def test_triton_polyphase_blocks_at_extreme_ratios(rates, generator, device):
-    """Phase blocks wider than the phase count (one phase), 1013 phases, a 43x upsampling; leading
-    dims, a non-contiguous view and bfloat16, against the float64 torch backend."""
+def test_triton_polyphase_blocks_at_extreme_ratios(rates, tile, generator, device, monkeypatch):
+    """Both kernels (tile None: per-output; a tile: the opt-in tensor-core form, phase blocks wider than
+    the phase count when there is one phase) at extreme ratios: one phase, 1013 phases, a 43x
+    upsampling; leading dims, a non-contiguous view and bfloat16, against the float64 torch backend."""
+    from nbxsig.kernels import depthwise as dk
+
+    monkeypatch.setattr(dk, "_RESAMPLE_TILE", tile)
     base = random_tensor((2, 3, 1201), generator=generator, dtype=torch.float64)
     x = base[:, :, ::2]  # (2, 3, 601), sample stride 2
     ref = nf.resample(x, *rates, backend="torch")

@@ -48,10 +48,10 @@ _UNROLL_MAX = 8
 # the Toeplitz product ~3·(128 + K) tensor-core MACs); the bench suite measures both paths at 33/65/129 taps.
 _DOT_MIN_TAPS = 48
 _BANK_MIN_FILTERS = 16
-# Tiles of those kernels: (R, T, BU, num_warps, num_stages) and (BL, BK, num_warps, num_stages); the bench
-# suite measures variants of both.
-_TOEPLITZ_TILE = (64, 128, 32, 8, 3)
-_BANK_TILE = (128, 32, 8, 3)
+# Tiles of those kernels, (R, T, BU, num_warps) and (BL, BK, num_warps): the measured defaults of c11f37e;
+# the bench suite times variants of both (patching these constants).
+_TOEPLITZ_TILE = (64, 128, 32, 8)
+_BANK_TILE = (128, 32, 8)
 # Separable filters without gradients: up to this many taps per side in one fused pass (``_sep_kernel``),
 # longer ones as two passes over plane chunks with at most _SEP_CHUNK_BYTES of float32 intermediate.
 # The fused band filters (ROWS-1+KH) input rows per ROWS output rows, KW loads each: cheap for short
@@ -62,10 +62,14 @@ _FUSED_SEP_MAX_TAPS = 8
 # no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
 _STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
-# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
-# both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, num_warps).
-_SEP_DOT_MIN_TAPS = 5
-_SEP_DOT_TILE = (64, 64, 32, 4)
+# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side
+# (None: never): both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile
+# (BH, BW, BU, num_warps). Opt-in: measured on the H200 (9c1f426), 5×5 on 8×3×2048×2048 took 1909 µs at
+# (64, 64, 16, 4), 2096 µs at (32, 128, 16, 4) and 3802 µs at (64, 64, 32, 4), against 697 µs for the fused
+# stencil; the 31×31 rows were lost to a fault of tile (64, 128, 16, 8) (illegal address under triton 3.6,
+# 8 warps on a 64-row tile), so the form is not yet shown faster than the two-pass stencil there.
+_SEP_DOT_MIN_TAPS: int | None = None
+_SEP_DOT_TILE = (64, 64, 16, 4)
 
 
 @triton.jit
@@ -788,7 +792,7 @@ def _fir_toeplitz_kernel(
     t = tl.arange(0, T)
     u = tl.arange(0, BU)
     acc = tl.zeros((R, T), dtype=tl.float32)
-    for u0 in range(0, T + K - 1, BU):
+    for u0 in tl.static_range(0, T + K - 1, BU):
         pos = base + r[:, None] * T + (u0 + u)[None, :] - left
         idx, ok = _map_index(pos, L, BOUNDARY)
         xv = tl.load(x_base + idx * sxw, mask=ok, other=0.0).to(tl.float32)
@@ -835,7 +839,7 @@ def _bank_kernel(
     x_base = x_ptr + n * sxn + c.to(tl.int64) * sxc
     rows = c * M + f
     acc = tl.zeros((BL, BF), dtype=tl.float32)
-    for k0 in range(0, K, BK):
+    for k0 in tl.static_range(0, K, BK):
         k = k0 + tl.arange(0, BK)
         km = k < K
         idx, ok = _map_index(l[:, None] * stride + k[None, :] - left, L, BOUNDARY)
@@ -938,18 +942,18 @@ def _forward(
 
 
 def _launch_toeplitz(x, w, y, *, div, left, boundary):
-    r, t, bu, warps, stages = _TOEPLITZ_TILE
+    r, t, bu, warps = _TOEPLITZ_TILE
     lo = y.shape[3]
     grid = (triton.cdiv(lo, r * t), y.shape[1], x.shape[0])
     _fir_toeplitz_kernel[grid](
         x, w, y, x.shape[3], lo, div, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], R=r, T=t, BU=bu,
-        PRECISION="tf32x3", num_warps=warps, num_stages=stages,
+        PRECISION="tf32x3", num_warps=warps,
     )  # fmt: skip
 
 
 def _launch_bank(x, w, y, *, m, stride, left, boundary):
-    bl, bk, warps, stages = _BANK_TILE
+    bl, bk, warps = _BANK_TILE
     bf = min(64, max(16, _next_pow2(m)))
     lo = y.shape[3]
     n_fb = triton.cdiv(m, bf)
@@ -957,7 +961,7 @@ def _launch_bank(x, w, y, *, m, stride, left, boundary):
     _bank_kernel[grid](
         x, w, y, x.shape[3], lo, m, n_fb, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), stride, left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], BL=bl, BF=bf, BK=bk,
-        PRECISION="tf32x3", num_warps=warps, num_stages=stages,
+        PRECISION="tf32x3", num_warps=warps,
     )  # fmt: skip
 
 
@@ -1145,7 +1149,8 @@ def depthwise_conv2d_separable(
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.depthwise.depthwise_conv2d_separable`.
 
-    Without gradients: short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) run fused in one pass
+    Without gradients: from ``_SEP_DOT_MIN_TAPS`` taps (opt-in, off by default) the tensor-core form
+    (``_separable_dot``); otherwise short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) run fused in one pass
     (``_sep_kernel``: no intermediate, float32 between the passes), longer ones as a column pass then a
     row pass over plane chunks (``_separable_chunked``: a float32 intermediate of at most
     ``_SEP_CHUNK_BYTES``). With gradients: a column pass into a float32 intermediate (keeps float16 inputs
@@ -1156,13 +1161,11 @@ def depthwise_conv2d_separable(
         torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
     ):
         channels_last = x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
-        if (
-            stride == (1, 1)
-            and not channels_last
-            and max(weight_y.shape[1], weight_x.shape[1]) >= _SEP_DOT_MIN_TAPS
-        ):
+        taps = max(weight_y.shape[1], weight_x.shape[1])
+        dot = _SEP_DOT_MIN_TAPS is not None and taps >= _SEP_DOT_MIN_TAPS
+        if dot and stride == (1, 1) and not channels_last:
             return _separable_dot(x, weight_y, weight_x, pads=pads, boundary=boundary)
-        if max(weight_y.shape[1], weight_x.shape[1]) <= _FUSED_SEP_MAX_TAPS:
+        if taps <= _FUSED_SEP_MAX_TAPS:
             return _separable_fused(x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary)
         return _separable_chunked(
             x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary, budget=_SEP_CHUNK_BYTES
@@ -1184,6 +1187,40 @@ def depthwise_conv2d_separable(
 
 @triton.jit
 def _resample_kernel(
+    x_ptr,
+    bank_ptr,
+    off_ptr,
+    y_ptr,
+    L,
+    LO,
+    sxb,
+    sxl,
+    syb,
+    ORIG,
+    NEW,
+    J: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """``y[b, l·NEW + p] = Σ_j bank[p, j] · x[b, l·ORIG + off[p] + j]`` (zeros outside the signal)."""
+    b = tl.program_id(1).to(tl.int64)
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    om = o < LO
+    lo = o // NEW
+    p = o - lo * NEW
+    start = lo.to(tl.int64) * ORIG + tl.load(off_ptr + p, mask=om, other=0)
+    x_base = x_ptr + b * sxb
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for j in range(J):
+        idx = start + j
+        m = om & (idx >= 0) & (idx < L)
+        xv = tl.load(x_base + idx * sxl, mask=m, other=0.0).to(tl.float32)
+        wv = tl.load(bank_ptr + p * J + j, mask=om, other=0.0)
+        acc += wv * xv
+    tl.store(y_ptr + b * syb + o, acc.to(y_ptr.dtype.element_ty), mask=om)
+
+
+@triton.jit
+def _resample_dot_kernel(
     x_ptr,
     d_ptr,
     start_ptr,
@@ -1227,8 +1264,20 @@ def _resample_kernel(
     tl.store(y_ptr + b * syb + o, acc.to(y_ptr.dtype.element_ty), mask=(p < NEW)[None, :] & (o < LO))
 
 
-# (BL frames, BN phases per block, BU samples per chunk, num_warps) of _resample_kernel.
-_RESAMPLE_TILE = (64, 32, 32, 4)
+# None: the per-output kernel (_resample_kernel, measured 2.4-3.1x torchaudio at c11f37e). A tile
+# (BL frames, BN phases per block, BU samples per chunk, num_warps) selects the tensor-core form
+# (_resample_dot_kernel): opt-in until measured -- its only GPU run (9c1f426) checked it against float64
+# (tests pass) but lost the timings to a fault in another kernel's variant.
+_RESAMPLE_TILE: tuple[int, int, int, int] | None = None
+
+
+@lru_cache(maxsize=64)
+def _device_bank(
+    compact: torch.Tensor, offsets: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Device copies of the cached host bank (float32) and offsets, made once: a per-call host-to-device
+    copy waits for the GPU, and the launch's host time after it shows as idle GPU time."""
+    return compact.to(device=device, dtype=torch.float32).contiguous(), offsets.to(device)
 
 
 @lru_cache(maxsize=64)
@@ -1260,15 +1309,24 @@ class _Resample(torch.autograd.Function):
         b, length = x.shape
         lo = -(-new * length // orig)
         y = empty_output((b, lo), dtype=x.dtype, device=x.device)
-        bl, bn, bu, warps = _RESAMPLE_TILE
-        bn = min(bn, max(16, _next_pow2(new)))
-        blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
-        check_launchable(x, blocks, start)
-        grid = (triton.cdiv(triton.cdiv(lo, new), bl), blocks.shape[0], b)
-        _resample_kernel[grid](
-            x, blocks, start, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
-            KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,
-        )  # fmt: skip
+        if _RESAMPLE_TILE is None:
+            bank, off = _device_bank(compact, offsets, x.device)
+            check_launchable(x, bank, off)
+            block = 512
+            _resample_kernel[(triton.cdiv(lo, block), b)](
+                x, bank, off, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
+                bank.shape[1], BLOCK=block,
+            )  # fmt: skip
+        else:
+            bl, bn, bu, warps = _RESAMPLE_TILE
+            bn = min(bn, max(16, _next_pow2(new)))
+            blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
+            check_launchable(x, blocks, start)
+            grid = (triton.cdiv(triton.cdiv(lo, new), bl), blocks.shape[0], b)
+            _resample_dot_kernel[grid](
+                x, blocks, start, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
+                KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,
+            )  # fmt: skip
         ctx.cfg = (orig, new, kernel, width, x.shape, x.dtype)
         return y
 
@@ -1293,5 +1351,7 @@ def resample(
     compact: torch.Tensor,
     offsets: torch.Tensor,
 ) -> torch.Tensor:
-    """Triton twin of :func:`nbxsig.reference.depthwise.resample` on the compact polyphase bank."""
+    """Triton twin of :func:`nbxsig.reference.depthwise.resample` on the compact polyphase bank
+    (``compact``, ``offsets``: the cached host tensors of ``nbxsig.filters._polyphase``; the device forms
+    are cached here, keyed by their identity)."""
     return _Resample.apply(x, orig, new, kernel, width, compact, offsets)
