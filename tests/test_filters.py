@@ -300,6 +300,8 @@ def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, 
         ref = nf.depthwise_conv2d(x, (wy, wx), padding=pads, boundary=boundary, backend="torch")
         y = dk._separable_dot(x.float().to(device), *args, pads=pads, boundary=boundary, config=config)
         assert_close(y, ref, dtype=torch.float32)
+    with pytest.raises(ParameterValueError, match="N >= 16 per warpgroup"):
+        dk._separable_dot(x.float().to(device), *args, pads=pads, boundary=boundary, config=(64, 128, 16, 8))
     monkeypatch.setattr(dk, "_SEP_DOT_TILE", (16, 16, 16, 4))
     for dtype in (torch.float16, torch.bfloat16):
         xl = x.to(dtype)

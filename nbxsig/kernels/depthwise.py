@@ -32,6 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES
 from ..reference.depthwise import resample as _resample_reference
 from ._runtime import check_launchable, empty_output
@@ -1082,6 +1083,18 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
     return y
 
 
+def _check_tf32_tile(name: str, config: tuple, m: int, ns: tuple[int, ...], warps: int) -> None:
+    """Refuse a tile whose float32 ``tl.dot`` (M = ``m``, each N in ``ns``) would be split into N = 8
+    Hopper wgmma pieces: with 8 warps a 64-row dot puts its second warpgroup along N, and tile
+    (64, 128, 16, 8) of ``_sep_dot_kernel`` (N = 16 → 8) faulted with an illegal address on the H200 under
+    triton 3.6 (TF32 m64n8k8 wgmma, cf. triton-lang/triton#10629), poisoning the process's CUDA context."""
+    groups_n = max(1, (warps // 4) // max(1, m // 64))
+    if any(n // groups_n < 16 for n in ns):
+        raise bad_value(
+            name, config, f"a tile whose dots keep N >= 16 per warpgroup ({warps} warps, M = {m})"
+        )
+
+
 def _separable_dot(x, wy, wx, *, pads, boundary, config=None):
     """One launch of ``_sep_dot_kernel`` (stride 1, forward only); ``config``: ``(BH, BW, BU, num_warps)``
     instead of ``_SEP_DOT_TILE`` (the benchmark's variants)."""
@@ -1093,6 +1106,7 @@ def _separable_dot(x, wy, wx, *, pads, boundary, config=None):
     wx32 = wx.detach().to(torch.float32).contiguous()
     check_launchable(x, wy32, wx32)
     bh, bw, bu, warps = _SEP_DOT_TILE if config is None else config
+    _check_tf32_tile("config", (bh, bw, bu, warps), bh, (bu, bw), warps)
     ho, wo = y.shape[2], y.shape[3]
     grid = (triton.cdiv(ho, bh) * triton.cdiv(wo, bw), co, n)
     _sep_dot_kernel[grid](
@@ -1320,6 +1334,7 @@ class _Resample(torch.autograd.Function):
         else:
             bl, bn, bu, warps = _RESAMPLE_TILE
             bn = min(bn, max(16, _next_pow2(new)))
+            _check_tf32_tile("_RESAMPLE_TILE", _RESAMPLE_TILE, bl, (bn,), warps)
             blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
             check_launchable(x, blocks, start)
             grid = (triton.cdiv(triton.cdiv(lo, new), bl), blocks.shape[0], b)
