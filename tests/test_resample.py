@@ -68,8 +68,8 @@ def test_triton_polyphase_blocks_at_extreme_ratios(rates, tile, generator, devic
     from nbxsig.kernels import depthwise as dk
 
     monkeypatch.setattr(dk, "_RESAMPLE_TILE", tile)
-    base = random_tensor((2, 3, 1201), generator=generator, dtype=torch.float64)
-    x = base[:, :, ::2]  # (2, 3, 601), sample stride 2
+    base = random_tensor((2, 2, 301), generator=generator, dtype=torch.float64)
+    x = base[:, :, ::2]  # (2, 2, 151), sample stride 2
     ref = nf.resample(x, *rates, backend="torch")
     y = nf.resample(x.float().to(device), *rates, backend="triton")
     assert y.shape == ref.shape

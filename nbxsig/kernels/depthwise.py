@@ -1087,7 +1087,9 @@ def _check_tf32_tile(name: str, config: tuple, m: int, ns: tuple[int, ...], warp
     """Refuse a tile whose float32 ``tl.dot`` (M = ``m``, each N in ``ns``) would be split into N = 8
     Hopper wgmma pieces: with 8 warps a 64-row dot puts its second warpgroup along N, and tile
     (64, 128, 16, 8) of ``_sep_dot_kernel`` (N = 16 → 8) faulted with an illegal address on the H200 under
-    triton 3.6 (TF32 m64n8k8 wgmma, cf. triton-lang/triton#10629), poisoning the process's CUDA context."""
+    triton 3.6, poisoning the process's CUDA context. Its sm_90 PTX is the only one of the measured tiles
+    with a TF32 ``m64n8k8`` wgmma (cf. triton-lang/triton#10629); tests/test_filters_compile.py checks the
+    default tiles for it."""
     groups_n = max(1, (warps // 4) // max(1, m // 64))
     if any(n // groups_n < 16 for n in ns):
         raise bad_value(
