@@ -319,3 +319,45 @@ def cases(*, quick: bool = False) -> list[Case]:
                      (128, 64, 32, 8)):  # fmt: skip
             out.append(_resample_case(orig, new, dev, quick, tile=tile))
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m nbxsig.bench.filters [--match TEXT ...] [--warm I/N] [--markdown FILE]``: the suite's
+    cases whose name contains any ``--match`` text, each row printed (and appended to ``--markdown``) as it
+    finishes, so a time limit or a device fault loses only the rows after it; run groups in separate
+    processes to isolate a fault (it poisons the process's CUDA context). ``--warm I/N`` only runs every
+    N-th matching case once, from the I-th (compiles into Triton's on-disk cache; run N in parallel first)."""
+    import argparse
+
+    from ._harness import Environment, copy_bandwidth_gbps, format_environment, format_table, measure
+
+    parser = argparse.ArgumentParser(prog="python -m nbxsig.bench.filters", description=main.__doc__)
+    parser.add_argument("--match", nargs="*", default=[""], help="substrings of case names (default: all)")
+    parser.add_argument("--warm", help="I/N: compile every N-th matching case from the I-th, time nothing")
+    parser.add_argument("--markdown", help="append the rows to this file")
+    args = parser.parse_args(argv)
+    selected = [c for c in cases() if any(m in c.name for m in args.match)]
+    dev = torch.device("cuda")
+    if args.warm:
+        i, n = map(int, args.warm.split("/"))
+        for c in selected[i::n]:
+            c.run()
+            torch.cuda.synchronize(dev)
+            print(f"warm: {c.name}", flush=True)
+        return
+    copy_gbps = copy_bandwidth_gbps(dev)
+    env = format_environment(Environment.capture(dev, copy_gbps))
+
+    def emit(text: str) -> None:
+        print(text, flush=True)
+        if args.markdown:
+            with open(args.markdown, "a", encoding="utf-8") as f:
+                f.write(text + "\n")
+
+    emit(f"Environment: {env}\n\n{format_table([])}")
+    for c in selected:
+        emit(format_table([measure(c, device=dev, copy_gbps=copy_gbps)]).splitlines()[-1])
+
+
+if __name__ == "__main__":
+    main()
