@@ -294,15 +294,18 @@ def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, 
     args = (wy.float().to(device), wx.float().to(device))
     for pads, config in (
         ((10, 10, 2, 3), None),
-        ((0, 0, 0, 0), (16, 16, 16, 4)),
-        ((4, 13, 5, 1), (16, 32, 16, 4)),
+        ((0, 0, 0, 0), (16, 16, 16, 16, 4)),
+        ((4, 13, 5, 1), (16, 32, 16, 16, 4)),
+        ((3, 0, 7, 2), (16, 16, 32, 16, 4)),  # one column chunk covers the halo
     ):
         ref = nf.depthwise_conv2d(x, (wy, wx), padding=pads, boundary=boundary, backend="torch")
         y = dk._separable_dot(x.float().to(device), *args, pads=pads, boundary=boundary, config=config)
         assert_close(y, ref, dtype=torch.float32)
     with pytest.raises(ParameterValueError, match="N >= 16 per warpgroup"):
-        dk._separable_dot(x.float().to(device), *args, pads=pads, boundary=boundary, config=(64, 128, 16, 8))
-    monkeypatch.setattr(dk, "_SEP_DOT_TILE", (16, 16, 16, 4))
+        dk._separable_dot(
+            x.float().to(device), *args, pads=pads, boundary=boundary, config=(64, 128, 16, 16, 8)
+        )
+    monkeypatch.setattr(dk, "_SEP_DOT_TILE", (16, 16, 16, 16, 4))
     for dtype in (torch.float16, torch.bfloat16):
         xl = x.to(dtype)
         ref = nf.depthwise_conv2d(xl.double(), (wy, wx), boundary=boundary, backend="torch")

@@ -65,12 +65,14 @@ _STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side
 # (None: never): both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile
-# (BH, BW, BU, num_warps). Opt-in: measured on the H200 (9c1f426), 5×5 on 8×3×2048×2048 took 1909 µs at
-# (64, 64, 16, 4), 2096 µs at (32, 128, 16, 4) and 3802 µs at (64, 64, 32, 4), against 697 µs for the fused
-# stencil; the 31×31 rows were lost to a fault of tile (64, 128, 16, 8) (illegal address under triton 3.6,
-# 8 warps on a 64-row tile), so the form is not yet shown faster than the two-pass stencil there.
+# (BH, BW, BU, BV, num_warps). Opt-in: measured on the H200 (9c1f426, BU = BV then), 5×5 on 8×3×2048×2048
+# took 1909 µs at (64, 64, 16, 16, 4), 2096 µs at (32, 128, 16, 16, 4) and 3802 µs at (64, 64, 32, 32, 4),
+# against 697 µs for the fused stencil; the 31×31 rows were lost to a fault of tile (64, 128, 16, 16, 8)
+# (see _check_tf32_tile), so the form is not yet shown faster than the two-pass stencil there. Wide column
+# chunks (BU >= BW + KW - 1, e.g. (64, 32, 64, 32, 4) at 31 taps: one column chunk, 4 dots per tile instead
+# of 42) are the untimed candidates in the bench.
 _SEP_DOT_MIN_TAPS: int | None = None
-_SEP_DOT_TILE = (64, 64, 16, 4)
+_SEP_DOT_TILE = (64, 64, 16, 16, 4)
 
 
 @triton.jit
@@ -654,15 +656,15 @@ def _sep_kernel(
 def _sep_dot_kernel(
     x_ptr, wy_ptr, wx_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top, left,
     KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
-    BU: tl.constexpr, PRECISION: tl.constexpr,
+    BU: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Separable depthwise correlation (stride 1, forward only) as two Toeplitz matrix products per tile on
     tensor cores, both passes fused: for each chunk of ``BU`` input columns of the tile's halo,
-    ``mid = Ty @ X`` (``Ty[r, v] = wy[o, v - r]``, ``X`` the ``(BH + KH - 1) × BU`` input block, loaded
-    once), then ``acc += mid @ Tx`` (``Tx[u, t] = wx[o, u - t]``). No intermediate image, every input
-    sample read from L2 about ``(BH + KH - 1)(BW + KW - 1) / (BH·BW)`` times, and the ~``2·(K + B)``
-    multiply-adds per output run at tensor-core rate: the direct stencil's 31-tap row pass was bound by its
-    per-tap L1 loads. float32 operands go through ``tf32x3``. Taps are float32 ``(CO, K)`` contiguous."""
+    ``mid = Σ_v Ty_v @ X_v`` over ``BV``-row chunks (``Ty[r, v] = wy[o, v - r]``, ``X`` the input block), then
+    ``acc += mid @ Tx`` (``Tx[u, t] = wx[o, u - t]``). No intermediate image, every input sample read from L2
+    about ``(BH + KH - 1)(BW + KW - 1) / (BH·BW)`` times, the multiply-adds on tensor cores. With ``BU`` at
+    least ``BW + KW - 1`` the column loop runs once: fewer, larger dots and each ``Ty`` chunk built once.
+    float32 operands go through ``tf32x3``. Taps are float32 ``(CO, K)`` contiguous."""
     o = tl.program_id(1)
     n = tl.program_id(2).to(tl.int64)
     n_wt = tl.cdiv(WO, BW)
@@ -672,18 +674,19 @@ def _sep_dot_kernel(
     r = tl.arange(0, BH)
     t = tl.arange(0, BW)
     u = tl.arange(0, BU)
+    v = tl.arange(0, BV)
     acc = tl.zeros((BH, BW), dtype=tl.float32)
     for cu in range(tl.cdiv(BW + KW - 1, BU)):
         cidx, cok = _map_index(w0 - left + cu * BU + u, W, BOUNDARY)
         mid = tl.zeros((BH, BU), dtype=tl.float32)
-        for cv in range(tl.cdiv(BH + KH - 1, BU)):
-            ridx, rok = _map_index(h0 - top + cv * BU + u, H, BOUNDARY)
+        for cv in range(tl.cdiv(BH + KH - 1, BV)):
+            ridx, rok = _map_index(h0 - top + cv * BV + v, H, BOUNDARY)
             xv = tl.load(
                 x_base + ridx.to(tl.int64)[:, None] * sxh + (cidx * sxw)[None, :],
                 mask=rok[:, None] & cok[None, :],
                 other=0.0,
             ).to(tl.float32)
-            wi = (cv * BU + u)[None, :] - r[:, None]
+            wi = (cv * BV + v)[None, :] - r[:, None]
             ty = tl.load(wy_ptr + o * KH + wi, mask=(wi >= 0) & (wi < KH), other=0.0)
             mid = tl.dot(ty, xv, mid, input_precision=PRECISION)
         wk = (cu * BU + u)[:, None] - t[None, :]
@@ -1098,8 +1101,8 @@ def _check_tf32_tile(name: str, config: tuple, m: int, ns: tuple[int, ...], warp
 
 
 def _separable_dot(x, wy, wx, *, pads, boundary, config=None):
-    """One launch of ``_sep_dot_kernel`` (stride 1, forward only); ``config``: ``(BH, BW, BU, num_warps)``
-    instead of ``_SEP_DOT_TILE`` (the benchmark's variants)."""
+    """One launch of ``_sep_dot_kernel`` (stride 1, forward only); ``config``: ``(BH, BW, BU, BV,
+    num_warps)`` instead of ``_SEP_DOT_TILE`` (the benchmark's variants)."""
     top, bottom, left, right = pads
     n, c, h, w = x.shape
     co, kh, kw = wy.shape[0], wy.shape[1], wx.shape[1]
@@ -1107,13 +1110,13 @@ def _separable_dot(x, wy, wx, *, pads, boundary, config=None):
     wy32 = wy.detach().to(torch.float32).contiguous()
     wx32 = wx.detach().to(torch.float32).contiguous()
     check_launchable(x, wy32, wx32)
-    bh, bw, bu, warps = _SEP_DOT_TILE if config is None else config
-    _check_tf32_tile("config", (bh, bw, bu, warps), bh, (bu, bw), warps)
+    bh, bw, bu, bv, warps = _SEP_DOT_TILE if config is None else config
+    _check_tf32_tile("config", (bh, bw, bu, bv, warps), bh, (bu, bw), warps)
     ho, wo = y.shape[2], y.shape[3]
     grid = (triton.cdiv(ho, bh) * triton.cdiv(wo, bw), co, n)
     _sep_dot_kernel[grid](
         x, wy32, wx32, y, h, w, ho, wo, co // c, *x.stride(), *y.stride(), top, left,
-        KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], BH=bh, BW=bw, BU=bu, PRECISION="tf32x3",
+        KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], BH=bh, BW=bw, BU=bu, BV=bv, PRECISION="tf32x3",
         num_warps=warps,
     )  # fmt: skip
     return y
