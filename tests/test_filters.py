@@ -278,6 +278,43 @@ def test_separable_forward_paths_are_reference(layout, boundary, budget_planes, 
         assert y.is_contiguous(memory_format=torch.channels_last) == (layout == "channels_last")
 
 
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, monkeypatch):
+    """The fused Toeplitz-product blur (stride 1, opt-in): odd sizes, several tiles and halo chunks (a
+    16×16 tile with taps longer than the tile), a channel multiplier, unequal pads, a non-contiguous
+    batched view, float16/bfloat16 inputs through the public no-grad call with _SEP_DOT_MIN_TAPS set."""
+    from nbxsig.kernels import depthwise as dk
+
+    monkeypatch.setattr(dk, "_SEP_DOT_MIN_TAPS", 5)
+
+    base = random_tensor((2, 1, 23, 41), generator=generator, dtype=torch.float64)
+    x = base[:, :, 1:, 3:40:2]  # (2, 1, 22, 19), column stride 2
+    wy = random_tensor((2, 21), generator=generator, dtype=torch.float64)
+    wx = random_tensor((2, 6), generator=generator, dtype=torch.float64)
+    args = (wy.float().to(device), wx.float().to(device))
+    for pads, config in (
+        ((10, 10, 2, 3), None),
+        ((0, 0, 0, 0), (16, 16, 16, 16, 4)),
+        ((4, 13, 5, 1), (16, 32, 16, 16, 4)),
+        ((3, 0, 7, 2), (16, 16, 32, 16, 4)),  # one column chunk covers the halo
+    ):
+        ref = nf.depthwise_conv2d(x, (wy, wx), padding=pads, boundary=boundary, backend="torch")
+        y = dk._separable_dot(x.float().to(device), *args, pads=pads, boundary=boundary, config=config)
+        assert_close(y, ref, dtype=torch.float32)
+    with pytest.raises(ParameterValueError, match="N >= 16 per warpgroup"):
+        dk._separable_dot(
+            x.float().to(device), *args, pads=pads, boundary=boundary, config=(64, 128, 16, 16, 8)
+        )
+    monkeypatch.setattr(dk, "_SEP_DOT_TILE", (16, 16, 16, 16, 4))
+    for dtype in (torch.float16, torch.bfloat16):
+        xl = x.to(dtype)
+        ref = nf.depthwise_conv2d(xl.double(), (wy, wx), boundary=boundary, backend="torch")
+        with torch.no_grad():
+            y = nf.depthwise_conv2d(xl.to(device), args, boundary=boundary, backend="triton")
+        assert y.dtype == dtype
+        assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+
+
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 def test_static_and_looped_stencils_agree_with_reference(layout, generator, device):
     """The fully unrolled stencil (<= 9 taps) and the looped band on one strided, multiplier call."""
@@ -565,7 +602,7 @@ def test_gpu_channels_last_auto_dispatch(k, dtype, generator, cuda_device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [5, 31])
-def test_gpu_gaussian_blur_fused_and_chunked(k, generator, cuda_device):
+def test_gpu_gaussian_blur(k, generator, cuda_device):
     x = random_tensor((2, 3, 300, 517), generator=generator).to(cuda_device)
     ref = nf.gaussian_blur2d(x.double(), k, (1.5, 2.5), backend="torch")
     assert_close(nf.gaussian_blur2d(x, k, (1.5, 2.5), backend="triton"), ref, dtype=torch.float32)

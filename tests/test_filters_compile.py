@@ -15,8 +15,11 @@ from nbxsig.kernels import depthwise as dk
 
 def build(kernel, pointers, constexprs, **options):
     t = time.time()
-    compile_sm90(kernel, pointers, constexprs, **options)  # from _sm90.PRELUDE
+    compiled = compile_sm90(kernel, pointers, constexprs, **options)  # from _sm90.PRELUDE
     print(kernel.__name__, constexprs, f"{time.time() - t:.1f}s", flush=True)
+    # TF32 wgmma pieces of N = 8 faulted on the H200 (tile (64, 128, 16, 8) of _sep_dot_kernel, the only
+    # tile whose PTX had m64n8k8); _check_tf32_tile refuses such tiles, and no default may produce one.
+    assert "m64n8k8" not in compiled.asm["ptx"], (kernel.__name__, constexprs, options)
 
 for xt in ("*fp32", "*fp16"):
     ptr = {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt}
@@ -33,6 +36,20 @@ for xt in ("*fp32", "*fp16"):
     for bc, rows, bw in ((1, 4, 512), (64, 4, 8)):
         build(dk._dw_static_kernel, ptr, dict(KH=3, KW=3, STRIDE_H=1, BOUNDARY=0, BLOCK_C=bc, ROWS=rows,
                                               BLOCK_W=bw), num_warps=4)
+# the tensor-core kernels at their default tiles (float32 input: tf32x3)
+ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
+r, t, bu, warps = dk._TOEPLITZ_TILE
+build(dk._fir_toeplitz_kernel, ptr, dict(K=129, BOUNDARY=0, R=r, T=t, BU=bu, PRECISION="tf32x3"),
+      num_warps=warps)
+bl, bk, warps = dk._BANK_TILE
+build(dk._bank_kernel, ptr, dict(K=129, BOUNDARY=0, BL=bl, BF=64, BK=bk, PRECISION="tf32x3"), num_warps=warps)
+sep = {"x_ptr": "*fp32", "wy_ptr": "*fp32", "wx_ptr": "*fp32", "y_ptr": "*fp32"}
+for bh, bw, bu, bv, warps in (dk._SEP_DOT_TILE, (64, 32, 64, 32, 4), (128, 32, 64, 32, 8)):
+    build(dk._sep_dot_kernel, sep, dict(KH=31, KW=31, BOUNDARY=1, BH=bh, BW=bw, BU=bu, BV=bv,
+                                        PRECISION="tf32x3"), num_warps=warps)
+res = {"x_ptr": "*fp32", "d_ptr": "*fp32", "start_ptr": "*i64", "y_ptr": "*fp32"}
+for bl, bn, bu, warps in ((64, 32, 32, 4), (64, 16, 16, 4), (128, 64, 32, 8)):  # bench variants
+    build(dk._resample_dot_kernel, res, dict(KS=4, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3"), num_warps=warps)
 print("compiled")
 """
 

@@ -59,6 +59,26 @@ def test_triton_noncontiguous_and_half(generator, AF, device):
     assert_close(y16, AF.resample(x.half().double(), 44100, 16000), dtype=torch.float16)
 
 
+@pytest.mark.parametrize("tile", [None, (16, 16, 16, 4), (32, 32, 32, 4)], ids=str)
+@pytest.mark.parametrize("rates", [(48000, 1000), (1000, 1013), (7, 300)], ids=_ids)
+def test_triton_polyphase_blocks_at_extreme_ratios(rates, tile, generator, device, monkeypatch):
+    """Both kernels (tile None: per-output; a tile: the opt-in tensor-core form, phase blocks wider than
+    the phase count when there is one phase) at extreme ratios: one phase, 1013 phases, a 43x
+    upsampling; leading dims, a non-contiguous view and bfloat16, against the float64 torch backend."""
+    from nbxsig.kernels import depthwise as dk
+
+    monkeypatch.setattr(dk, "_RESAMPLE_TILE", tile)
+    base = random_tensor((2, 2, 301), generator=generator, dtype=torch.float64)
+    x = base[:, :, ::2]  # (2, 2, 151), sample stride 2
+    ref = nf.resample(x, *rates, backend="torch")
+    y = nf.resample(x.float().to(device), *rates, backend="triton")
+    assert y.shape == ref.shape
+    assert_close(y, ref, dtype=torch.float32, atol=1e-5)
+    yb = nf.resample(x.bfloat16().to(device), *rates, backend="triton")
+    assert yb.dtype == torch.bfloat16
+    assert_close(yb, nf.resample(x.bfloat16().double(), *rates, backend="torch"), dtype=torch.bfloat16)
+
+
 def test_identity_returns_input():
     x = torch.randn(2, 100)
     assert nf.resample(x, 16000, 16000) is x

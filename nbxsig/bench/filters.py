@@ -9,6 +9,8 @@ against ``F.pad`` + ``F.conv2d`` (separable for the 31×31 Gaussian), the issue'
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import torch.nn.functional as F
 
@@ -17,6 +19,20 @@ from ..kernels import depthwise as dk
 from ._harness import Case
 
 _BLUR_SHAPE = (8, 3, 2048, 2048)
+
+
+def _patched(name: str, value, fn):
+    """``fn`` run with the kernel module's constant ``name`` set to ``value`` (a tile/threshold variant)."""
+
+    def run():
+        saved = getattr(dk, name)
+        setattr(dk, name, value)
+        try:
+            return fn()
+        finally:
+            setattr(dk, name, saved)
+
+    return run
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -83,34 +99,42 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
     return out
 
 
-def _fir_case(k: int, *, path: str, target: str, dev, quick: bool) -> Case:
-    b, c, n = (8, 64, 160000) if quick else (32, 64, 160000)
-    g = torch.Generator(device=dev).manual_seed(1)
-    x = torch.randn(b, c, n, device=dev, generator=g)
-    w = torch.randn(c, k, device=dev, generator=g) / k**0.5
+@lru_cache(maxsize=1)
+def _fir_input(b: int, c: int, n: int, dev) -> torch.Tensor:
+    """One input for every FIR row (1.3 GB each otherwise: the suite holds all its cases at once)."""
+    return torch.randn(b, c, n, device=dev, generator=torch.Generator(device=dev).manual_seed(1))
 
-    def run():
-        if path == "direct":  # force the direct stencil, to measure the crossover
-            saved, dk._DOT_MIN_TAPS = dk._DOT_MIN_TAPS, 1 << 30
-            try:
-                return nf.depthwise_conv1d(x, w, backend="triton")
-            finally:
-                dk._DOT_MIN_TAPS = saved
+
+def _fir_case(k: int, *, path: str, target: str, dev, quick: bool, tile=None) -> Case:
+    """``path``: "tensor-core" or "direct" (the stencil forced, to measure the crossover); ``tile``: a
+    ``_TOEPLITZ_TILE`` variant."""
+    b, c, n = (8, 64, 160000) if quick else (32, 64, 160000)
+    x = _fir_input(b, c, n, dev)
+    w = torch.randn(c, k, device=dev, generator=torch.Generator(device=dev).manual_seed(k)) / k**0.5
+
+    def call():
         return nf.depthwise_conv1d(x, w, backend="triton")
 
+    run = call
+    if path == "direct":
+        run = _patched("_DOT_MIN_TAPS", 1 << 30, call)
+    elif tile is not None:
+        run = _patched("_TOEPLITZ_TILE", tile, call)
+    label = f"tile {tile} (variant)" if tile is not None else f"({path})"
     return Case(
-        name=f"1-D FIR fp32 {b}×{c}×{n}, {k} taps ({path})",
+        name=f"1-D FIR fp32 {b}×{c}×{n}, {k} taps {label}",
         run=run,
-        baseline=lambda: F.conv1d(x, w[:, None], padding=k // 2, groups=c),
+        baseline=None if tile is not None else (lambda: F.conv1d(x, w[:, None], padding=k // 2, groups=c)),
         bytes_moved=2 * x.numel() * 4,
-        target=target,
+        target="" if tile is not None else target,
         check=lambda: _rel(
             run()[:1], F.conv1d(x[:1].double(), w.double()[:, None], padding=k // 2, groups=c)
         ),
     )
 
 
-def _resample_case(orig: int, new: int, dev, quick: bool) -> Case:
+def _resample_case(orig: int, new: int, dev, quick: bool, tile=None) -> Case:
+    """``tile``: a ``_RESAMPLE_TILE`` variant (no baseline)."""
     b = 8 if quick else 64
     g = torch.Generator(device=dev).manual_seed(2)
     x = torch.randn(b, orig * 10, device=dev, generator=g)
@@ -124,26 +148,32 @@ def _resample_case(orig: int, new: int, dev, quick: bool) -> Case:
             "torchaudio algorithm, bank cached",
         )
     out_len = -(-new * x.shape[1] // orig)
+    run = lambda: nf.resample(x, orig, new, backend="triton")  # noqa: E731
+    if tile is not None:
+        run = _patched("_RESAMPLE_TILE", tile, run)
     return Case(
-        name=f"resample {orig}→{new}, {b}×10 s",
-        run=lambda: nf.resample(x, orig, new, backend="triton"),
-        baseline=baseline,
+        name=f"resample {orig}→{new}, {b}×10 s" + (f" tile {tile} (variant)" if tile is not None else ""),
+        run=run,
+        baseline=None if tile is not None else baseline,
         bytes_moved=(x.numel() + b * out_len) * 4,
-        target="≥ 8×",
-        check=lambda: _rel(
-            nf.resample(x[:2], orig, new, backend="triton"), nf.resample(x[:2].double(), orig, new)
-        ),
-        notes=f"baseline: {who}",
+        target="" if tile is not None else "≥ 8×",
+        check=lambda: _rel(run()[:2], nf.resample(x[:2].double(), orig, new)),
+        notes="" if tile is not None else f"baseline: {who}",
     )
 
 
-def _chunk_label(budget: int | None) -> str:
-    if budget is None:
-        return ""
-    return " unchunked" if budget >= 1 << 40 else f" chunk {budget >> 20} MB"
+def _form_label(form: str, arg) -> str:
+    if form == "two-pass":
+        return " two-pass unchunked" if arg >= 1 << 40 else f" two-pass chunk {arg >> 20} MB"
+    if form == "tensor-core":
+        return f" tensor-core tile {arg}"
+    return f" {form}" + (f" tile {arg}" if arg is not None else "")
 
 
-def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, dev) -> list[Case]:
+def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, dev, forms) -> list[Case]:
+    """The public call against torch, and ``forms`` of the separable kernels as variants: ("fused",
+    ``_separable_fused`` config or None), ("two-pass", chunk budget), ("tensor-core", ``_separable_dot``
+    tile or None)."""
     g = torch.Generator(device=dev).manual_seed(3)
     x = torch.rand(*_BLUR_SHAPE, device=dev, generator=g)
     g1 = nf.gaussian_kernel1d(k, sigma).float().to(dev)
@@ -167,12 +197,15 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
 
     def variant(form, arg):
         if form == "fused":
-            return lambda: dk._separable_fused(x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect")
+            return lambda: dk._separable_fused(
+                x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect", config=arg
+            )
+        if form == "tensor-core":
+            return lambda: dk._separable_dot(x, taps, taps, pads=pads, boundary="reflect", config=arg)
         return lambda: dk._separable_chunked(
             x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect", budget=arg
         )
 
-    forms = [("fused", None), ("two-pass", 32 << 20), ("two-pass", 1 << 40)]
     return [
         Case(
             name=name,
@@ -188,7 +221,7 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
         )
     ] + [
         Case(
-            name=f"{name} {form}{_chunk_label(arg)} (variant)",
+            name=f"{name}{_form_label(form, arg)} (variant)",
             run=variant(form, arg),
             bytes_moved=2 * x.numel() * 4,
             check=lambda form=form, arg=arg: _rel(
@@ -216,13 +249,33 @@ def cases(*, quick: bool = False) -> list[Case]:
         *big, 7, torch.float16, cl, f"≥ 1× ({ncl})", dev, [(32, 4, 16, 4, False), (64, 4, 16, 8, False)]
     )
     out += _conv2d_cases(8, 384, 128, 128, 7, torch.float16, cl, f"≥ 1× ({ncl})", dev, [(64, 8, 8, 4, False)])
-    out += _blur_case(5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev)
-    out += _blur_case(31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev)
+    # Blur forms: (BLOCK_C, ROWS, BLOCK_W, num_warps) of the fused stencil, (BH, BW, BU, BV, num_warps) of the
+    # tensor-core form (opt-in). Not (64, 128, 16, 16, 8): it faulted (illegal address) on the H200 under
+    # triton 3.6, which poisons the process's CUDA context and every later row.
+    tc = "tensor-core"
+    out += _blur_case(
+        5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev,
+        forms=[("fused", None), (tc, (64, 64, 16, 16, 4)), (tc, (32, 128, 16, 16, 4))],
+    )  # fmt: skip
+    out += _blur_case(
+        31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
+        forms=[("two-pass", 32 << 20), (tc, (64, 64, 16, 16, 4)), (tc, (64, 64, 32, 32, 4)),
+               (tc, (32, 32, 32, 32, 4)), (tc, (128, 64, 32, 32, 8)), (tc, (64, 32, 64, 32, 4)),
+               (tc, (64, 32, 64, 16, 4)), (tc, (128, 32, 64, 32, 8)), (tc, (64, 64, 128, 32, 4))],
+    )  # fmt: skip
     out += _conv2d_cases(*big, 3, torch.float32, "nchw", "≥ 3.5×", dev, [(1, 4, 512, 4, False)])
-    out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, [(1, 8, 512, 4, False)])
-    out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, [(1, 8, 512, 4, False)])
+    out += _conv2d_cases(
+        *big, 7, torch.float32, "nchw", "≥ 8×", dev, [(1, 2, 512, 4, False), (1, 4, 1024, 8, False)]
+    )
+    out += _conv2d_cases(
+        *big, 7, torch.float16, "nchw", "≥ 10×", dev, [(1, 2, 512, 4, False), (1, 4, 1024, 8, False)]
+    )
     out += _conv2d_cases(8, 384, 128, 128, 7, torch.float16, "nchw", "≥ 4×", dev, [(1, 8, 128, 4, False)])
     out.append(_fir_case(129, path="tensor-core", target="≥ 6×", dev=dev, quick=quick))
+    # _TOEPLITZ_TILE variants: (R, T, BU, num_warps).
+    for tile in ((128, 128, 32, 8), (64, 64, 32, 4), (128, 64, 32, 8), (64, 128, 64, 8), (256, 32, 32, 8),
+                 (128, 32, 32, 4)):  # fmt: skip
+        out.append(_fir_case(129, path="tensor-core", target="", dev=dev, quick=quick, tile=tile))
     if not quick:
         out.append(_fir_case(129, path="direct", target="crossover", dev=dev, quick=quick))
         out.append(_fir_case(33, path="direct", target="crossover", dev=dev, quick=quick))
@@ -234,19 +287,78 @@ def cases(*, quick: bool = False) -> list[Case]:
     g = torch.Generator(device=dev).manual_seed(4)
     s = torch.randn(b, 1, 160000, device=dev, generator=g)
     bank = torch.randn(64, 129, device=dev, generator=g) / 12
+    ref = F.conv1d(s[:1].double(), bank.double()[:, None], padding=64)
+
+    def bank_run():
+        return nf.depthwise_conv1d(s, bank, backend="triton")
+
     out.append(
         Case(
             name=f"bank 1→64 filters fp32 {b}×160000, 129 taps",
-            run=lambda: nf.depthwise_conv1d(s, bank, backend="triton"),
+            run=bank_run,
             baseline=lambda: F.conv1d(s, bank[:, None], padding=64),
             bytes_moved=(s.numel() + s.numel() * 64) * 4,
             target="≥ 6×",
-            check=lambda: _rel(
-                nf.depthwise_conv1d(s[:1], bank, backend="triton"),
-                F.conv1d(s[:1].double(), bank.double()[:, None], padding=64),
-            ),
+            check=lambda: _rel(bank_run()[:1], ref),
         )
     )
+    # _BANK_TILE variants: (BL, BK, num_warps).
+    for tile in ((256, 32, 8), (128, 64, 8), (64, 32, 4), (128, 32, 4), (256, 64, 8)):
+        run = _patched("_BANK_TILE", tile, bank_run)
+        out.append(
+            Case(
+                name=f"bank 1→64 filters fp32 {b}×160000, 129 taps tile {tile} (variant)",
+                run=run,
+                bytes_moved=(s.numel() + s.numel() * 64) * 4,
+                check=lambda run=run: _rel(run()[:1], ref),
+            )
+        )
     for orig, new in ((44100, 16000), (16000, 44100), (48000, 22050)):
         out.append(_resample_case(orig, new, dev, quick))
+        # The tensor-core kernel (opt-in), _RESAMPLE_TILE variants: (BL, BN, BU, num_warps).
+        for tile in ((64, 32, 32, 4), (128, 32, 32, 4), (32, 32, 32, 4), (64, 16, 16, 4), (64, 64, 32, 4),
+                     (128, 64, 32, 8)):  # fmt: skip
+            out.append(_resample_case(orig, new, dev, quick, tile=tile))
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m nbxsig.bench.filters [--match TEXT ...] [--warm I/N] [--markdown FILE]``: the suite's
+    cases whose name contains any ``--match`` text, each row printed (and appended to ``--markdown``) as it
+    finishes, so a time limit or a device fault loses only the rows after it; run groups in separate
+    processes to isolate a fault (it poisons the process's CUDA context). ``--warm I/N`` only runs every
+    N-th matching case once, from the I-th (compiles into Triton's on-disk cache; run N in parallel first)."""
+    import argparse
+
+    from ._harness import Environment, copy_bandwidth_gbps, format_environment, format_table, measure
+
+    parser = argparse.ArgumentParser(prog="python -m nbxsig.bench.filters", description=main.__doc__)
+    parser.add_argument("--match", nargs="*", default=[""], help="substrings of case names (default: all)")
+    parser.add_argument("--warm", help="I/N: compile every N-th matching case from the I-th, time nothing")
+    parser.add_argument("--markdown", help="append the rows to this file")
+    args = parser.parse_args(argv)
+    selected = [c for c in cases() if any(m in c.name for m in args.match)]
+    dev = torch.device("cuda")
+    if args.warm:
+        i, n = map(int, args.warm.split("/"))
+        for c in selected[i::n]:
+            c.run()
+            torch.cuda.synchronize(dev)
+            print(f"warm: {c.name}", flush=True)
+        return
+    copy_gbps = copy_bandwidth_gbps(dev)
+    env = format_environment(Environment.capture(dev, copy_gbps))
+
+    def emit(text: str) -> None:
+        print(text, flush=True)
+        if args.markdown:
+            with open(args.markdown, "a", encoding="utf-8") as f:
+                f.write(text + "\n")
+
+    emit(f"Environment: {env}\n\n{format_table([])}")
+    for c in selected:
+        emit(format_table([measure(c, device=dev, copy_gbps=copy_gbps)]).splitlines()[-1])
+
+
+if __name__ == "__main__":
+    main()

@@ -26,10 +26,13 @@ per (output channel, tap block), looping in a fixed order, so it is deterministi
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import triton
 import triton.language as tl
 
+from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES
 from ..reference.depthwise import resample as _resample_reference
 from ._runtime import check_launchable, empty_output
@@ -46,6 +49,10 @@ _UNROLL_MAX = 8
 # the Toeplitz product ~3·(128 + K) tensor-core MACs); the bench suite measures both paths at 33/65/129 taps.
 _DOT_MIN_TAPS = 48
 _BANK_MIN_FILTERS = 16
+# Tiles of those kernels, (R, T, BU, num_warps) and (BL, BK, num_warps): the measured defaults of c11f37e;
+# the bench suite times variants of both (patching these constants).
+_TOEPLITZ_TILE = (64, 128, 32, 8)
+_BANK_TILE = (128, 32, 8)
 # Separable filters without gradients: up to this many taps per side in one fused pass (``_sep_kernel``),
 # longer ones as two passes over plane chunks with at most _SEP_CHUNK_BYTES of float32 intermediate.
 # The fused band filters (ROWS-1+KH) input rows per ROWS output rows, KW loads each: cheap for short
@@ -56,6 +63,16 @@ _FUSED_SEP_MAX_TAPS = 8
 # no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
 _STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
+# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side
+# (None: never): both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile
+# (BH, BW, BU, BV, num_warps). Opt-in: measured on the H200 (9c1f426, BU = BV then), 5×5 on 8×3×2048×2048
+# took 1909 µs at (64, 64, 16, 16, 4), 2096 µs at (32, 128, 16, 16, 4) and 3802 µs at (64, 64, 32, 32, 4),
+# against 697 µs for the fused stencil; the 31×31 rows were lost to a fault of tile (64, 128, 16, 16, 8)
+# (see _check_tf32_tile), so the form is not yet shown faster than the two-pass stencil there. Wide column
+# chunks (BU >= BW + KW - 1, e.g. (64, 32, 64, 32, 4) at 31 taps: one column chunk, 4 dots per tile instead
+# of 42) are the untimed candidates in the bench.
+_SEP_DOT_MIN_TAPS: int | None = None
+_SEP_DOT_TILE = (64, 64, 16, 16, 4)
 
 
 @triton.jit
@@ -636,6 +653,52 @@ def _sep_kernel(
 
 
 @triton.jit
+def _sep_dot_kernel(
+    x_ptr, wy_ptr, wx_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top, left,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+    BU: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Separable depthwise correlation (stride 1, forward only) as two Toeplitz matrix products per tile on
+    tensor cores, both passes fused: for each chunk of ``BU`` input columns of the tile's halo,
+    ``mid = Σ_v Ty_v @ X_v`` over ``BV``-row chunks (``Ty[r, v] = wy[o, v - r]``, ``X`` the input block), then
+    ``acc += mid @ Tx`` (``Tx[u, t] = wx[o, u - t]``). No intermediate image, every input sample read from L2
+    about ``(BH + KH - 1)(BW + KW - 1) / (BH·BW)`` times, the multiply-adds on tensor cores. With ``BU`` at
+    least ``BW + KW - 1`` the column loop runs once: fewer, larger dots and each ``Ty`` chunk built once.
+    float32 operands go through ``tf32x3``. Taps are float32 ``(CO, K)`` contiguous."""
+    o = tl.program_id(1)
+    n = tl.program_id(2).to(tl.int64)
+    n_wt = tl.cdiv(WO, BW)
+    h0 = (tl.program_id(0) // n_wt) * BH
+    w0 = (tl.program_id(0) % n_wt) * BW
+    x_base = x_ptr + n * sxn + (o // DIV).to(tl.int64) * sxc
+    r = tl.arange(0, BH)
+    t = tl.arange(0, BW)
+    u = tl.arange(0, BU)
+    v = tl.arange(0, BV)
+    acc = tl.zeros((BH, BW), dtype=tl.float32)
+    for cu in range(tl.cdiv(BW + KW - 1, BU)):
+        cidx, cok = _map_index(w0 - left + cu * BU + u, W, BOUNDARY)
+        mid = tl.zeros((BH, BU), dtype=tl.float32)
+        for cv in range(tl.cdiv(BH + KH - 1, BV)):
+            ridx, rok = _map_index(h0 - top + cv * BV + v, H, BOUNDARY)
+            xv = tl.load(
+                x_base + ridx.to(tl.int64)[:, None] * sxh + (cidx * sxw)[None, :],
+                mask=rok[:, None] & cok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            wi = (cv * BV + v)[None, :] - r[:, None]
+            ty = tl.load(wy_ptr + o * KH + wi, mask=(wi >= 0) & (wi < KH), other=0.0)
+            mid = tl.dot(ty, xv, mid, input_precision=PRECISION)
+        wk = (cu * BU + u)[:, None] - t[None, :]
+        tx = tl.load(wx_ptr + o * KW + wk, mask=(wk >= 0) & (wk < KW), other=0.0)
+        acc = tl.dot(mid, tx, acc, input_precision=PRECISION)
+    oh = h0 + r
+    ow = w0 + t
+    y_off = n * syn + o.to(tl.int64) * syc + oh.to(tl.int64)[:, None] * syh + (ow * syw)[None, :]
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(oh < HO)[:, None] & (ow < WO)[None, :])
+
+
+@triton.jit
 def _wgrad_kernel(
     x_ptr,
     g_ptr,
@@ -883,18 +946,18 @@ def _forward(
 
 
 def _launch_toeplitz(x, w, y, *, div, left, boundary):
-    r, t, bu = 64, 128, 32
+    r, t, bu, warps = _TOEPLITZ_TILE
     lo = y.shape[3]
     grid = (triton.cdiv(lo, r * t), y.shape[1], x.shape[0])
     _fir_toeplitz_kernel[grid](
         x, w, y, x.shape[3], lo, div, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], R=r, T=t, BU=bu,
-        PRECISION="tf32x3", num_warps=8,
+        PRECISION="tf32x3", num_warps=warps,
     )  # fmt: skip
 
 
 def _launch_bank(x, w, y, *, m, stride, left, boundary):
-    bl, bk = 128, 32
+    bl, bk, warps = _BANK_TILE
     bf = min(64, max(16, _next_pow2(m)))
     lo = y.shape[3]
     n_fb = triton.cdiv(m, bf)
@@ -902,7 +965,7 @@ def _launch_bank(x, w, y, *, m, stride, left, boundary):
     _bank_kernel[grid](
         x, w, y, x.shape[3], lo, m, n_fb, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), stride, left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], BL=bl, BF=bf, BK=bk,
-        PRECISION="tf32x3", num_warps=8,
+        PRECISION="tf32x3", num_warps=warps,
     )  # fmt: skip
 
 
@@ -1023,6 +1086,42 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
     return y
 
 
+def _check_tf32_tile(name: str, config: tuple, m: int, ns: tuple[int, ...], warps: int) -> None:
+    """Refuse a tile whose float32 ``tl.dot`` (M = ``m``, each N in ``ns``) would be split into N = 8
+    Hopper wgmma pieces: with 8 warps a 64-row dot puts its second warpgroup along N, and tile
+    (64, 128, 16, 8) of ``_sep_dot_kernel`` (N = 16 → 8) faulted with an illegal address on the H200 under
+    triton 3.6, poisoning the process's CUDA context. Its sm_90 PTX is the only one of the measured tiles
+    with a TF32 ``m64n8k8`` wgmma (cf. triton-lang/triton#10629); tests/test_filters_compile.py checks the
+    default tiles for it."""
+    groups_n = max(1, (warps // 4) // max(1, m // 64))
+    if any(n // groups_n < 16 for n in ns):
+        raise bad_value(
+            name, config, f"a tile whose dots keep N >= 16 per warpgroup ({warps} warps, M = {m})"
+        )
+
+
+def _separable_dot(x, wy, wx, *, pads, boundary, config=None):
+    """One launch of ``_sep_dot_kernel`` (stride 1, forward only); ``config``: ``(BH, BW, BU, BV,
+    num_warps)`` instead of ``_SEP_DOT_TILE`` (the benchmark's variants)."""
+    top, bottom, left, right = pads
+    n, c, h, w = x.shape
+    co, kh, kw = wy.shape[0], wy.shape[1], wx.shape[1]
+    y = _like_format(x, (n, co, h + top + bottom - kh + 1, w + left + right - kw + 1), x.dtype)
+    wy32 = wy.detach().to(torch.float32).contiguous()
+    wx32 = wx.detach().to(torch.float32).contiguous()
+    check_launchable(x, wy32, wx32)
+    bh, bw, bu, bv, warps = _SEP_DOT_TILE if config is None else config
+    _check_tf32_tile("config", (bh, bw, bu, bv, warps), bh, (bu, bw), warps)
+    ho, wo = y.shape[2], y.shape[3]
+    grid = (triton.cdiv(ho, bh) * triton.cdiv(wo, bw), co, n)
+    _sep_dot_kernel[grid](
+        x, wy32, wx32, y, h, w, ho, wo, co // c, *x.stride(), *y.stride(), top, left,
+        KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], BH=bh, BW=bw, BU=bu, BV=bv, PRECISION="tf32x3",
+        num_warps=warps,
+    )  # fmt: skip
+    return y
+
+
 def _separable_chunked(x, wy, wx, *, stride, pads, boundary, budget):
     """Column pass then row pass (forward only), over chunks of (image, channels) planes so the float32
     intermediate stays within ``budget`` bytes (at least one plane): the whole-image intermediate was 403 MB
@@ -1069,7 +1168,8 @@ def depthwise_conv2d_separable(
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.depthwise.depthwise_conv2d_separable`.
 
-    Without gradients: short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) run fused in one pass
+    Without gradients: from ``_SEP_DOT_MIN_TAPS`` taps (opt-in, off by default) the tensor-core form
+    (``_separable_dot``); otherwise short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) run fused in one pass
     (``_sep_kernel``: no intermediate, float32 between the passes), longer ones as a column pass then a
     row pass over plane chunks (``_separable_chunked``: a float32 intermediate of at most
     ``_SEP_CHUNK_BYTES``). With gradients: a column pass into a float32 intermediate (keeps float16 inputs
@@ -1079,7 +1179,12 @@ def depthwise_conv2d_separable(
     if not (
         torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
     ):
-        if max(weight_y.shape[1], weight_x.shape[1]) <= _FUSED_SEP_MAX_TAPS:
+        channels_last = x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
+        taps = max(weight_y.shape[1], weight_x.shape[1])
+        dot = _SEP_DOT_MIN_TAPS is not None and taps >= _SEP_DOT_MIN_TAPS
+        if dot and stride == (1, 1) and not channels_last:
+            return _separable_dot(x, weight_y, weight_x, pads=pads, boundary=boundary)
+        if taps <= _FUSED_SEP_MAX_TAPS:
             return _separable_fused(x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary)
         return _separable_chunked(
             x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary, budget=_SEP_CHUNK_BYTES
@@ -1133,19 +1238,115 @@ def _resample_kernel(
     tl.store(y_ptr + b * syb + o, acc.to(y_ptr.dtype.element_ty), mask=om)
 
 
+@triton.jit
+def _resample_dot_kernel(
+    x_ptr,
+    d_ptr,
+    start_ptr,
+    y_ptr,
+    L,
+    LO,
+    sxb,
+    sxl,
+    syb,
+    ORIG,
+    NEW,
+    KS: tl.constexpr,
+    BL: tl.constexpr,
+    BN: tl.constexpr,
+    BU: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Polyphase resampling of ``BL`` frames × ``BN`` phases as a matrix product on tensor cores:
+    ``Y[l, q] = y[b, l·NEW + p0 + q] = Σ_s X[l, s] · D[pb, s, q]`` with
+    ``X[l, s] = x[b, l·ORIG + start[pb] + s]`` (zeros outside the signal) and ``D`` the phase block's
+    taps placed at each phase's offset (:func:`_phase_blocks`). The rows of ``X`` are contiguous runs of
+    the input (coalesced loads; the per-output form issued two scattered loads per tap). ``KS·BU``
+    multiply-adds per output instead of the ~``J`` of the direct form, at tensor-core rate: the op stays
+    bound by bytes. float32 operands go through ``tf32x3`` (~float32 accuracy)."""
+    pb = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    l = (tl.program_id(0) * BL + tl.arange(0, BL)).to(tl.int64)
+    q = tl.arange(0, BN)
+    s = tl.arange(0, BU)
+    x_base = x_ptr + b * sxb
+    row0 = l * ORIG + tl.load(start_ptr + pb)
+    d_base = d_ptr + pb * (KS * BU * BN)
+    acc = tl.zeros((BL, BN), dtype=tl.float32)
+    for c in range(KS):
+        idx = row0[:, None] + (c * BU + s)[None, :]
+        xv = tl.load(x_base + idx * sxl, mask=(idx >= 0) & (idx < L), other=0.0).to(tl.float32)
+        dv = tl.load(d_base + (c * BU + s)[:, None] * BN + q[None, :])
+        acc = tl.dot(xv, dv, acc, input_precision=PRECISION)
+    p = pb * BN + q
+    o = l[:, None] * NEW + p[None, :]
+    tl.store(y_ptr + b * syb + o, acc.to(y_ptr.dtype.element_ty), mask=(p < NEW)[None, :] & (o < LO))
+
+
+# None: the per-output kernel (_resample_kernel, measured 2.4-3.1x torchaudio at c11f37e). A tile
+# (BL frames, BN phases per block, BU samples per chunk, num_warps) selects the tensor-core form
+# (_resample_dot_kernel): opt-in until measured -- its only GPU run (9c1f426) checked it against float64
+# (tests pass) but lost the timings to a fault in another kernel's variant.
+_RESAMPLE_TILE: tuple[int, int, int, int] | None = None
+
+
+@lru_cache(maxsize=64)
+def _device_bank(
+    compact: torch.Tensor, offsets: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Device copies of the cached host bank (float32) and offsets, made once: a per-call host-to-device
+    copy waits for the GPU, and the launch's host time after it shows as idle GPU time."""
+    return compact.to(device=device, dtype=torch.float32).contiguous(), offsets.to(device)
+
+
+@lru_cache(maxsize=64)
+def _phase_blocks(
+    compact: torch.Tensor, offsets: torch.Tensor, bn: int, bu: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The compact polyphase bank ``(new, J)`` with its per-phase input offsets, regrouped for
+    ``_resample_kernel``: blocks of ``bn`` phases, each a dense ``(KS·bu, bn)`` float32 matrix whose column
+    ``q`` holds phase ``pb·bn + q``'s taps from row ``offset - start[pb]``, plus ``start`` (int64, per block)
+    and ``KS``. Cached per (bank, tile, device): ``compact``/``offsets`` are the cached host tensors of
+    ``nbxsig.filters._polyphase``, so the identity key is stable and no call copies taps to the device."""
+    new, j = compact.shape
+    n_pb = -(-new // bn)
+    off = offsets.to(torch.int64)
+    pad = torch.cat([off, off[-1:].expand(n_pb * bn - new)]).view(n_pb, bn)
+    start = pad.min(1).values
+    span = int((pad.max(1).values - start).max().item()) + j
+    ks = -(-span // bu)
+    d = torch.zeros(n_pb, ks * bu, bn, dtype=torch.float64)
+    p = torch.arange(new)
+    rows = (off - start[p // bn])[:, None] + torch.arange(j)[None, :]
+    d[(p // bn)[:, None], rows, (p % bn)[:, None]] = compact.to(torch.float64)
+    return d.to(device=device, dtype=torch.float32), start.to(device), ks
+
+
 class _Resample(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, orig, new, kernel, width, compact, offsets):
-        check_launchable(x, compact, offsets)
         b, length = x.shape
         lo = -(-new * length // orig)
         y = empty_output((b, lo), dtype=x.dtype, device=x.device)
-        bank = compact.to(torch.float32).contiguous()
-        block = 512
-        _resample_kernel[(triton.cdiv(lo, block), b)](
-            x, bank, offsets, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new, bank.shape[1],
-            BLOCK=block,
-        )  # fmt: skip
+        if _RESAMPLE_TILE is None:
+            bank, off = _device_bank(compact, offsets, x.device)
+            check_launchable(x, bank, off)
+            block = 512
+            _resample_kernel[(triton.cdiv(lo, block), b)](
+                x, bank, off, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
+                bank.shape[1], BLOCK=block,
+            )  # fmt: skip
+        else:
+            bl, bn, bu, warps = _RESAMPLE_TILE
+            bn = min(bn, max(16, _next_pow2(new)))
+            _check_tf32_tile("_RESAMPLE_TILE", _RESAMPLE_TILE, bl, (bn,), warps)
+            blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
+            check_launchable(x, blocks, start)
+            grid = (triton.cdiv(triton.cdiv(lo, new), bl), blocks.shape[0], b)
+            _resample_dot_kernel[grid](
+                x, blocks, start, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
+                KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,
+            )  # fmt: skip
         ctx.cfg = (orig, new, kernel, width, x.shape, x.dtype)
         return y
 
@@ -1155,7 +1356,7 @@ class _Resample(torch.autograd.Function):
         # The adjoint of a fixed linear map, through the reference's autograd (not a hot path).
         with torch.enable_grad():
             probe = torch.zeros(shape, dtype=torch.float32, device=g.device, requires_grad=True)
-            y = _resample_reference(probe, orig=orig, new=new, kernel=kernel, width=width)
+            y = _resample_reference(probe, orig=orig, new=new, kernel=kernel.to(g.device), width=width)
             (gx,) = torch.autograd.grad(y, probe, g.to(torch.float32))
         return gx.to(dtype), None, None, None, None, None, None
 
@@ -1170,5 +1371,7 @@ def resample(
     compact: torch.Tensor,
     offsets: torch.Tensor,
 ) -> torch.Tensor:
-    """Triton twin of :func:`nbxsig.reference.depthwise.resample` on the compact polyphase bank."""
+    """Triton twin of :func:`nbxsig.reference.depthwise.resample` on the compact polyphase bank
+    (``compact``, ``offsets``: the cached host tensors of ``nbxsig.filters._polyphase``; the device forms
+    are cached here, keyed by their identity)."""
     return _Resample.apply(x, orig, new, kernel, width, compact, offsets)
