@@ -34,15 +34,31 @@ def run(suites: list[str], *, quick: bool = False, markdown: str | None = None) 
     copy_gbps = copy_bandwidth_gbps(device)
     env = Environment.capture(device, copy_gbps)
     sections = [f"Environment: {format_environment(env)}"]
+    failed = []
     for name in names:
         module = importlib.import_module(SUITES[name])
-        results = [measure(case, device=device, copy_gbps=copy_gbps) for case in module.cases(quick=quick)]
+        results = []
+        for case in module.cases(quick=quick):
+            # Each row is printed as it is measured, so a run stopped by a time limit keeps what it got;
+            # a case that raises is reported and the suite goes on.
+            try:
+                results.append(measure(case, device=device, copy_gbps=copy_gbps))
+            except Exception as exc:  # reported below, and the exit status says so
+                failed.append(f"{name}: {case.name}: {type(exc).__name__}: {exc}")
+                print(f"FAILED {failed[-1]}", flush=True)
+                continue
+            print(format_table(results[-1:]).splitlines()[-1], flush=True)
         sections.append(f"### {name}\n\n{format_table(results)}")
         print(sections[-1], flush=True)
+    if failed:
+        sections.append("Failed cases:\n\n" + "\n".join(f"- {f}" for f in failed))
     report = "\n\n".join(sections) + "\n"
     if markdown:
         with open(markdown, "w", encoding="utf-8") as f:
             f.write(_MARKDOWN_TITLE + report)
+    if failed:
+        print(report, flush=True)
+        raise SystemExit(f"{len(failed)} benchmark case(s) failed")
     return report
 
 
