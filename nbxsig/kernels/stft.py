@@ -92,6 +92,9 @@ UNR_MIN_PROGRAMS = 264
 #: at 64×240000); tile-assembled stores (measured no faster, 151 vs 151-154 µs: off by default).
 UNR_OLA_PAIRED = True
 UNR_OLA_TILE_STORE = False
+UNR_OLA_ROWS = 1
+#: istft backward into a frequency-fastest gradient (torch.stft's layout): tile-assembled stores.
+UNR_BWD_TILE_OUT = False
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
 # kernel takes the call.
@@ -145,7 +148,7 @@ def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
 
 
 def _launch_stft_unrolled(src, strides, L, pad, hop, T, window, inv, out, out_strides, scale, power, *,
-                          n_fft, n_bins, kind, mode, output):  # fmt: skip
+                          n_fft, n_bins, kind, mode, output, tile_out=False):  # fmt: skip
     block = _unrolled_block(UNR_FWD_BLOCK, T, src.shape[0], UNR_FWD_WARPS)
     grid = (_cdiv(T, block), src.shape[0])
     win = window if window is not None else out
@@ -157,6 +160,7 @@ def _launch_stft_unrolled(src, strides, L, pad, hop, T, window, inv, out, out_st
         so[0], so[1], so[2], scale, power,
         N=n_fft, F=n_bins, KIND=kind, MODE=mode, HAS_WINDOW=window is not None, OUTPUT=output,
         BLOCK_T=block, num_warps=UNR_FWD_WARPS,
+        **(dict(TILE_OUT=True, F_P2=_p2(n_bins), LOG2_F=_p2(n_bins).bit_length() - 1) if tile_out else {}),
     )  # fmt: skip
 
 
@@ -319,17 +323,6 @@ def _coef(kind, part, n_fft, k, n):
     return float(np.float32(v))
 
 
-@triton.constexpr_function
-def _coef_at(kind, part, n_fft, k, q, hop, r):
-    # _coef at n = q·hop + r, formed here: the interpreter turns in-kernel int arithmetic into tensors.
-    return _coef(kind, part, n_fft, k, q * hop + r)
-
-
-@triton.constexpr_function
-def _frame_offset(q, hop, r):
-    return q * hop + r  # an int the interpreter keeps as an int (see _coef_at)
-
-
 @triton.jit
 def _stft_unrolled_kernel(
     src_ptr,
@@ -354,6 +347,9 @@ def _stft_unrolled_kernel(
     HAS_WINDOW: tl.constexpr,
     OUTPUT: tl.constexpr,
     BLOCK_T: tl.constexpr,
+    TILE_OUT: tl.constexpr = False,
+    F_P2: tl.constexpr = 1,
+    LOG2_F: tl.constexpr = 0,
 ):
     """``X[b, k, t] = scale · Σ_n s_pad[b, t·hop + n] · w[n] · (C[k, n] + i S[k, n])`` for small N.
 
@@ -363,6 +359,10 @@ def _stft_unrolled_kernel(
     so ``Re = Σ C·(s_n + s_{N-n})`` and ``Im = Σ S·(s_n - s_{N-n})`` over ``n <= N/2``.
     Each bin's row is one coalesced store: interleaved (re, im) pairs (OUTPUT 0), ``|X|²`` (1) or
     ``|X|^power`` (2); ``stride_o*`` count complex elements for OUTPUT 0. MODE as in ``_load_signal``.
+    TILE_OUT (OUTPUT 0, for a frequency-fastest output such as torch.stft's layout, where a frame's F
+    pairs are contiguous): the frame's bins are joined into a ``(BLOCK_T, F_P2, 2)`` tile and stored
+    at once, which the compiler re-lays out so that consecutive lanes write consecutive bytes,
+    instead of F stores whose lanes sit ``F·8`` bytes apart.
     """
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -387,6 +387,8 @@ def _stft_unrolled_kernel(
     if N % 2 == 0:
         e = e + (s[N // 2],)
     c2 = tl.arange(0, 2)
+    res = ()
+    ims = ()
     for k in tl.static_range(F):
         re = e[0] * _coef(KIND, 0, N, k, 0)
         for m in tl.static_range(1, N // 2 + 1):
@@ -400,7 +402,10 @@ def _stft_unrolled_kernel(
                 im += o[m] * ci
         re = re * scale
         im = im * scale
-        if OUTPUT == 0:
+        if OUTPUT == 0 and TILE_OUT:
+            res = res + (re,)
+            ims = ims + (im,)
+        elif OUTPUT == 0:
             # (re, im) side by side in one thread, one 8-byte store per bin (256 B per warp). The
             # strides arrive in complex units and are doubled here, so the compiler can prove the
             # 8-byte alignment that the vector store needs.
@@ -413,6 +418,106 @@ def _stft_unrolled_kernel(
                 mag2 = tl.exp2(tl.log2(mag2) * (0.5 * power))  # log2(0) = -inf → 0 for power > 0
             off = b * stride_ob + k * stride_of + t.to(tl.int64) * stride_ot
             tl.store(out_ptr + off, mag2, mask=t_ok)
+    if OUTPUT == 0 and TILE_OUT:
+        zero = tl.zeros((BLOCK_T,), dtype=tl.float32)
+        for _k in tl.static_range(F, F_P2):
+            res = res + (zero,)
+            ims = ims + (zero,)
+        both = tl.join(_tree_join(res, F_P2, LOG2_F), _tree_join(ims, F_P2, LOG2_F))
+        kk = tl.arange(0, F_P2)
+        row = 2 * (b * stride_ob + t.to(tl.int64) * stride_ot)
+        pair = row[:, None, None] + 2 * (kk * stride_of)[None, :, None] + c2[None, None, :]
+        tl.store(out_ptr + pair, both, mask=t_ok[:, None, None] & (kk < F)[None, :, None])
+
+
+@triton.constexpr_function
+def _ola_sample(i, j, hop, n_terms, n_fft):
+    """Frame sample ``n`` that a thread's output slot ``i`` (its row ``i // hop``, phase ``i % hop``)
+    receives from the thread's ``j``-th frame (frame row ``j - (n_terms - 1)``), or -1 for none.
+    Formed here: the interpreter turns in-kernel int arithmetic into tensors."""
+    q = i // hop - j + n_terms - 1
+    n = q * hop + i % hop
+    return n if 0 <= q < n_terms and n < n_fft else -1
+
+
+@triton.constexpr_function
+def _ola_needs(m, j, hop, n_terms, n_fft, rows):
+    # Whether frame j of a thread contributes its sample m or n_fft - m to one of the thread's rows.
+    for n in (m, n_fft - m):
+        if n < n_fft and 0 <= j - (n_terms - 1) + n // hop < rows:
+            return True
+    return False
+
+
+@triton.constexpr_function
+def _ola_count(rows, n_terms):
+    return rows + n_terms - 1
+
+
+@triton.constexpr_function
+def _ola_first(j, n_terms):
+    return j - (n_terms - 1)
+
+
+@triton.constexpr_function
+def _mirror(n_fft, n):
+    # The symmetric partner of sample n (cos(θ·(N-n)) = cos(θn), sin(θ·(N-n)) = -sin(θn)).
+    return n_fft - n if n > n_fft // 2 else n
+
+
+@triton.constexpr_function
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+@triton.constexpr_function
+def _product(a, b):
+    return a * b
+
+
+@triton.constexpr_function
+def _n_even(n_fft):
+    return n_fft // 2 + 1  # samples 0..N/2, each standing for itself and its mirror N - m
+
+
+@triton.constexpr_function
+def _has_sine(m, n_fft):
+    return m != 0 and 2 * m != n_fft  # sin(0) = sin(πk) = 0
+
+
+@triton.constexpr_function
+def _upper(n, n_fft):
+    return 2 * n > n_fft
+
+
+@triton.constexpr_function
+def _half(n, level):
+    return n >> (level + 1)
+
+
+@triton.jit
+def _tree_join(vals, WIDTH: tl.constexpr, LOG2: tl.constexpr):
+    """``WIDTH = 2**LOG2`` per-thread vectors ``(B,)`` → one ``(B, WIDTH)`` tile whose column c is
+    ``vals[c]`` (each join adds the next lower bit of c as a new minor dimension)."""
+    for level in tl.static_range(LOG2):
+        nxt = ()
+        for i in tl.static_range(_half(WIDTH, level)):
+            nxt = nxt + (tl.join(vals[i], vals[i + _half(WIDTH, level)]),)
+        vals = nxt
+    return tl.reshape(vals[0], (vals[0].shape[0], WIDTH))
+
+
+@triton.jit
+def _ola_add(a, ev, od, w, N: tl.constexpr, n: tl.constexpr):
+    # Adds frame sample n, windowed, formed from the even/odd sums.
+    m: tl.constexpr = _mirror(N, n)
+    y = ev[m] - od[m] if _upper(n, N) else ev[m] + od[m]
+    return a + y * w[n]
+
+
+@triton.jit
+def _square(w, n: tl.constexpr):
+    return w[n] * w[n]
 
 
 @triton.jit
@@ -438,38 +543,52 @@ def _ola_unrolled_kernel(
     DIVIDE: tl.constexpr,
     PAIRED: tl.constexpr,
     TILE_STORE: tl.constexpr,
-    HOP_P2: tl.constexpr,
+    OUT_P2: tl.constexpr,
+    LOG2_OUT: tl.constexpr,
+    ROWS: tl.constexpr,
     BLOCK_U: tl.constexpr,
 ):
-    """Overlap-add with the inverse transform fused in, for small N; each thread owns output rows.
+    """Overlap-add with the inverse transform fused in, for small N; each thread owns ROWS output rows.
 
     Output row ``u`` holds the OLA samples ``p = u·HOP + r`` (``r < HOP``); frame ``t = u - q``
-    covers them at ``n = q·HOP + r`` for ``q < ceil(N/HOP)``, so
+    covers them at ``n = q·HOP + r`` for ``q < Q = ceil(N/HOP)``, so
     ``y[p] = scale · Σ_q w[n] · Σ_k (Re X[k, t]·C[k, n] + Im X[k, t]·S[k, n])`` and, with DIVIDE,
     ``y[p] /= Σ_q w[n]²`` (valid frames only) where that exceeds NOLA_EPS. The basis (KIND 1 inverse
     real DFT for istft, KIND 0 forward basis transposed for the stft gradient) is unrolled as
-    compile-time immediates; the spectrum ``src`` is read in its real layout (strides ``s0..s3`` =
-    b, f, t, re/im), consecutive threads reading consecutive frames (coalesced), the ``ceil(N/HOP) - 1``
-    overlapping frames of a neighbour row hitting L1. Output ``o = p - start`` is written for
-    ``0 <= o < n_out`` (zeros past the last frame: how a longer ``length`` pads). Deterministic.
+    compile-time immediates; its symmetry in n (``C[k, N-n] = C[k, n]``, ``S[k, N-n] = -S[k, n]``)
+    halves the FMAs: samples n and N-n share the sums ``Σ Re·C`` and ``Σ Im·S``.
+
+    A thread owns rows ``u0 .. u0 + ROWS - 1`` and walks the ``ROWS + Q - 1`` frames covering them,
+    loading each frame once and adding the samples it gives to the rows it covers (ROWS = 1 re-reads
+    each frame Q times through L1, one per row; larger ROWS cut that to ``(ROWS + Q - 1) / ROWS``).
+    The spectrum ``src`` is read in its real layout (strides ``s0..s3`` = b, f, t, re/im). Output
+    ``o = p - start`` is written for ``0 <= o < n_out`` (zeros past the last frame: how a longer
+    ``length`` pads). Deterministic.
 
     PAIRED: ``s0..s2`` count complex elements (the layout's real strides are all even, ``s3 = 1``),
-    so each (re, im) pair is one 8-byte load. TILE_STORE: the ``HOP`` samples of a row are assembled
-    into a ``(BLOCK_U, HOP_P2)`` tile and stored at once (consecutive lanes, consecutive samples)
-    instead of ``HOP`` stores strided by ``HOP`` samples.
+    so each (re, im) pair is one 8-byte load. TILE_STORE: a thread's
+    ``ROWS·HOP`` consecutive samples are joined into a ``(BLOCK_U, OUT_P2)`` tile and stored at once
+    (the compiler re-lays it out so consecutive lanes store consecutive samples) instead of
+    ``ROWS·HOP`` stores strided by ``ROWS·HOP`` samples.
     """
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
-    u = u_begin + pid * BLOCK_U + tl.arange(0, BLOCK_U)
-    Q: tl.constexpr = (N + HOP - 1) // HOP
+    u0 = u_begin + (pid * BLOCK_U + tl.arange(0, BLOCK_U)) * ROWS
+    Q: tl.constexpr = _ceil_div(N, HOP)
+    SLOTS: tl.constexpr = _product(ROWS, HOP)
+    zero = tl.zeros((BLOCK_U,), dtype=tl.float32)
+    w = ()
+    for n in tl.static_range(N):
+        if HAS_WINDOW:
+            w = w + (tl.load(win_ptr + n).to(tl.float32),)
+        else:
+            w = w + (1.0,)
     acc = ()
-    env = ()
-    for _r in tl.static_range(HOP):
-        acc = acc + (tl.zeros((BLOCK_U,), dtype=tl.float32),)
-        env = env + (tl.zeros((BLOCK_U,), dtype=tl.float32),)
+    for _i in tl.static_range(SLOTS):
+        acc = acc + (zero,)
     c2 = tl.arange(0, 2)
-    for q in tl.static_range(Q):
-        t = u - q
+    for j in tl.static_range(_ola_count(ROWS, Q)):
+        t = u0 + _ola_first(j, Q)
         t_ok = (t >= 0) & (t < T)
         x_re = ()
         x_im = ()
@@ -487,50 +606,57 @@ def _ola_unrolled_kernel(
                     x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
                 else:
                     x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
-        new_acc = ()
-        new_env = ()
-        for r in tl.static_range(HOP):
-            n = _frame_offset(q, HOP, r)
-            a = acc[r]
-            v = env[r]
-            if n < N:
-                frame = tl.zeros((BLOCK_U,), dtype=tl.float32)
+        # Even and odd sums for the samples m <= N/2 this frame gives (placeholders elsewhere).
+        ev = ()
+        od = ()
+        for m in tl.static_range(_n_even(N)):
+            e = zero
+            o = zero
+            if _ola_needs(m, j, HOP, Q, N, ROWS):
                 for k in tl.static_range(F):
-                    cr = _coef_at(KIND, 0, N, k, q, HOP, r)
+                    cr = _coef(KIND, 0, N, k, m)
                     if cr != 0.0:
-                        frame += x_re[k] * cr
-                    ci = _coef_at(KIND, 1, N, k, q, HOP, r)
-                    if ci != 0.0:
-                        frame += x_im[k] * ci
-                if HAS_WINDOW:
-                    w = tl.load(win_ptr + n).to(tl.float32)
-                    a += frame * w
-                    if DIVIDE:
-                        v += tl.where(t_ok, w * w, 0.0)
-                else:
-                    a += frame
-                    if DIVIDE:
-                        v += tl.where(t_ok, 1.0, 0.0)
+                        e += x_re[k] * cr
+                    if _has_sine(m, N):
+                        ci = _coef(KIND, 1, N, k, m)
+                        if ci != 0.0:
+                            o += x_im[k] * ci
+            ev = ev + (e,)
+            od = od + (o,)
+        new_acc = ()
+        for i in tl.static_range(SLOTS):
+            a = acc[i]
+            if _ola_sample(i, j, HOP, Q, N) >= 0:
+                a = _ola_add(a, ev, od, w, N, _ola_sample(i, j, HOP, Q, N))
             new_acc = new_acc + (a,)
-            new_env = new_env + (v,)
         acc = new_acc
-        env = new_env
-    ob = out_ptr + b * stride_ob
-    rr = tl.arange(0, HOP_P2)
-    tile = tl.zeros((BLOCK_U, HOP_P2), dtype=tl.float32)
-    for r in tl.static_range(HOP):
-        y = acc[r] * scale
+    ys = ()
+    for i in tl.static_range(SLOTS):
+        y = acc[i] * scale
         if DIVIDE:
-            ok = env[r] > _EPS
-            y = tl.where(ok, y / tl.where(ok, env[r], 1.0), y)
-        if TILE_STORE:
-            tile = tl.where(rr[None, :] == r, y[:, None], tile)
-        else:
-            o = u.to(tl.int64) * HOP + r - start
-            tl.store(ob + o, y, mask=(o >= 0) & (o < n_out))
+            # The envelope Σ w[n]² over the frames that exist, formed here rather than carried
+            # through the loop (fewer live registers).
+            env = zero
+            for j in tl.static_range(_ola_count(ROWS, Q)):
+                if _ola_sample(i, j, HOP, Q, N) >= 0:
+                    t = u0 + _ola_first(j, Q)
+                    env += tl.where((t >= 0) & (t < T), _square(w, _ola_sample(i, j, HOP, Q, N)), 0.0)
+            ok = env > _EPS
+            y = tl.where(ok, y / tl.where(ok, env, 1.0), y)
+        ys = ys + (y,)
+    ob = out_ptr + b * stride_ob
+    o0 = u0.to(tl.int64) * HOP - start
     if TILE_STORE:
-        o2 = u.to(tl.int64)[:, None] * HOP + rr[None, :] - start
-        tl.store(ob + o2, tile, mask=(rr[None, :] < HOP) & (o2 >= 0) & (o2 < n_out))
+        for _i in tl.static_range(SLOTS, OUT_P2):
+            ys = ys + (zero,)
+        ii = tl.arange(0, OUT_P2)
+        o2 = o0[:, None] + ii[None, :]
+        tile = _tree_join(ys, OUT_P2, LOG2_OUT)
+        tl.store(ob + o2, tile, mask=(ii[None, :] < SLOTS) & (o2 >= 0) & (o2 < n_out))
+    else:
+        for i in tl.static_range(SLOTS):
+            o = o0 + i
+            tl.store(ob + o, ys[i], mask=(o >= 0) & (o < n_out))
 
 
 @triton.jit
@@ -783,6 +909,28 @@ def _power(spec_real: torch.Tensor, power: float) -> torch.Tensor:
     return out
 
 
+def _launch_ola_unrolled(src, strides, window, out, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *,
+                         kind, divide):  # fmt: skip
+    rows_per_thread = UNR_OLA_ROWS
+    u_begin = start // hop
+    rows = (start + n_out - 1) // hop + 1 - u_begin
+    block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
+    s = strides
+    # (re, im) pairs as single 8-byte loads where the real layout allows it (a view_as_real of a
+    # complex tensor always does): strides then go in complex units.
+    paired = UNR_OLA_PAIRED and s[3] == 1 and not (s[0] % 2 or s[1] % 2 or s[2] % 2)
+    if paired:
+        s = (s[0] // 2, s[1] // 2, s[2] // 2, 1)
+    out_p2 = _p2(rows_per_thread * hop)
+    _ola_unrolled_kernel[(_cdiv(rows, block * rows_per_thread), n_batch)](
+        src, s[0], s[1], s[2], s[3], window if window is not None else out, out, out.stride(0),
+        T, start, n_out, u_begin, scale,
+        N=n_fft, F=n_bins, HOP=hop, KIND=kind, HAS_WINDOW=window is not None, DIVIDE=divide,
+        PAIRED=paired, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2, LOG2_OUT=out_p2.bit_length() - 1,
+        ROWS=rows_per_thread, BLOCK_U=block, num_warps=UNR_OLA_WARPS,
+    )  # fmt: skip
+
+
 def _ola(
     src: torch.Tensor,
     strides: tuple[int, ...],
@@ -808,22 +956,8 @@ def _ola(
     if n_out == 0:
         return out
     if source == 0 and _unrolled_ola(n_fft, hop):
-        u_begin = start // hop
-        rows = (start + n_out - 1) // hop + 1 - u_begin
-        block = _unrolled_block(UNR_OLA_BLOCK, rows, n_batch, UNR_OLA_WARPS)
-        s = strides
-        # (re, im) pairs as single 8-byte loads where the real layout allows it (a view_as_real of
-        # a complex tensor always does): strides then go in complex units.
-        paired = UNR_OLA_PAIRED and s[3] == 1 and not (s[0] % 2 or s[1] % 2 or s[2] % 2)
-        if paired:
-            s = (s[0] // 2, s[1] // 2, s[2] // 2, 1)
-        _ola_unrolled_kernel[(_cdiv(rows, block), n_batch)](
-            src, s[0], s[1], s[2], s[3], window if window is not None else out, out, out.stride(0),
-            T, start, n_out, u_begin, scale,
-            N=n_fft, F=n_bins, HOP=hop, KIND=1 if basis_kind == "inv" else 0,
-            HAS_WINDOW=window is not None, DIVIDE=divide, PAIRED=paired, TILE_STORE=UNR_OLA_TILE_STORE,
-            HOP_P2=_p2(hop), BLOCK_U=block, num_warps=UNR_OLA_WARPS,
-        )  # fmt: skip
+        _launch_ola_unrolled(src, strides, window, out, n_batch, n_fft, n_bins, hop, T, start, n_out, scale,
+                             kind=1 if basis_kind == "inv" else 0, divide=divide)  # fmt: skip
         return out
     basis = None if basis_kind is None else _basis(n_fft, basis_kind, src.device)
     if source == 0:
@@ -965,6 +1099,24 @@ def _inv_envelope(window: torch.Tensor | None, n_fft: int, hop: int, T: int, dev
     return out
 
 
+def _grad_strides(spec: torch.Tensor) -> tuple[int, ...] | None:
+    """The strides the spectrum's gradient should take so that autograd adopts it as is: the
+    spectrum's own where it is dense with (re, im) pairs innermost -- torch.stft's frequency-fastest
+    output, any view_as_real of a complex tensor, a contiguous real layout -- else None (contiguous).
+    AccumulateGrad keeps a gradient only if its strides match a dense leaf's; otherwise it copies the
+    whole gradient into the leaf's layout (163 µs at 64×240000, measured)."""
+    strides = spec.stride()
+    if strides[-1] != 1 or any(st % 2 or st == 0 for st in strides[:-1]):
+        return None
+    expected = 1
+    for size, stride in sorted(zip(spec.shape, strides), key=lambda p: p[1]):
+        if size != 1:
+            if stride != expected:
+                return None
+            expected *= size
+    return strides
+
+
 def istft_backward(
     grad: torch.Tensor,
     window: torch.Tensor | None,
@@ -974,10 +1126,15 @@ def istft_backward(
     center: bool,
     normalized: bool,
     T: int,
+    *,
+    strides: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """Gradient of :func:`istft_forward` w.r.t. the real-layout spectrum: ``(B, n_out)`` →
     ``(B, F_in, T, 2)`` float32. Frames ``w[n]·g[t·hop + n - start]/env[t·hop + n]``, then a DFT
-    with the inverse basis (``∂y/∂Re X_k = w_k cos/N``, ``∂y/∂Im X_k = -w_k sin/N``)."""
+    with the inverse basis (``∂y/∂Re X_k = w_k cos/N``, ``∂y/∂Im X_k = -w_k sin/N``).
+
+    ``strides``: the layout to write the dense path's gradient in (see ``_grad_strides``; even, with
+    a last stride of 1), default contiguous."""
     device = check_launchable(grad, *(() if window is None else (window,)))
     n_batch, n_out = grad.shape
     start = n_fft // 2 if center else 0
@@ -985,14 +1142,20 @@ def istft_backward(
     inv = _inv_envelope(window, n_fft, hop, T, device)
     win = window if window is not None else inv
     if use_dense(n_fft):
-        out = empty_output((n_batch, n_bins_in, T, 2), dtype=torch.float32, device=device)
+        shape = (n_batch, n_bins_in, T, 2)
+        if strides is None:
+            out = empty_output(shape, dtype=torch.float32, device=device)
+        else:
+            out = torch.empty_strided(shape, strides, dtype=torch.float32, device=device)
         if n_bins_in > n_bins:
             out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
         scale = math.sqrt(n_fft) if normalized else 1.0
         if _unrolled_stft(n_fft):
+            # A frequency-fastest layout (a frame's bins contiguous) is stored as one tile per frame.
+            tile = UNR_BWD_TILE_OUT and out.stride(1) == 2 and n_bins_in == n_bins
             _launch_stft_unrolled(
                 grad, grad.stride(), n_out, start, hop, T, window, inv, out, out.stride(), scale, -1.0,
-                n_fft=n_fft, n_bins=n_bins, kind=1, mode=_MODE_SCALED, output=0,
+                n_fft=n_fft, n_bins=n_bins, kind=1, mode=_MODE_SCALED, output=0, tile_out=tile,
             )  # fmt: skip
             return out
         basis = _basis(n_fft, "inv", device)
@@ -1038,15 +1201,17 @@ class _StftFunction(torch.autograd.Function):
 class _IstftFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec, window, n_fft, hop, center, normalized, length):
+        # Only the window is kept (the spectrum is not needed: the gradient is linear in grad).
         ctx.save_for_backward(window)
         ctx.args = (spec.shape[1], n_fft, hop, center, normalized, spec.shape[2])
         ctx.spec_dtype = spec.dtype
+        ctx.strides = _grad_strides(spec)
         return istft_forward(spec, window, n_fft, hop, center, normalized, length)
 
     @staticmethod
     def backward(ctx, grad):
         (window,) = ctx.saved_tensors
-        g = istft_backward(grad, window, *ctx.args)
+        g = istft_backward(grad, window, *ctx.args, strides=ctx.strides)
         return g.to(ctx.spec_dtype), None, None, None, None, None, None
 
 
