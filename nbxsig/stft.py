@@ -363,7 +363,8 @@ def istft(
     if length is not None:
         length = check_int("length", length, min_value=1)
     lead = spec.shape[:-3]
-    spec3 = spec.reshape(-1, n_bins, n_frames, 2)
+    # (reshape costs microseconds of host time, which is what a batch-1 call is made of)
+    spec3 = spec if len(lead) == 1 else spec.reshape(-1, n_bins, n_frames, 2)
     blocker = _window_blocks_triton(frame.window)
     if return_complex:
         blocker = "return_complex=True"
@@ -386,7 +387,7 @@ def istft(
         return_complex=return_complex,
         strict_nola=strict_nola,
     )
-    return y.reshape(*lead, y.shape[-1])
+    return y if len(lead) == 1 else y.reshape(*lead, y.shape[-1])
 
 
 def spectrogram(
