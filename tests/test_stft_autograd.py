@@ -130,31 +130,6 @@ def test_cuda_gradient_parity(n_fft, hop, generator, cuda_device):
     assert_close(grads[1], grads[0], dtype="float32", rel_error=2e-6)
 
 
-@pytest.mark.parametrize("layout", ["stft-view", "contiguous", "real-contiguous"])
-@pytest.mark.parametrize("tile_out", [False, True], ids=["strided-stores", "tile-stores"])
-def test_istft_gradient_takes_the_spectrum_layout(layout, tile_out, monkeypatch, generator, device):
-    # AccumulateGrad keeps a gradient only when its strides match the leaf's; the Triton backward
-    # writes it in the spectrum's own layout (torch.stft's frequency-fastest view, contiguous
-    # complex, or a real (..., 2) layout), so the leaf's .grad is that buffer, not a copy.
-    from nbxsig.kernels import stft as K
-
-    monkeypatch.setattr(K, "UNR_BWD_TILE_OUT", tile_out)
-    x = random_tensor((3, 97), generator=generator)
-    w = torch.hann_window(20)
-    spec = torch.stft(x, 20, 5, window=w, return_complex=True)  # (3, 11, 20), strides (220, 1, 11)
-    if layout == "contiguous":
-        spec = spec.contiguous()
-    elif layout == "real-contiguous":
-        spec = torch.view_as_real(spec).contiguous()
-    gy = random_tensor((3, 97), generator=generator)
-    leaf = spec.to(device, copy=True).requires_grad_()
-    S.istft(leaf, 20, 5, window=w.to(device), length=97, backend="triton").backward(gy.to(device))
-    assert leaf.grad.stride() == leaf.stride()
-    ref = spec.to(torch.complex128 if spec.is_complex() else torch.float64).requires_grad_()
-    S.istft(ref, 20, 5, window=w.double(), length=97, backend="torch").backward(gy.double())
-    assert_close(leaf.grad, ref.grad, dtype="float32", rel_error=2e-6)
-
-
 def test_istft_gradient_of_a_non_dense_spectrum_is_contiguous(generator, device):
     # A strided view (every other frame) is not dense: the gradient comes back contiguous, as
     # AccumulateGrad wants for such a leaf, and still right.

@@ -45,7 +45,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .._dispatch import interpreter_enabled
 from ..dft import irdft_basis, rdft_basis
 from ..reference.stft import istft_range
 from ._runtime import check_launchable, empty_output
@@ -139,50 +138,6 @@ def _cdiv(a: int, b: int) -> int:
 
 def _p2(n: int, minimum: int = 1) -> int:
     return max(minimum, 1 << max(0, n - 1).bit_length())
-
-
-def _arg_class(arg) -> object:
-    # What Triton specializes a launch argument on (native_specialize_impl): a tensor's dtype and
-    # 16-byte alignment; an int's value 1 (a constant), divisibility by 16 and width (i32/i64/u64);
-    # nothing for a float. Equal classes compile to the same kernel.
-    if isinstance(arg, torch.Tensor):
-        return (arg.dtype, arg.data_ptr() % 16 == 0)
-    if isinstance(arg, int):
-        return (arg == 1, arg % 16 == 0, -(1 << 31) <= arg < (1 << 31), arg < (1 << 63))
-    return type(arg)
-
-
-class _CachedLaunch:
-    """Launch a jitted kernel through its compiled handle, skipping ``JITFunction.run``'s per-call
-    argument binding, cache-key hashing and option parsing -- host time that dominates small calls
-    (the batch-1 istft: GPU time 8 µs, eager call ~100 µs before).
-
-    The first launch of an argument class (``_arg_class``: the same facts Triton specializes on,
-    plus the constexprs and warps) goes through Triton, which compiles or finds the kernel; later
-    ones call its launcher directly on the current stream. Under the interpreter, or with a launch
-    hook installed (profilers), every launch goes through Triton.
-    """
-
-    def __init__(self, kernel) -> None:
-        self.kernel = kernel
-        self.handles: dict = {}
-
-    def __call__(self, grid: tuple[int, int], args: tuple, constexprs: dict, num_warps: int) -> None:
-        from triton import knobs
-
-        if interpreter_enabled() or knobs.runtime.launch_enter_hook is not None:
-            self.kernel[grid](*args, **constexprs, num_warps=num_warps)
-            return
-        device = torch.cuda.current_device()
-        key = (device, num_warps, *constexprs.values(), *map(_arg_class, args))
-        handle = self.handles.get(key)
-        if handle is None:
-            handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps)
-            self.handles[key] = handle.result() if hasattr(handle, "result") else handle  # async compile
-            return
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
-                   None, knobs.runtime.launch_exit_hook, *args, *constexprs.values())  # fmt: skip
 
 
 def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
@@ -494,10 +449,7 @@ def _ola_sample(i, j, hop, n_terms, n_fft):
 @triton.constexpr_function
 def _ola_needs(m, j, hop, n_terms, n_fft, rows):
     # Whether frame j of a thread contributes its sample m or n_fft - m to one of the thread's rows.
-    for n in (m, n_fft - m):
-        if n < n_fft and 0 <= j - (n_terms - 1) + n // hop < rows:
-            return True
-    return False
+    return any(n < n_fft and 0 <= j - (n_terms - 1) + n // hop < rows for n in (m, n_fft - m))
 
 
 @triton.constexpr_function
@@ -630,7 +582,7 @@ def _ola_unrolled_kernel(
     zero = tl.zeros((BLOCK_U,), dtype=tl.float32)
     w = ()
     for n in tl.static_range(N):
-        if HAS_WINDOW:
+        if HAS_WINDOW:  # noqa: SIM108 (a kernel's constexpr branch, not a value choice)
             w = w + (tl.load(win_ptr + n).to(tl.float32),)
         else:
             w = w + (1.0,)
@@ -710,7 +662,8 @@ def _ola_unrolled_kernel(
             tl.store(ob + o, ys[i], mask=(o >= 0) & (o < n_out))
 
 
-_ola_launch = _CachedLaunch(_ola_unrolled_kernel)
+def _ola_launch(grid, args, constexprs, num_warps):
+    _ola_unrolled_kernel[grid](*args, **constexprs, num_warps=num_warps)
 
 
 @triton.jit
@@ -1153,24 +1106,6 @@ def _inv_envelope(window: torch.Tensor | None, n_fft: int, hop: int, T: int, dev
     return out
 
 
-def _grad_strides(spec: torch.Tensor) -> tuple[int, ...] | None:
-    """The strides the spectrum's gradient should take so that autograd adopts it as is: the
-    spectrum's own where it is dense with (re, im) pairs innermost -- torch.stft's frequency-fastest
-    output, any view_as_real of a complex tensor, a contiguous real layout -- else None (contiguous).
-    AccumulateGrad keeps a gradient only if its strides match a dense leaf's; otherwise it copies the
-    whole gradient into the leaf's layout (163 µs at 64×240000, measured)."""
-    strides = spec.stride()
-    if strides[-1] != 1 or any(st % 2 or st == 0 for st in strides[:-1]):
-        return None
-    expected = 1
-    for size, stride in sorted(zip(spec.shape, strides), key=lambda p: p[1]):
-        if size != 1:
-            if stride != expected:
-                return None
-            expected *= size
-    return strides
-
-
 def istft_backward(
     grad: torch.Tensor,
     window: torch.Tensor | None,
@@ -1180,15 +1115,10 @@ def istft_backward(
     center: bool,
     normalized: bool,
     T: int,
-    *,
-    strides: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """Gradient of :func:`istft_forward` w.r.t. the real-layout spectrum: ``(B, n_out)`` →
     ``(B, F_in, T, 2)`` float32. Frames ``w[n]·g[t·hop + n - start]/env[t·hop + n]``, then a DFT
-    with the inverse basis (``∂y/∂Re X_k = w_k cos/N``, ``∂y/∂Im X_k = -w_k sin/N``).
-
-    ``strides``: the layout to write the dense path's gradient in (see ``_grad_strides``; even, with
-    a last stride of 1), default contiguous."""
+    with the inverse basis (``∂y/∂Re X_k = w_k cos/N``, ``∂y/∂Im X_k = -w_k sin/N``)."""
     device = check_launchable(grad, *(() if window is None else (window,)))
     n_batch, n_out = grad.shape
     start = n_fft // 2 if center else 0
@@ -1196,11 +1126,7 @@ def istft_backward(
     inv = _inv_envelope(window, n_fft, hop, T, device)
     win = window if window is not None else inv
     if use_dense(n_fft):
-        shape = (n_batch, n_bins_in, T, 2)
-        if strides is None:
-            out = empty_output(shape, dtype=torch.float32, device=device)
-        else:
-            out = torch.empty_strided(shape, strides, dtype=torch.float32, device=device)
+        out = empty_output((n_batch, n_bins_in, T, 2), dtype=torch.float32, device=device)
         if n_bins_in > n_bins:
             out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
         scale = math.sqrt(n_fft) if normalized else 1.0
@@ -1259,13 +1185,12 @@ class _IstftFunction(torch.autograd.Function):
         ctx.save_for_backward(window)
         ctx.args = (spec.shape[1], n_fft, hop, center, normalized, spec.shape[2])
         ctx.spec_dtype = spec.dtype
-        ctx.strides = _grad_strides(spec)
         return istft_forward(spec, window, n_fft, hop, center, normalized, length)
 
     @staticmethod
     def backward(ctx, grad):
         (window,) = ctx.saved_tensors
-        g = istft_backward(grad, window, *ctx.args, strides=ctx.strides)
+        g = istft_backward(grad, window, *ctx.args)
         return g.to(ctx.spec_dtype), None, None, None, None, None, None
 
 
