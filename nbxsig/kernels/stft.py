@@ -94,7 +94,14 @@ UNR_MIN_PROGRAMS = 264
 UNR_OLA_PAIRED = True
 UNR_OLA_TILE_STORE = False
 UNR_OLA_ROWS = 1
-#: istft backward into a frequency-fastest gradient (torch.stft's layout): tile-assembled stores.
+#: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
+#: AccumulateGrad's copy (163 µs at 64×240000). Off: the one H200 run of this change measured the
+#: backward kernel at 308 µs writing torch.stft's frequency-fastest layout with per-bin 8-byte stores
+#: (90 µs contiguous), more than the copy it saves; ``UNR_BWD_TILE_OUT`` (coalesced tile stores,
+#: reworked after that run) is the unmeasured fix.
+GRAD_IN_INPUT_LAYOUT = False
+#: istft backward into a frequency-fastest gradient (torch.stft's layout): one coalesced tile store
+#: per program row instead of F stores ``F·8`` bytes apart. Unmeasured on the GPU; off.
 UNR_BWD_TILE_OUT = False
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
@@ -365,10 +372,10 @@ def _stft_unrolled_kernel(
     so ``Re = Σ C·(s_n + s_{N-n})`` and ``Im = Σ S·(s_n - s_{N-n})`` over ``n <= N/2``.
     Each bin's row is one coalesced store: interleaved (re, im) pairs (OUTPUT 0), ``|X|²`` (1) or
     ``|X|^power`` (2); ``stride_o*`` count complex elements for OUTPUT 0. MODE as in ``_load_signal``.
-    TILE_OUT (OUTPUT 0, for a frequency-fastest output such as torch.stft's layout, where a frame's F
-    pairs are contiguous): the frame's bins are joined into a ``(BLOCK_T, F_P2, 2)`` tile and stored
-    at once, which the compiler re-lays out so that consecutive lanes write consecutive bytes,
-    instead of F stores whose lanes sit ``F·8`` bytes apart.
+    TILE_OUT (OUTPUT 0, for a frequency-fastest output such as torch.stft's layout: ``stride_of`` must
+    be 1, a frame's F pairs contiguous): the frame's bins are joined into a ``(BLOCK_T, 2·F_P2)`` tile
+    and stored at once, which the compiler re-lays out so that consecutive lanes write consecutive
+    floats, instead of F stores whose lanes sit ``F·8`` bytes apart.
     """
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -429,11 +436,14 @@ def _stft_unrolled_kernel(
         for _k in tl.static_range(F, F_P2):
             res = res + (zero,)
             ims = ims + (zero,)
+        # One row of 2·F_P2 floats per frame (the frame's pairs are contiguous: stride_of = 1),
+        # addressed as a flat run so the compiler sees 2·F contiguous floats per row and gives
+        # consecutive lanes consecutive floats (a re-layout through shared memory).
         both = tl.join(_tree_join(res, F_P2, LOG2_F), _tree_join(ims, F_P2, LOG2_F))
-        kk = tl.arange(0, F_P2)
+        both = tl.reshape(both, (BLOCK_T, 2 * F_P2))
+        jj = tl.arange(0, 2 * F_P2)
         row = 2 * (b * stride_ob + t.to(tl.int64) * stride_ot)
-        pair = row[:, None, None] + 2 * (kk * stride_of)[None, :, None] + c2[None, None, :]
-        tl.store(out_ptr + pair, both, mask=t_ok[:, None, None] & (kk < F)[None, :, None])
+        tl.store(out_ptr + row[:, None] + jj[None, :], both, mask=t_ok[:, None] & (jj < 2 * F)[None, :])
 
 
 @triton.constexpr_function
@@ -1115,10 +1125,15 @@ def istft_backward(
     center: bool,
     normalized: bool,
     T: int,
+    *,
+    strides: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """Gradient of :func:`istft_forward` w.r.t. the real-layout spectrum: ``(B, n_out)`` →
     ``(B, F_in, T, 2)`` float32. Frames ``w[n]·g[t·hop + n - start]/env[t·hop + n]``, then a DFT
-    with the inverse basis (``∂y/∂Re X_k = w_k cos/N``, ``∂y/∂Im X_k = -w_k sin/N``)."""
+    with the inverse basis (``∂y/∂Re X_k = w_k cos/N``, ``∂y/∂Im X_k = -w_k sin/N``).
+
+    ``strides``: a layout for the dense path's gradient (from ``_grad_strides``: dense, even, (re,
+    im) innermost); default contiguous. The fft path returns its own (frequency-fastest) layout."""
     device = check_launchable(grad, *(() if window is None else (window,)))
     n_batch, n_out = grad.shape
     start = n_fft // 2 if center else 0
@@ -1126,7 +1141,11 @@ def istft_backward(
     inv = _inv_envelope(window, n_fft, hop, T, device)
     win = window if window is not None else inv
     if use_dense(n_fft):
-        out = empty_output((n_batch, n_bins_in, T, 2), dtype=torch.float32, device=device)
+        shape = (n_batch, n_bins_in, T, 2)
+        if strides is None:
+            out = empty_output(shape, dtype=torch.float32, device=device)
+        else:
+            out = torch.empty_strided(shape, strides, dtype=torch.float32, device=device)
         if n_bins_in > n_bins:
             out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
         scale = math.sqrt(n_fft) if normalized else 1.0
@@ -1178,20 +1197,47 @@ class _StftFunction(torch.autograd.Function):
         return gx.to(ctx.x_dtype), None, None, None, None, None, None, None
 
 
+def _grad_strides(spec: torch.Tensor) -> tuple[int, ...] | None:
+    """Strides for the real-layout gradient of ``spec`` (real layout) such that autograd adopts it
+    as is: ``spec``'s own where it is dense with (re, im) pairs innermost (torch.stft's
+    frequency-fastest output, any view_as_real of a complex tensor), else None (contiguous).
+    AccumulateGrad keeps a gradient only if its strides match a dense leaf's; otherwise it copies it
+    into the leaf's layout (163 µs at 64×240000, measured on an H200)."""
+    strides = spec.stride()
+    if strides[-1] != 1 or any(st % 2 or st == 0 for st in strides[:-1]):
+        return None
+    expected = 1
+    for size, stride in sorted(zip(spec.shape, strides, strict=True), key=lambda p: p[1]):
+        if size != 1:
+            if stride != expected:
+                return None
+            expected *= size
+    return strides
+
+
 class _IstftFunction(torch.autograd.Function):
+    """Eager autograd for the Triton istft. It takes the complex spectrum itself where the caller
+    has one (view_as_real's own backward would make the gradient contiguous, a copy), and with
+    ``GRAD_IN_INPUT_LAYOUT`` writes the gradient in the spectrum's layout, so that AccumulateGrad
+    adopts it without a copy."""
+
     @staticmethod
     def forward(ctx, spec, window, n_fft, hop, center, normalized, length):
         # Only the window is kept (the spectrum is not needed: the gradient is linear in grad).
         ctx.save_for_backward(window)
-        ctx.args = (spec.shape[1], n_fft, hop, center, normalized, spec.shape[2])
         ctx.spec_dtype = spec.dtype
-        return istft_forward(spec, window, n_fft, hop, center, normalized, length)
+        ctx.complex = spec.is_complex()
+        real = torch.view_as_real(spec) if ctx.complex else spec
+        ctx.args = (real.shape[1], n_fft, hop, center, normalized, real.shape[2])
+        ctx.strides = _grad_strides(real) if GRAD_IN_INPUT_LAYOUT else None
+        return istft_forward(real, window, n_fft, hop, center, normalized, length)
 
     @staticmethod
     def backward(ctx, grad):
         (window,) = ctx.saved_tensors
-        g = istft_backward(grad, window, *ctx.args)
-        return g.to(ctx.spec_dtype), None, None, None, None, None, None
+        g = istft_backward(grad, window, *ctx.args, strides=ctx.strides)
+        g = torch.view_as_complex(g) if ctx.complex else g.to(ctx.spec_dtype)
+        return g, None, None, None, None, None, None
 
 
 @torch.library.custom_op("nbxsig::stft", mutates_args=())
@@ -1357,11 +1403,14 @@ def istft(
     return_complex: bool,
     strict_nola: bool,
 ) -> torch.Tensor:
-    """Triton twin of :func:`nbxsig.reference.stft.istft` (real output, ``strict_nola=False``)."""
+    """Triton twin of :func:`nbxsig.reference.stft.istft` (real output, ``strict_nola=False``).
+
+    ``spec``: the real layout ``(B, F, T, 2)`` or a complex64 ``(B, F, T)`` spectrum."""
     del onesided, return_complex, strict_nola  # resolved by nbxsig.stft (torch serves the other cases)
     args = (n_fft, hop, center, normalized, -1 if length is None else length)
-    if torch.compiler.is_compiling():
-        return torch.ops.nbxsig.istft(spec, window, *args)
-    if _needs_grad(spec):
+    if _needs_grad(spec) and not torch.compiler.is_compiling():
         return _IstftFunction.apply(spec, window, *args)
-    return istft_forward(spec, window, *args)
+    real = torch.view_as_real(spec) if spec.is_complex() else spec
+    if torch.compiler.is_compiling():
+        return torch.ops.nbxsig.istft(real, window, *args)
+    return istft_forward(real, window, *args)
