@@ -373,7 +373,12 @@ def istft(
     chosen = _resolve(
         _ISTFT, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker=blocker
     )
-    if chosen == "triton" and input.dtype == torch.complex64:
+    if (
+        chosen == "triton"
+        and input.dtype == torch.complex64
+        and input.requires_grad
+        and torch.is_grad_enabled()
+    ):
         # The Triton twin takes complex64 itself: its gradient then reaches the caller's tensor
         # without view_as_real's backward, which makes every gradient contiguous (a copy).
         spec3 = input if len(lead) == 1 else input.reshape(-1, n_bins, n_frames)

@@ -45,6 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._dispatch import interpreter_enabled
 from ..dft import irdft_basis, rdft_basis
 from ..reference.stft import istft_range
 from ._runtime import check_launchable, empty_output
@@ -94,6 +95,8 @@ UNR_MIN_PROGRAMS = 264
 UNR_OLA_PAIRED = True
 UNR_OLA_TILE_STORE = False
 UNR_OLA_ROWS = 1
+#: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``); off until measured.
+CACHED_LAUNCH = False
 #: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
 #: AccumulateGrad's copy (163 µs at 64×240000). Off: the one H200 run of this change measured the
 #: backward kernel at 308 µs writing torch.stft's frequency-fastest layout with per-bin 8-byte stores
@@ -145,6 +148,52 @@ def _cdiv(a: int, b: int) -> int:
 
 def _p2(n: int, minimum: int = 1) -> int:
     return max(minimum, 1 << max(0, n - 1).bit_length())
+
+
+def _arg_class(arg) -> object:
+    # What Triton specializes a launch argument on (native_specialize_impl): a tensor's dtype and
+    # 16-byte alignment; an int's value 1 (a constant), divisibility by 16 and width (i32/i64/u64);
+    # nothing for a float. Equal classes compile to the same kernel.
+    if isinstance(arg, torch.Tensor):
+        return (arg.dtype, arg.data_ptr() % 16 == 0)
+    if isinstance(arg, int):
+        return (arg == 1, arg % 16 == 0, -(1 << 31) <= arg < (1 << 31), arg < (1 << 63))
+    return type(arg)
+
+
+class _CachedLaunch:
+    """Launch a jitted kernel through its compiled handle, skipping ``JITFunction.run``'s per-call
+    argument binding, cache-key hashing and option parsing -- host time that dominates small calls
+    (the batch-1 istft: GPU time 8 µs, eager call ~100 µs). Opt-in (``CACHED_LAUNCH``): the one
+    H200 run of this round measured the batch-1 istft at 36.0 µs per call with it, but with the GPU
+    shared by a concurrent test run and no clean same-process comparison with Triton's own launch.
+
+    The first launch of an argument class (``_arg_class``: the same facts Triton specializes on,
+    plus the constexprs and warps) goes through Triton, which compiles or finds the kernel; later
+    ones call its launcher directly on the current stream. Under the interpreter, or with a launch
+    hook installed (profilers), every launch goes through Triton.
+    """
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self.handles: dict = {}
+
+    def __call__(self, grid: tuple[int, int], args: tuple, constexprs: dict, num_warps: int) -> None:
+        from triton import knobs
+
+        if not CACHED_LAUNCH or interpreter_enabled() or knobs.runtime.launch_enter_hook is not None:
+            self.kernel[grid](*args, **constexprs, num_warps=num_warps)
+            return
+        device = torch.cuda.current_device()
+        key = (device, num_warps, *constexprs.values(), *map(_arg_class, args))
+        handle = self.handles.get(key)
+        if handle is None:
+            handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps)
+            self.handles[key] = handle.result() if hasattr(handle, "result") else handle  # async compile
+            return
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
+                   None, knobs.runtime.launch_exit_hook, *args, *constexprs.values())  # fmt: skip
 
 
 def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
@@ -672,8 +721,7 @@ def _ola_unrolled_kernel(
             tl.store(ob + o, ys[i], mask=(o >= 0) & (o < n_out))
 
 
-def _ola_launch(grid, args, constexprs, num_warps):
-    _ola_unrolled_kernel[grid](*args, **constexprs, num_warps=num_warps)
+_ola_launch = _CachedLaunch(_ola_unrolled_kernel)
 
 
 @triton.jit
