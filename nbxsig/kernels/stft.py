@@ -94,6 +94,9 @@ UNR_MIN_PROGRAMS = 264
 #: at 64×240000); tile-assembled stores (measured no faster, 151 vs 151-154 µs: off by default).
 UNR_OLA_PAIRED = True
 UNR_OLA_TILE_STORE = False
+#: Output rows per thread of the overlap-add (each frame loaded once per thread). H200, 64×240000,
+#: GPU shared with a concurrent test run: 1 row 142.8 µs, 2 rows 166.0, 3 rows 194.3, 4 rows 228.5,
+#: 2 rows with tile stores 156.1 µs -- more rows lose (registers: 128 at 4 rows), so 1.
 UNR_OLA_ROWS = 1
 #: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``); off until measured.
 CACHED_LAUNCH = False
