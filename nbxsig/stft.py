@@ -363,7 +363,8 @@ def istft(
     if length is not None:
         length = check_int("length", length, min_value=1)
     lead = spec.shape[:-3]
-    spec3 = spec.reshape(-1, n_bins, n_frames, 2)
+    # (reshape costs microseconds of host time, which is what a batch-1 call is made of)
+    spec3 = spec if len(lead) == 1 else spec.reshape(-1, n_bins, n_frames, 2)
     blocker = _window_blocks_triton(frame.window)
     if return_complex:
         blocker = "return_complex=True"
@@ -372,6 +373,15 @@ def istft(
     chosen = _resolve(
         _ISTFT, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker=blocker
     )
+    if (
+        chosen == "triton"
+        and input.dtype == torch.complex64
+        and input.requires_grad
+        and torch.is_grad_enabled()
+    ):
+        # The Triton twin takes complex64 itself: its gradient then reaches the caller's tensor
+        # without view_as_real's backward, which makes every gradient contiguous (a copy).
+        spec3 = input if len(lead) == 1 else input.reshape(-1, n_bins, n_frames)
     y = _run(
         _ISTFT,
         chosen,
@@ -386,7 +396,7 @@ def istft(
         return_complex=return_complex,
         strict_nola=strict_nola,
     )
-    return y.reshape(*lead, y.shape[-1])
+    return y if len(lead) == 1 else y.reshape(*lead, y.shape[-1])
 
 
 def spectrogram(

@@ -542,6 +542,7 @@ def test_dense_kernel_variants(variant, monkeypatch, generator, device):
     monkeypatch.setattr(K, "DENSE_KERNEL", "unrolled" if unrolled else "tiled")
     monkeypatch.setattr(K, "UNR_OLA_PAIRED", variant == "unrolled")
     monkeypatch.setattr(K, "UNR_OLA_TILE_STORE", variant != "unrolled")
+    monkeypatch.setattr(K, "UNR_OLA_ROWS", 1 if variant == "unrolled" else 3)
     monkeypatch.setattr(K, "FWD_FMA_MAX_N", 64 if variant == "fma" else 0)
     monkeypatch.setattr(K, "OLA_FMA_MAX_N", 64 if variant == "fma" else 0)
     x = random_tensor((2, 83), generator=generator)
@@ -620,3 +621,42 @@ def test_torch_backend_exports_to_onnx(tmp_path, generator):
     session = ort.InferenceSession(path)
     (y,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     assert_close(torch.from_numpy(y), 0.5 * x, dtype="float32", atol=2e-6)
+
+
+def test_cached_launch_key_refines_triton_specialization():
+    # The overlap-add launches through cached compiled kernels keyed by _arg_class; two arguments
+    # of one class must get the same specialization from Triton, or a cached kernel could run on
+    # arguments it was not compiled for.
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    def triton_class(arg):
+        return native_specialize_impl(BaseBackend, arg, False, True, True)
+
+    ints = [0, 1, 2, 11, 15, 16, 17, 32, 48001, 528011, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, -1, -16]
+    ints += [2**63 - 16, 2**63, 2**63 + 16]
+    x = torch.zeros(64)
+    args = [*ints, x, x[1:], x[2:], x[4:], x[8:], x.double(), x.double()[2:], 1.0, 2.5]
+    for a in args:
+        for b in args:
+            if type(a) is type(b) and K._arg_class(a) == K._arg_class(b):
+                assert triton_class(a) == triton_class(b), (a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cached", [False, True], ids=["jit-launch", "cached-launch"])
+def test_cuda_istft_per_argument_class(cached, monkeypatch, generator, cuda_device):
+    # Alternating calls whose spectra fall in different specialization classes (16-byte aligned or
+    # not, frequency- or time-fastest, contiguous real layout) each get the right kernel, with and
+    # without the cached launch (whose cache they populate and then hit).
+    x = random_tensor((3, 1003), generator=generator)
+    w = torch.hann_window(20)
+    monkeypatch.setattr(K, "CACHED_LAUNCH", cached)
+    spec = torch.stft(x, 20, 5, window=w, return_complex=True).to(cuda_device)
+    views = [spec, spec.contiguous(), spec[:, :, 1:], torch.view_as_real(spec.contiguous())[:, :, 1:]]
+    for _ in range(2):
+        for s in views:
+            y = S.istft(s, 20, 5, window=w.to(cuda_device), backend="triton")
+            c = s if s.is_complex() else torch.view_as_complex(s.contiguous())
+            ref = torch.istft(c.cpu().to(torch.complex128), 20, 5, window=w.double())
+            assert_close(y.cpu(), ref, dtype="float32", rel_error=2e-6)

@@ -128,3 +128,49 @@ def test_cuda_gradient_parity(n_fft, hop, generator, cuda_device):
         y.square().sum().backward()
         grads.append(xx.grad.cpu())
     assert_close(grads[1], grads[0], dtype="float32", rel_error=2e-6)
+
+
+def test_istft_gradient_of_a_non_dense_spectrum_is_contiguous(generator, device):
+    # A strided view (every other frame) is not dense: the gradient comes back contiguous, as
+    # AccumulateGrad wants for such a leaf, and still right.
+    spec = random_tensor((2, 11, 24), generator=generator, dtype=torch.complex64)
+    w = torch.hann_window(20)
+    base = spec.to(device, copy=True).requires_grad_()
+    S.istft(base[:, :, ::2], 20, 5, window=w.to(device), backend="triton").square().sum().backward()
+    ref = spec.to(torch.complex128).requires_grad_()
+    S.istft(ref[:, :, ::2], 20, 5, window=w.double(), backend="torch").square().sum().backward()
+    assert_close(base.grad, ref.grad, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.parametrize("layout", ["stft-view", "contiguous", "real-contiguous"])
+@pytest.mark.parametrize("tile_out", [False, True], ids=["strided-stores", "tile-stores"])
+def test_istft_gradient_in_input_layout_is_adopted_without_copy(
+    layout, tile_out, monkeypatch, generator, device
+):
+    # With GRAD_IN_INPUT_LAYOUT the Triton backward writes the gradient in the spectrum's own layout
+    # (torch.stft's frequency-fastest view, contiguous complex, a real (..., 2) layout), so autograd
+    # runs no copy after it (AccumulateGrad adopts the buffer) and the result is right.
+    from nbxsig.kernels import stft as K
+
+    monkeypatch.setattr(K, "GRAD_IN_INPUT_LAYOUT", True)
+    monkeypatch.setattr(K, "UNR_BWD_TILE_OUT", tile_out)
+    x = random_tensor((3, 97), generator=generator)
+    w = torch.hann_window(20)
+    spec = torch.stft(x, 20, 5, window=w, return_complex=True)  # (3, 11, 20), strides (220, 1, 11)
+    if layout == "contiguous":
+        spec = spec.contiguous()
+    elif layout == "real-contiguous":
+        spec = torch.view_as_real(spec).contiguous()
+    gy = random_tensor((3, 97), generator=generator)
+    leaf = spec.to(device, copy=True).requires_grad_()
+    y = S.istft(leaf, 20, 5, window=w.to(device), length=97, backend="triton")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        y.backward(gy.to(device))
+    # AccumulateGrad's copy into the leaf's layout allocates with new_empty_strided (the interpreter's
+    # own host copies show up as copy_ either way, so those are not counted).
+    events = [e.key for e in prof.key_averages()]
+    assert "aten::new_empty_strided" not in events and "aten::contiguous" not in events, events
+    assert leaf.grad.stride() == leaf.stride()
+    ref = spec.to(torch.complex128 if spec.is_complex() else torch.float64).requires_grad_()
+    S.istft(ref, 20, 5, window=w.double(), length=97, backend="torch").backward(gy.double())
+    assert_close(leaf.grad, ref.grad, dtype="float32", rel_error=2e-6)

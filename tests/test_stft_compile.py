@@ -26,18 +26,20 @@ def build(kernel, constexprs, floats, **options):
     # compile_sm90 is from _sm90.PRELUDE
     return compile_sm90(kernel, POINTERS, constexprs, floats, attrs, **options).asm["ptx"]
 
-fwd = dict(N=20, F=11, MODE=1, HAS_WINDOW=True, BLOCK_T=K.UNR_FWD_BLOCK)
+fwd = dict(N=20, F=11, MODE=1, HAS_WINDOW=True, BLOCK_T=K.UNR_FWD_BLOCK, TILE_OUT=False, F_P2=1, LOG2_F=0)
 floats, warps = ("scale", "power"), K.UNR_FWD_WARPS
 ptx = build(K._stft_unrolled_kernel, dict(fwd, KIND=0, OUTPUT=0), floats, num_warps=warps)
 assert "st.global.v2" in ptx, "complex output no longer stored as 8-byte pairs"
 build(K._stft_unrolled_kernel, dict(fwd, KIND=1, MODE=4, OUTPUT=0), floats, num_warps=warps)
 build(K._stft_unrolled_kernel, dict(fwd, KIND=0, OUTPUT=2), floats, num_warps=warps)
-ola = dict(N=20, HOP=5, HAS_WINDOW=True, HOP_P2=8, BLOCK_U=K.UNR_OLA_BLOCK)
-ptx = build(K._ola_unrolled_kernel, dict(ola, F=11, KIND=1, DIVIDE=True, PAIRED=True, TILE_STORE=False),
-            ("scale",), num_warps=K.UNR_OLA_WARPS)
+ola = dict(N=20, HOP=5, HAS_WINDOW=True, BLOCK_U=K.UNR_OLA_BLOCK)
+ptx = build(K._ola_unrolled_kernel, dict(ola, F=11, KIND=1, DIVIDE=True, PAIRED=True, TILE_STORE=False,
+            OUT_P2=8, LOG2_OUT=3, ROWS=1), ("scale",), num_warps=K.UNR_OLA_WARPS)
 assert "ld.global.v2" in ptx, "spectrum no longer loaded as 8-byte (re, im) pairs"
-build(K._ola_unrolled_kernel, dict(ola, F=20, KIND=0, DIVIDE=False, PAIRED=False, TILE_STORE=True),
-      ("scale",), num_warps=K.UNR_OLA_WARPS)
+build(K._ola_unrolled_kernel, dict(ola, F=20, KIND=0, DIVIDE=False, PAIRED=False, TILE_STORE=True,
+      OUT_P2=16, LOG2_OUT=4, ROWS=2), ("scale",), num_warps=K.UNR_OLA_WARPS)
+build(K._stft_unrolled_kernel, dict(fwd, KIND=1, MODE=4, OUTPUT=0, TILE_OUT=True, F_P2=16, LOG2_F=4), floats,
+      num_warps=warps)
 print("compiled")
 """
 
