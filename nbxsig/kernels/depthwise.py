@@ -49,10 +49,12 @@ _UNROLL_MAX = 8
 # the Toeplitz product ~3·(128 + K) tensor-core MACs); the bench suite measures both paths at 33/65/129 taps.
 _DOT_MIN_TAPS = 48
 _BANK_MIN_FILTERS = 16
-# Tiles of those kernels, (R, T, BU, num_warps) and (BL, BK, num_warps): the measured defaults of c11f37e;
-# the bench suite times variants of both (patching these constants).
-_TOEPLITZ_TILE = (64, 128, 32, 8)
-_BANK_TILE = (128, 32, 8)
+# Tiles of those kernels, (R, T, BU, num_warps) and (BL, BK, num_warps), chosen from the bench suite's
+# variants on the H200 at 5335111 (2026-12-03): FIR 32×64×160000, 129 taps -- (64, 64, 32, 4) 2034 µs,
+# (128, 32, 32, 4) 2389, (128, 128, 32, 8) 3834, the previous (64, 128, 32, 8) 5416; bank 1→64 on
+# 32×160000 -- (128, 32, 4) 1881 µs, (256, 32, 8) 2057, the previous (128, 32, 8) 2259.
+_TOEPLITZ_TILE = (64, 64, 32, 4)
+_BANK_TILE = (128, 32, 4)
 # Separable filters without gradients: up to this many taps per side in one fused pass (``_sep_kernel``),
 # longer ones as two passes over plane chunks with at most _SEP_CHUNK_BYTES of float32 intermediate.
 # The fused band filters (ROWS-1+KH) input rows per ROWS output rows, KW loads each: cheap for short
@@ -63,16 +65,15 @@ _FUSED_SEP_MAX_TAPS = 8
 # no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
 _STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
-# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side
-# (None: never): both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile
-# (BH, BW, BU, BV, num_warps). Opt-in: measured on the H200 (9c1f426, BU = BV then), 5×5 on 8×3×2048×2048
-# took 1909 µs at (64, 64, 16, 16, 4), 2096 µs at (32, 128, 16, 16, 4) and 3802 µs at (64, 64, 32, 32, 4),
-# against 697 µs for the fused stencil; the 31×31 rows were lost to a fault of tile (64, 128, 16, 16, 8)
-# (see _check_tf32_tile), so the form is not yet shown faster than the two-pass stencil there. Wide column
-# chunks (BU >= BW + KW - 1, e.g. (64, 32, 64, 32, 4) at 31 taps: one column chunk, 4 dots per tile instead
-# of 42) are the untimed candidates in the bench.
-_SEP_DOT_MIN_TAPS: int | None = None
-_SEP_DOT_TILE = (64, 64, 16, 16, 4)
+# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
+# both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
+# num_warps). Measured on the H200 at 5335111 (2026-12-03), 8×3×2048×2048 reflect fp32: 31×31 took 2466 µs
+# at (64, 32, 64, 16, 4) -- one column chunk covers the halo -- against 5145 µs for the two-pass stencil
+# (other tiles 2619-4883 µs); 5×5 took 1893 µs against 687 µs for the fused stencil. Its cost barely
+# depends on the tap count while the stencils' grows with it, so it takes the long kernels; no size
+# between 5 and 31 taps was measured, hence the threshold at 31.
+_SEP_DOT_MIN_TAPS: int | None = 31
+_SEP_DOT_TILE = (64, 32, 64, 16, 4)
 
 
 @triton.jit
@@ -1168,7 +1169,7 @@ def depthwise_conv2d_separable(
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.depthwise.depthwise_conv2d_separable`.
 
-    Without gradients: from ``_SEP_DOT_MIN_TAPS`` taps (opt-in, off by default) the tensor-core form
+    Without gradients: from ``_SEP_DOT_MIN_TAPS`` taps (31; None turns it off) the tensor-core form
     (``_separable_dot``); otherwise short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) run fused in one pass
     (``_sep_kernel``: no intermediate, float32 between the passes), longer ones as a column pass then a
     row pass over plane chunks (``_separable_chunked``: a float32 intermediate of at most
@@ -1283,11 +1284,12 @@ def _resample_dot_kernel(
     tl.store(y_ptr + b * syb + o, acc.to(y_ptr.dtype.element_ty), mask=(p < NEW)[None, :] & (o < LO))
 
 
-# None: the per-output kernel (_resample_kernel, measured 2.4-3.1x torchaudio at c11f37e). A tile
-# (BL frames, BN phases per block, BU samples per chunk, num_warps) selects the tensor-core form
-# (_resample_dot_kernel): opt-in until measured -- its only GPU run (9c1f426) checked it against float64
-# (tests pass) but lost the timings to a fault in another kernel's variant.
-_RESAMPLE_TILE: tuple[int, int, int, int] | None = None
+# A tile (BL frames, BN phases per block, BU samples per chunk, num_warps) selects the tensor-core form
+# (_resample_dot_kernel); None the per-output kernel (_resample_kernel). Measured on the H200 at 5335111
+# (2026-12-03), 64×10 s, 44100→16000 / 16000→44100 / 48000→22050: (64, 32, 32, 4) 122 / 122 / 151 µs,
+# the best other tiles 117 / 126 / 133 µs, the per-output kernel 565 / 282 / 401 µs (torchaudio 1781 /
+# 1497 / 1487 µs).
+_RESAMPLE_TILE: tuple[int, int, int, int] | None = (64, 32, 32, 4)
 
 
 @lru_cache(maxsize=64)
