@@ -98,16 +98,19 @@ UNR_OLA_TILE_STORE = False
 #: GPU shared with a concurrent test run: 1 row 142.8 µs, 2 rows 166.0, 3 rows 194.3, 4 rows 228.5,
 #: 2 rows with tile stores 156.1 µs -- more rows lose (registers: 128 at 4 rows), so 1.
 UNR_OLA_ROWS = 1
-#: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``); off until measured.
-CACHED_LAUNCH = False
+#: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``). H200, 5335111, batch-1
+#: istft 1×240000 in one process, two passes: 106.6 → 67.6 µs and 69.8 → 28.5 µs per eager call
+#: (torch.istft 130-134 µs); the CUDA-graph device time is 8 µs, the rest is host time.
+CACHED_LAUNCH = True
 #: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
 #: AccumulateGrad's copy (163 µs at 64×240000). Off: the one H200 run of this change measured the
 #: backward kernel at 308 µs writing torch.stft's frequency-fastest layout with per-bin 8-byte stores
-#: (90 µs contiguous), more than the copy it saves; ``UNR_BWD_TILE_OUT`` (coalesced tile stores,
-#: reworked after that run) is the unmeasured fix.
+#: (90 µs contiguous), more than the copy it saves. Measured again at 5335111 (istft forward+backward,
+#: 64×240000, two passes): off 587 / 496 µs, on 778 / 701 µs, on with ``UNR_BWD_TILE_OUT`` 682 / 792 µs
+#: -- so both stay off.
 GRAD_IN_INPUT_LAYOUT = False
 #: istft backward into a frequency-fastest gradient (torch.stft's layout): one coalesced tile store
-#: per program row instead of F stores ``F·8`` bytes apart. Unmeasured on the GPU; off.
+#: per program row instead of F stores ``F·8`` bytes apart. Measured slower (above); off.
 UNR_BWD_TILE_OUT = False
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
@@ -167,9 +170,8 @@ def _arg_class(arg) -> object:
 class _CachedLaunch:
     """Launch a jitted kernel through its compiled handle, skipping ``JITFunction.run``'s per-call
     argument binding, cache-key hashing and option parsing -- host time that dominates small calls
-    (the batch-1 istft: GPU time 8 µs, eager call ~100 µs). Opt-in (``CACHED_LAUNCH``): the one
-    H200 run of this round measured the batch-1 istft at 36.0 µs per call with it, but with the GPU
-    shared by a concurrent test run and no clean same-process comparison with Triton's own launch.
+    (the batch-1 istft: GPU time 8 µs, eager call ~100 µs). On by default (``CACHED_LAUNCH``, where
+    the H200 measurements are).
 
     The first launch of an argument class (``_arg_class``: the same facts Triton specializes on,
     plus the constexprs and warps) goes through Triton, which compiles or finds the kernel; later
