@@ -73,6 +73,7 @@ from .._dispatch import interpreter_enabled
 from ._runtime import check_launchable, empty_output
 from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, _whisper_finish_kernel, dot_precision, mel_blocks
 from .stft import _PAD_MODES, _load_signal, _load_window
+from .stft import n_frames as count_frames
 
 #: Largest padded frame ``N1P·N2P`` the kernel takes: the frame tile (BLOCK_T × N1P·N2P fp32, and its
 #: split/transposed copies) lives in registers, so larger frames spill.
@@ -477,8 +478,7 @@ def spectrogram(
     """``|scale · STFT(x)|^power`` onesided, ``(B, L)`` → ``(B, n_fft//2 + 1, T)`` float32: a view of a
     contiguous ``(B, T, F)`` buffer. ``power > 0``; ``supports(n_fft)`` must hold."""
     device = check_launchable(x, *(() if window is None else (window,)))
-    pad = n_fft // 2 if center else 0
-    n_frames = 1 + (x.shape[1] + 2 * pad - n_fft) // hop
+    n_frames = count_frames(x.shape[1], n_fft, hop, center)
     n_bins = n_fft // 2 + 1
     out = empty_output((x.shape[0], n_frames, n_bins), dtype=torch.float32, device=device)
     if n_frames > 0:
@@ -511,8 +511,7 @@ def mel_spectrogram(
     """The function of :func:`nbxsig.kernels.mel._launch` (``(B, L)`` → ``(B, n_mels, T)`` in x's dtype)
     through the four-step kernel; ``supports(n_fft)`` must hold."""
     device = check_launchable(x, window, filters)
-    pad = n_fft // 2 if center else 0
-    n_frames = 1 + (x.shape[1] + 2 * pad - n_fft) // hop_length - (1 if drop_last else 0)
+    n_frames = count_frames(x.shape[1], n_fft, hop_length, center) - (1 if drop_last else 0)
     n_mels = filters.shape[1]
     m1, m2 = mel_blocks(n_mels)
     out = empty_output((x.shape[0], n_mels, n_frames), dtype=x.dtype, device=device)
