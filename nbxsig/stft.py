@@ -341,7 +341,10 @@ def istft(
         return_complex, backend, strict_nola,
     )  # fmt: skip
     if key is not None:
-        plan = _ISTFT_PLANS.get(key)
+        try:
+            plan = _ISTFT_PLANS.get(key)
+        except TypeError:  # an unhashable argument: the checks below reject it
+            key = plan = None
         if plan is not None:
             return plan(input)
     spec = _spectrum_input(input)
@@ -423,10 +426,11 @@ def _istft_key(
     backend, strict_nola,
 ) -> tuple | None:  # fmt: skip
     """What decides every check and choice :func:`istft` makes, or None for a call that is not
-    planned (not plain tensors, a window that requires grad, under torch.compile, unhashable
-    arguments). Python scalars go in with their types (``20.0 == 20`` and ``True == 1`` as keys, but
-    not as arguments); the window by identity, version (in-place changes), shape, dtype and device
-    (``.data`` assignment changes those without a version bump); the environment the dispatch reads."""
+    planned (not plain tensors, a window that requires grad, under torch.compile; the caller
+    handles unhashable arguments). Python scalars go in with their types (``20.0 == 20`` and
+    ``True == 1`` as keys, but not as arguments); the window by identity, version (in-place
+    changes), shape, dtype and device (``.data`` assignment changes those without a version bump);
+    the environment the dispatch reads."""
     if type(input) is not torch.Tensor or torch.compiler.is_compiling():
         return None
     if window is None:
@@ -443,10 +447,6 @@ def _istft_key(
         type(length), type(return_complex), type(backend), type(strict_nola),
         getenv(ENV_VAR), getenv("TRITON_INTERPRET"),
     )  # fmt: skip
-    try:
-        hash(key)
-    except TypeError:
-        return None
     return key
 
 

@@ -59,7 +59,7 @@ def stubbed_launches() -> Iterator[None]:
     saved = [(c, c.kernel, c.handles, c.interpreted) for c in launchers]
     names = ("_stft_unrolled_kernel", "_ola_dft_kernel", "_frame_dft_kernel")
     saved_kernels = {n: getattr(K, n) for n in names}
-    saved_globals = (K.CACHED_LAUNCH, torch.cuda.current_device, torch._C._cuda_getCurrentRawStream)
+    saved_globals = (K.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
     try:
         for c in launchers:
             # The cached path is the GPU's; the interpreter would bypass it.
@@ -67,7 +67,7 @@ def stubbed_launches() -> Iterator[None]:
         for name in names:
             setattr(K, name, _NoKernel())
         K.CACHED_LAUNCH = True
-        torch.cuda.current_device = lambda: 0  # no device: device 0, stream 0
+        torch._C._cuda_getDevice = lambda: 0  # no device: device 0, stream 0
         torch._C._cuda_getCurrentRawStream = lambda device: 0
         yield
     finally:
@@ -75,38 +75,45 @@ def stubbed_launches() -> Iterator[None]:
             c.kernel, c.handles, c.interpreted = kernel, handles, interpreted
         for name, kernel in saved_kernels.items():
             setattr(K, name, kernel)
-        K.CACHED_LAUNCH, torch.cuda.current_device, torch._C._cuda_getCurrentRawStream = saved_globals
+        K.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream = saved_globals
 
 
-def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, Callable[[], object]]:
-    """The timed calls: the public functions with the issue's arguments, batch 1."""
+def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, tuple[Callable, Callable]]:
+    """The timed calls -- the public functions with the issue's arguments, batch 1 -- each with the
+    allocation of its output alone (a CPU ``torch.empty`` of the output's shape)."""
     from .. import stft as S
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, length, generator=g)
     w = torch.hann_window(n_fft)
     spec = torch.stft(x, n_fft, hop, window=w, return_complex=True)  # (1, 11, 48001) complex64
+    n_frames = spec.shape[-1]
     return {
-        f"istft n_fft={n_fft} hop={hop}, 1×{length}": lambda: S.istft(
-            spec, n_fft, hop, window=w, length=length, backend="triton"
+        f"istft n_fft={n_fft} hop={hop}, 1×{length}": (
+            lambda: S.istft(spec, n_fft, hop, window=w, length=length, backend="triton"),
+            lambda: torch.empty((1, length), dtype=torch.float32, device=x.device),
         ),
-        f"stft n_fft={n_fft} hop={hop}, 1×{length}": lambda: S.stft(
-            x, n_fft, hop, window=w, backend="triton"
+        f"stft n_fft={n_fft} hop={hop}, 1×{length}": (
+            lambda: S.stft(x, n_fft, hop, window=w, backend="triton"),
+            lambda: torch.empty((1, n_fft // 2 + 1, n_frames, 2), dtype=torch.float32, device=x.device),
         ),
     }
 
 
-def time_call(fn: Callable[[], object], *, calls: int = 2000, repeats: int = 15) -> float:
-    """Median over ``repeats`` blocks of the mean per-call time (µs) of ``calls`` back-to-back calls."""
-    for _ in range(200):
-        fn()
-    per_call = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
+def time_calls(fns: list[Callable[[], object]], *, calls: int = 2000, repeats: int = 21) -> list[list[float]]:
+    """Per-call times (µs) of ``fns``: for each, ``repeats`` blocks of ``calls`` back-to-back calls,
+    the functions' blocks interleaved (so that a busy machine slows them alike)."""
+    for fn in fns:
+        for _ in range(200):
             fn()
-        per_call.append((time.perf_counter_ns() - t0) / calls / 1e3)
-    return statistics.median(per_call)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, per_call in zip(fns, times, strict=True):
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            per_call.append((time.perf_counter_ns() - t0) / calls / 1e3)
+    return times
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,12 +124,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     with stubbed_launches():
-        for name, fn in cases().items():
+        for name, (fn, alloc) in cases().items():
             if name.split()[0] not in (args.which or ("istft", "stft")):
                 continue
-            empty = time_call(lambda: torch.empty(240000), calls=args.calls)
-            print(f"{name}: {time_call(fn, calls=args.calls):.2f} µs per call (host, launch stubbed; "
-                  f"a CPU torch.empty(240000) alone: {empty:.2f} µs)")  # fmt: skip
+            call_t, alloc_t = time_calls([fn, alloc], calls=args.calls)
+            med, low = statistics.median(call_t), min(call_t)
+            amed, alow = statistics.median(alloc_t), min(alloc_t)
+            print(
+                f"{name}: {med:.2f} µs per call (median of {len(call_t)} blocks; fastest block {low:.2f}), "
+                f"of which the output's allocation {amed:.2f} ({alow:.2f}): nbxsig's host work "
+                f"{med - amed:.2f} µs ({low - alow:.2f})"
+            )
             if args.profile:
                 import cProfile
                 import pstats

@@ -174,12 +174,6 @@ def _arg_class(arg) -> object:
     return type(arg)
 
 
-def _hooked(hook) -> bool:
-    # A launch hook is installed: Triton 3.6 keeps them in a HookChain (never None, empty when
-    # unused); older releases and user code may set a plain callable.
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
 class _CachedLaunch:
     """Launch a jitted kernel through its compiled handle, skipping ``JITFunction.run``'s per-call
     argument binding, cache-key hashing and option parsing -- host time that dominates small calls
@@ -192,7 +186,7 @@ class _CachedLaunch:
 
     ``handles``: a handle cache owned by a caller whose non-tensor arguments, constexprs, warps and
     tensor dtypes never change (a prepared launch, :class:`IstftLaunch`); its keys are then only
-    the device and the 16-byte alignment of the tensor arguments at positions ``tensors``.
+    the device and ``aligned``, the 16-byte alignment of each tensor argument.
     """
 
     def __init__(self, kernel) -> None:
@@ -209,23 +203,27 @@ class _CachedLaunch:
         num_warps: int,
         *,
         handles: dict | None = None,
-        tensors: tuple[int, ...] = (),
+        aligned: tuple[bool, ...] = (),
     ) -> None:
-        runtime = knobs.runtime
+        # Launch hooks (profilers): Triton 3.6 keeps them in HookChains (never None, empty when
+        # unused); older releases and user code may set plain callables.
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         if (
             not CACHED_LAUNCH
             or self.interpreted
-            or _hooked(runtime.launch_enter_hook)
-            or _hooked(runtime.launch_exit_hook)
+            or (enter is not None and getattr(enter, "calls", True))
+            or (leave is not None and getattr(leave, "calls", True))
         ):
             self.kernel[grid](*args, **constexprs, num_warps=num_warps)
             return
-        device = torch.cuda.current_device()
+        # Set up by the first launch, which went through Triton (torch.cuda.current_device would
+        # check CUDA's initialisation on every call).
+        device = torch._C._cuda_getDevice()
         if handles is None:
             handles = self.handles
             key = (device, num_warps, *constexprs.values(), *map(_arg_class, args))
         else:
-            key = (device, *[args[i].data_ptr() % 16 == 0 for i in tensors])
+            key = (device, aligned)
         handle = handles.get(key)
         if handle is None:
             handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps)
@@ -1535,9 +1533,6 @@ class IstftLaunch:
 
     __slots__ = ("constexprs", "device", "grid", "handles", "n_out", "shape", "strides", "tail", "window")
 
-    # Positions of the tensors in the kernel's arguments (source, window, output).
-    _TENSORS = (0, 5, 6)
-
     def __init__(self, spec, window, config, n_out) -> None:
         self.grid, self.strides, self.tail, self.constexprs = config
         self.window, self.device, self.n_out = window, spec.device, n_out
@@ -1562,11 +1557,10 @@ class IstftLaunch:
 
     def __call__(self, spec: torch.Tensor) -> torch.Tensor:
         out = empty_output(self.shape, dtype=torch.float32, device=self.device)
-        window = self.window
-        args = (spec, *self.strides, out if window is None else window, out, self.n_out, *self.tail)
-        _ola_launch(
-            self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, tensors=self._TENSORS
-        )
+        window = out if self.window is None else self.window
+        aligned = (spec.data_ptr() & 15 == 0, window.data_ptr() & 15 == 0, out.data_ptr() & 15 == 0)
+        args = (spec, *self.strides, window, out, self.n_out, *self.tail)
+        _ola_launch(self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, aligned=aligned)
         return out
 
 
