@@ -474,11 +474,12 @@ class _IstftPlan:
         self.out_shape = None if self.launch is None or len(lead) == 1 else (*lead, self.launch.n_out)
 
     def __call__(self, input: torch.Tensor) -> torch.Tensor:
-        spec = torch.view_as_real(input) if self.complex else input
         if self.launch is None or (input.requires_grad and torch.is_grad_enabled()):
+            spec = torch.view_as_real(input) if self.complex else input
             return _istft_run(input, spec, "triton", self.kwargs)
         if self.shape3 is None:
-            return self.launch(spec)
+            return self.launch(input)  # complex or real layout: the launch takes either
+        spec = torch.view_as_real(input) if self.complex else input
         return self.launch(spec.reshape(self.shape3)).reshape(self.out_shape)
 
 

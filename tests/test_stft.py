@@ -790,35 +790,39 @@ def test_istft_plan_gradient_and_retune(plans, generator, monkeypatch):
 
 def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator):
     # The cached compiled-kernel path (CACHED_LAUNCH, GPU only) with Triton stubbed out: the first
-    # call of each alignment class goes through Triton, later ones through the cached handle.
+    # call of each plan and alignment class goes through Triton, later ones through the cached
+    # handle, with the same arguments (tensors as their addresses).
     from triton import knobs
 
-    from nbxsig.bench.host_overhead import _NoKernel, _NoLaunch, stubbed_launches
+    from nbxsig.bench.host_overhead import _NoLaunch, stubbed_launches
 
-    runs = []
+    jit_args, runs = [], []
+
+    class Recording:
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: (jit_args.append(args), _NoLaunch())[1]
+
     x = random_tensor((1, 160), generator=generator)
     w = torch.hann_window(12)
     spec = torch.stft(x, 12, 3, window=w, return_complex=True)
     with stubbed_launches():
-        jit_calls = []
-        stub = _NoKernel()
-        K._ola_launch.kernel = _NoKernel()
-        K._ola_launch.kernel.__class__ = type(
-            "Counting", (_NoKernel,), {"__getitem__": lambda self, g: (jit_calls.append(g), stub[g])[1]}
-        )
+        K._ola_launch.kernel = Recording()
         _NoLaunch.run = lambda self, *args: runs.append(args)
         try:
             for s in (spec, spec, spec[..., 1:], spec[..., 1:], spec):
                 S.istft(s, 12, 3, window=w, length=100, backend="triton")
-            assert len(jit_calls) == 2 and len(runs) == 3  # two plans (shapes), each compiled once
+            assert len(jit_args) == 2 and len(runs) == 3  # two plans (shapes), each compiled once
             hook = lambda metadata: None  # noqa: E731
             knobs.runtime.launch_enter_hook.add(hook)
             try:
                 S.istft(spec, 12, 3, window=w, length=100, backend="triton")
             finally:
                 knobs.runtime.launch_enter_hook.remove(hook)
-            assert len(jit_calls) == 3 and len(runs) == 3  # a profiler's hook: through Triton
+            assert len(jit_args) == 3 and len(runs) == 3  # a profiler's hook: through Triton
         finally:
             del _NoLaunch.run
-    # (grid x, grid y, 1, stream, function, metadata, launch metadata, hooks, then the arguments)
-    assert runs[0][1:4] == (1, 1, 0) and runs[0][9].data_ptr() == spec.data_ptr()
+    # run(grid x, grid y, 1, stream, function, metadata, launch metadata, hooks, *arguments, *constexprs)
+    assert runs[0][1:4] == (1, 1, 0)
+    pointers, jit = runs[0][9 : 9 + len(jit_args[0])], jit_args[0]
+    assert pointers[0] == spec.data_ptr() == jit[0].data_ptr() and pointers[5] == w.data_ptr()
+    assert pointers[1:5] + pointers[7:] == jit[1:5] + jit[7:]

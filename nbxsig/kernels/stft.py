@@ -195,6 +195,17 @@ class _CachedLaunch:
         # Triton decides interpreted vs compiled when the kernel is defined (at import).
         self.interpreted = not isinstance(kernel, triton.runtime.JITFunction)
 
+    def _direct(self) -> bool:
+        # Launch hooks (profilers): Triton 3.6 keeps them in HookChains (never None, empty when
+        # unused); older releases and user code may set plain callables.
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        return (
+            CACHED_LAUNCH
+            and not self.interpreted
+            and not (enter is not None and getattr(enter, "calls", True))
+            and not (leave is not None and getattr(leave, "calls", True))
+        )
+
     def __call__(
         self,
         grid: tuple[int, int],
@@ -205,15 +216,7 @@ class _CachedLaunch:
         handles: dict | None = None,
         aligned: tuple[bool, ...] = (),
     ) -> None:
-        # Launch hooks (profilers): Triton 3.6 keeps them in HookChains (never None, empty when
-        # unused); older releases and user code may set plain callables.
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        if (
-            not CACHED_LAUNCH
-            or self.interpreted
-            or (enter is not None and getattr(enter, "calls", True))
-            or (leave is not None and getattr(leave, "calls", True))
-        ):
+        if not self._direct():
             self.kernel[grid](*args, **constexprs, num_warps=num_warps)
             return
         # Set up by the first launch, which went through Triton (torch.cuda.current_device would
@@ -232,6 +235,26 @@ class _CachedLaunch:
         stream = torch._C._cuda_getCurrentRawStream(device)
         handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
                    None, None, *args, *constexprs.values())  # fmt: skip
+
+    def launch_cached(
+        self, handles: dict, aligned: tuple[bool, ...], grid, pointers: tuple, constexprs
+    ) -> bool:
+        """Launch a prepared caller's kernel through the handle it cached (see ``handles`` above) and
+        return True; False where there is none yet or the direct path is off (then launch with
+        tensors through ``__call__``). ``pointers``: the arguments with each tensor replaced by its
+        ``data_ptr()`` -- Triton's launcher takes an int as the address itself, which spares the
+        caller a ``view_as_real`` (Triton has no complex pointers) and the launcher its
+        ``cuPointerGetAttribute`` per tensor (the plan checked the devices)."""
+        if not self._direct():
+            return False
+        device = torch._C._cuda_getDevice()
+        handle = handles.get((device, aligned))
+        if handle is None:
+            return False
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
+                   None, None, *pointers, *constexprs.values())  # fmt: skip
+        return True
 
 
 def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
@@ -1528,7 +1551,8 @@ class IstftLaunch:
     what this is for; :func:`nbxsig.stft.istft` keeps these in its plan cache.
 
     Call it with a real-layout spectrum ``(B, F_in, T, 2)`` of the planned shape, strides and
-    dtype; returns ``(B, n_out)`` float32, as :func:`istft_forward`.
+    dtype, or the complex64 ``(B, F_in, T)`` whose ``view_as_real`` that is; returns
+    ``(B, n_out)`` float32, as :func:`istft_forward`.
     """
 
     __slots__ = ("constexprs", "device", "grid", "handles", "n_out", "shape", "strides", "tail", "window")
@@ -1558,9 +1582,16 @@ class IstftLaunch:
     def __call__(self, spec: torch.Tensor) -> torch.Tensor:
         out = empty_output(self.shape, dtype=torch.float32, device=self.device)
         window = out if self.window is None else self.window
-        aligned = (spec.data_ptr() & 15 == 0, window.data_ptr() & 15 == 0, out.data_ptr() & 15 == 0)
-        args = (spec, *self.strides, window, out, self.n_out, *self.tail)
-        _ola_launch(self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, aligned=aligned)
+        p_spec, p_window, p_out = spec.data_ptr(), window.data_ptr(), out.data_ptr()
+        aligned = (p_spec & 15 == 0, p_window & 15 == 0, p_out & 15 == 0)
+        tail = (self.n_out, *self.tail)
+        pointers = (p_spec, *self.strides, p_window, p_out, *tail)
+        if not _ola_launch.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
+            real = torch.view_as_real(spec) if spec.is_complex() else spec
+            args = (real, *self.strides, window, out, *tail)
+            _ola_launch(
+                self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, aligned=aligned
+            )
         return out
 
 
