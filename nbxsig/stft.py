@@ -428,9 +428,10 @@ def _istft_key(
     """What decides every check and choice :func:`istft` makes, or None for a call that is not
     planned (not plain tensors, a window that requires grad, under torch.compile; the caller
     handles unhashable arguments). Python scalars go in with their types (``20.0 == 20`` and
-    ``True == 1`` as keys, but not as arguments); the window by identity, version (in-place
-    changes), shape, dtype and device (``.data`` assignment changes those without a version bump);
-    the environment the dispatch reads."""
+    ``True == 1`` as keys, but not as arguments); the input's conjugate bit (``view_as_real``
+    refuses a lazily conjugated input, a planned launch would read it unconjugated); the window by
+    identity, version (in-place changes), shape, dtype and device (``.data`` assignment changes
+    those without a version bump); the environment the dispatch reads."""
     if type(input) is not torch.Tensor or torch.compiler.is_compiling():
         return None
     if window is None:
@@ -440,7 +441,7 @@ def _istft_key(
     else:
         return None
     key = (
-        input.shape, input.stride(), input.dtype, input.device, win,
+        input.shape, input.stride(), input.dtype, input.device, input.is_conj(), win,
         n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex, backend,
         strict_nola,
         type(n_fft), type(hop_length), type(win_length), type(center), type(normalized), type(onesided),

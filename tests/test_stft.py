@@ -759,6 +759,9 @@ def test_istft_plan_keeps_every_check(plans, generator, monkeypatch):
         S.istft(spec, 12, 3, window=w, length=True, backend="triton")
     with pytest.raises(ParameterTypeError, match="length must be an integer"):
         S.istft(spec, 12, 3, window=w, length=[160], backend="triton")  # unhashable
+    # A lazily conjugated view of the planned spectrum (same shape, strides, dtype): refused as before.
+    with pytest.raises(RuntimeError, match="conjugate"):
+        S.istft(spec.conj(), 12, 3, window=w, length=160, center=True, backend="triton")
     # The environment the dispatch reads.
     monkeypatch.setenv("NBXSIG_BACKEND", "cuda")
     with pytest.raises(ParameterValueError, match="NBXSIG_BACKEND must be"):
@@ -812,6 +815,8 @@ def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator):
             for s in (spec, spec, spec[..., 1:], spec[..., 1:], spec):
                 S.istft(s, 12, 3, window=w, length=100, backend="triton")
             assert len(jit_args) == 2 and len(runs) == 3  # two plans (shapes), each compiled once
+            with pytest.raises(RuntimeError, match="conjugate"):  # not launched from its address
+                S.istft(spec.conj(), 12, 3, window=w, length=100, backend="triton")
             hook = lambda metadata: None  # noqa: E731
             knobs.runtime.launch_enter_hook.add(hook)
             try:
