@@ -1558,7 +1558,8 @@ class IstftLaunch:
     __slots__ = ("constexprs", "device", "grid", "handles", "n_out", "shape", "strides", "tail", "window")
 
     def __init__(self, spec, window, config, n_out) -> None:
-        self.grid, self.strides, self.tail, self.constexprs = config
+        self.grid, self.strides, tail, self.constexprs = config
+        self.tail = (n_out, *tail)  # the output's row stride, then the scalars
         self.window, self.device, self.n_out = window, spec.device, n_out
         self.shape = (spec.shape[0], n_out)
         self.handles: dict = {}  # compiled kernels by device and alignment (see _CachedLaunch)
@@ -1584,11 +1585,10 @@ class IstftLaunch:
         window = out if self.window is None else self.window
         p_spec, p_window, p_out = spec.data_ptr(), window.data_ptr(), out.data_ptr()
         aligned = (p_spec & 15 == 0, p_window & 15 == 0, p_out & 15 == 0)
-        tail = (self.n_out, *self.tail)
-        pointers = (p_spec, *self.strides, p_window, p_out, *tail)
+        pointers = (p_spec, *self.strides, p_window, p_out, *self.tail)
         if not _ola_launch.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
             real = torch.view_as_real(spec) if spec.is_complex() else spec
-            args = (real, *self.strides, window, out, *tail)
+            args = (real, *self.strides, window, out, *self.tail)
             _ola_launch(
                 self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, aligned=aligned
             )
