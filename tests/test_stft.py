@@ -791,7 +791,7 @@ def test_istft_plan_gradient_and_retune(plans, generator, monkeypatch):
     assert len(plans) == 1 and not next(iter(plans.values())).launch.constexprs["PAIRED"]
 
 
-def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator):
+def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator, monkeypatch):
     # The cached compiled-kernel path (CACHED_LAUNCH, GPU only) with Triton stubbed out: the first
     # call of each plan and alignment class goes through Triton, later ones through the cached
     # handle, with the same arguments (tensors as their addresses).
@@ -810,24 +810,35 @@ def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator):
     spec = torch.stft(x, 12, 3, window=w, return_complex=True)
     with stubbed_launches():
         K._ola_launch.kernel = Recording()
-        _NoLaunch.run = lambda self, *args: runs.append(args)
+        monkeypatch.setattr(_NoLaunch, "run", lambda self, *args: runs.append(args))
+        for s in (spec, spec, spec[..., 1:], spec[..., 1:], spec):
+            S.istft(s, 12, 3, window=w, length=100, backend="triton")
+        assert len(jit_args) == 2 and len(runs) == 3  # two plans (shapes), each compiled once
+        with pytest.raises(RuntimeError, match="conjugate"):  # not launched from its address
+            S.istft(spec.conj(), 12, 3, window=w, length=100, backend="triton")
+        hook = lambda metadata: None  # noqa: E731
+        knobs.runtime.launch_enter_hook.add(hook)
         try:
-            for s in (spec, spec, spec[..., 1:], spec[..., 1:], spec):
-                S.istft(s, 12, 3, window=w, length=100, backend="triton")
-            assert len(jit_args) == 2 and len(runs) == 3  # two plans (shapes), each compiled once
-            with pytest.raises(RuntimeError, match="conjugate"):  # not launched from its address
-                S.istft(spec.conj(), 12, 3, window=w, length=100, backend="triton")
-            hook = lambda metadata: None  # noqa: E731
-            knobs.runtime.launch_enter_hook.add(hook)
-            try:
-                S.istft(spec, 12, 3, window=w, length=100, backend="triton")
-            finally:
-                knobs.runtime.launch_enter_hook.remove(hook)
-            assert len(jit_args) == 3 and len(runs) == 3  # a profiler's hook: through Triton
+            S.istft(spec, 12, 3, window=w, length=100, backend="triton")
         finally:
-            del _NoLaunch.run
+            knobs.runtime.launch_enter_hook.remove(hook)
+        assert len(jit_args) == 3 and len(runs) == 3  # a profiler's hook: through Triton
     # run(grid x, grid y, 1, stream, function, metadata, launch metadata, hooks, *arguments, *constexprs)
     assert runs[0][1:4] == (1, 1, 0)
     pointers, jit = runs[0][9 : 9 + len(jit_args[0])], jit_args[0]
     assert pointers[0] == spec.data_ptr() == jit[0].data_ptr() and pointers[5] == w.data_ptr()
     assert pointers[1:5] + pointers[7:] == jit[1:5] + jit[7:]
+
+
+def test_host_overhead_bench_runs(monkeypatch, capsys):
+    from nbxsig.bench import host_overhead
+
+    monkeypatch.setenv("NBXSIG_POISON_OUTPUTS", "1")  # main() drops it; restored afterwards
+    host_overhead.main(["istft", "stft", "--calls", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "istft n_fft=20 hop=5, 1×240000",
+        "stft n_fft=20 hop=5, 1×240000",
+    ]
+    assert all("nbxsig's host work" in line for line in lines)
+    assert not K._ola_launch.handles and not S._ISTFT_PLANS  # the stubs are gone

@@ -18,14 +18,9 @@ hot spots. Example::
 
 from __future__ import annotations
 
-import os
-
-# The Triton path takes CPU tensors only under the interpreter, which must be on before triton loads.
-os.environ["TRITON_INTERPRET"] = "1"
-os.environ.pop("NBXSIG_POISON_OUTPUTS", None)  # a NaN fill per call is test-suite cost, not the user's
-
 import argparse
 import contextlib
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -122,6 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed block")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries too")
     args = parser.parse_args(argv)
+    # The Triton path takes CPU tensors only under the interpreter, to be on before triton loads
+    # (nbxsig imports it on first use); a NaN fill per output is test-suite cost, not the user's.
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.pop("NBXSIG_POISON_OUTPUTS", None)
     torch.set_num_threads(1)
     with stubbed_launches():
         for name, (fn, alloc) in cases().items():
