@@ -221,6 +221,18 @@ def _stft(
     *, backend, power,
 ) -> torch.Tensor:  # fmt: skip
     """stft with an optional fused ``|X|^power`` output (power None: the spectrum)."""
+    # A signature validated before skips the checks and the dispatch (see _ISTFT_PLANS).
+    key = _plan_key(
+        input, window, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided, return_complex,
+        backend, power,
+    )  # fmt: skip
+    if key is not None:
+        try:
+            plan = _STFT_PLANS.get(key)
+        except TypeError:  # an unhashable argument: the checks below reject it
+            key = plan = None
+        if plan is not None:
+            return _stft_run(input, *plan)
     x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=1)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
     center = _check_bool("center", center)
@@ -245,8 +257,6 @@ def _stft(
         )
     if length + 2 * pad < n_fft:
         raise bad_value("n_fft", n_fft, f"<= the padded signal length {length + 2 * pad}")
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, length)
     chosen = _resolve(
         _STFT,
         backend,
@@ -255,21 +265,29 @@ def _stft(
         numel=x.numel(),
         blocker=_window_blocks_triton(frame.window),
     )
-    spec = _run(
-        _STFT,
-        chosen,
-        x2,
-        n_fft=n_fft,
-        hop=frame.hop,
-        window=frame.window,
-        center=center,
-        pad_mode=pad_mode,
-        normalized=normalized,
-        onesided=onesided,
-        power=power,
-    )
+    kwargs = dict(
+        n_fft=n_fft, hop=frame.hop, window=frame.window, center=center, pad_mode=pad_mode,
+        normalized=normalized, onesided=onesided, power=power,
+    )  # fmt: skip
+    plan = (chosen, kwargs, return_complex and power is None)
+    if key is not None and chosen == "triton":  # (as for istft: only the Triton path is planned)
+        if len(_STFT_PLANS) >= _MAX_PLANS:
+            _STFT_PLANS.clear()
+        _STFT_PLANS[key] = (*plan, window)  # the key holds the window's id: keep it alive
+    return _stft_run(x, *plan)
+
+
+def _stft_run(x: torch.Tensor, chosen: Backend, kwargs: dict, complex_out: bool, *_) -> torch.Tensor:
+    """The validated stft of ``x`` on backend ``chosen`` (``complex_out``: view the result as complex)."""
+    lead, length = x.shape[:-1], x.shape[-1]
+    spec = _run(_STFT, chosen, x.reshape(-1, length), **kwargs)
     spec = spec.reshape(*lead, *spec.shape[1:])
-    return torch.view_as_complex(spec) if return_complex and power is None else spec
+    return torch.view_as_complex(spec) if complex_out else spec
+
+
+#: Validated Triton stft calls by signature (``_plan_key``): ``(backend, kwargs, complex output,
+#: the caller's window)``. The launch is not prepared (stft_forward reads the kernel settings per call).
+_STFT_PLANS: dict = {}
 
 
 def _spectrum_input(x: object) -> torch.Tensor:
@@ -336,9 +354,9 @@ def istft(
         >>> y = istft(X, 20, 5, window=torch.hann_window(20), length=8000)
     """
     # A signature validated before runs its plan: no checks, no dispatch, no launch arithmetic.
-    key = _istft_key(
-        input, n_fft, hop_length, win_length, window, center, normalized, onesided, length,
-        return_complex, backend, strict_nola,
+    key = _plan_key(
+        input, window, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex,
+        backend, strict_nola,
     )  # fmt: skip
     if key is not None:
         try:
@@ -414,24 +432,21 @@ def _istft_run(input: torch.Tensor, spec: torch.Tensor, chosen: Backend, kwargs:
     return y if len(lead) == 1 else y.reshape(*lead, y.shape[-1])
 
 
-#: Validated Triton istft calls by signature (``_istft_key``), so that a repeated call -- the batch-1
+#: Validated Triton istft calls by signature (``_plan_key``), so that a repeated call -- the batch-1
 #: vocoder loop -- skips the checks and the dispatch. Emptied when full and whenever a setting of
 #: nbxsig.kernels.stft is assigned (its plans bake those in).
 _ISTFT_PLANS: dict = {}
 _MAX_PLANS = 256
 
 
-def _istft_key(
-    input, n_fft, hop_length, win_length, window, center, normalized, onesided, length, return_complex,
-    backend, strict_nola,
-) -> tuple | None:  # fmt: skip
-    """What decides every check and choice :func:`istft` makes, or None for a call that is not
-    planned (not plain tensors, a window that requires grad, under torch.compile; the caller
-    handles unhashable arguments). Python scalars go in with their types (``20.0 == 20`` and
-    ``True == 1`` as keys, but not as arguments); the input's conjugate bit (``view_as_real``
-    refuses a lazily conjugated input, a planned launch would read it unconjugated); the window by
-    identity, version (in-place changes), shape, dtype and device (``.data`` assignment changes
-    those without a version bump); the environment the dispatch reads."""
+def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
+    """What decides every check and choice :func:`istft` / :func:`stft` make for a call, or None
+    for a call that is not planned (not plain tensors, a window that requires grad, under
+    torch.compile; the caller handles unhashable arguments). The scalar arguments go in with their
+    types (``20.0 == 20`` and ``True == 1`` as keys, but not as arguments); the input's conjugate
+    bit (``view_as_real`` refuses a lazily conjugated input, a planned launch would read it
+    unconjugated); the window by identity, version (in-place changes), shape, dtype and device
+    (``.data`` assignment changes those without a version bump); the environment the dispatch reads."""
     if type(input) is not torch.Tensor or torch.compiler.is_compiling():
         return None
     if window is None:
@@ -440,15 +455,10 @@ def _istft_key(
         win = (id(window), window._version, window.shape, window.dtype, window.device)
     else:
         return None
-    key = (
-        input.shape, input.stride(), input.dtype, input.device, input.is_conj(), win,
-        n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex, backend,
-        strict_nola,
-        type(n_fft), type(hop_length), type(win_length), type(center), type(normalized), type(onesided),
-        type(length), type(return_complex), type(backend), type(strict_nola),
-        getenv(ENV_VAR), getenv("TRITON_INTERPRET"),
+    return (
+        input.shape, input.stride(), input.dtype, input.device, input.is_conj(), win, scalars,
+        tuple(map(type, scalars)), getenv(ENV_VAR), getenv("TRITON_INTERPRET"),
     )  # fmt: skip
-    return key
 
 
 class _IstftPlan:

@@ -842,3 +842,42 @@ def test_host_overhead_bench_runs(monkeypatch, capsys):
     ]
     assert all("nbxsig's host work" in line for line in lines)
     assert not K._ola_launch.handles and not S._ISTFT_PLANS  # the stubs are gone
+
+
+def test_stft_plan_keyed_by_signature(monkeypatch, generator):
+    monkeypatch.setattr(S, "_STFT_PLANS", {})
+    x = random_tensor((2, 150), generator=generator)
+
+    def check(x, n_fft, hop, w, **kw):
+        y = S.stft(x, n_fft, hop, window=w, backend="triton", **kw)
+        ref = torch.stft(x.double(), n_fft, hop, window=w.double(), return_complex=True, **kw)
+        assert_close(y, ref, dtype="float32")
+
+    w = torch.hann_window(12)
+    for _ in range(2):
+        check(x, 12, 3, w)
+    assert len(S._STFT_PLANS) == 1
+    check(x[:1], 12, 3, w)  # shape
+    check(x[:, 1:], 12, 3, w)  # strides and length
+    check(x, 12, 3, w, pad_mode="constant")
+    check(x, 12, 4, w, center=False)
+    assert len(S._STFT_PLANS) == 5
+    # The window: in place (zero-padded short window, kept by the plan) and another object.
+    short = torch.hann_window(9) + 0.1
+    check(x, 12, 3, short, win_length=9)
+    short.mul_(torch.linspace(0.5, 1.5, 9))
+    check(x, 12, 3, short, win_length=9)
+    check(x, 12, 3, short.clone() * 0.5, win_length=9)
+    # Still checked after a plan exists: types, the environment; the power spectrogram has its own.
+    with pytest.raises(ParameterTypeError, match="n_fft must be an integer"):
+        S.stft(x, 12.0, 3, window=w, backend="triton")
+    with pytest.raises(ParameterTypeError, match="center must be a bool"):
+        S.stft(x, 12, 3, window=w, center=1, backend="triton")
+    monkeypatch.setenv("NBXSIG_BACKEND", "cuda")
+    with pytest.raises(ParameterValueError, match="NBXSIG_BACKEND must be"):
+        S.stft(x, 12, 3, window=w, backend="triton")
+    monkeypatch.delenv("NBXSIG_BACKEND")
+    for power in (2.0, 1.0):
+        p = S.spectrogram(x, 12, 3, window=w, power=power, backend="triton")
+        ref = torch.stft(x.double(), 12, 3, window=w.double(), return_complex=True).abs() ** power
+        assert_close(p, ref, dtype="float32")
