@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._dispatch import ENV_VAR, Backend, Op, choose_backend, interpreter_enabled, triton_installed
+from ._dispatch import ENV_VAR, Backend, Op, choose_backend, getenv, interpreter_enabled, triton_installed
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
 from .errors import BackendUnavailableError, bad_type, bad_value
 from .streaming import StreamingISTFT, StreamingSTFT
@@ -221,6 +221,18 @@ def _stft(
     *, backend, power,
 ) -> torch.Tensor:  # fmt: skip
     """stft with an optional fused ``|X|^power`` output (power None: the spectrum)."""
+    # A signature validated before skips the checks and the dispatch (see _ISTFT_PLANS).
+    key = _plan_key(
+        input, window, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided, return_complex,
+        backend, power,
+    )  # fmt: skip
+    if key is not None:
+        try:
+            plan = _STFT_PLANS.get(key)
+        except TypeError:  # an unhashable argument: the checks below reject it
+            key = plan = None
+        if plan is not None:
+            return _stft_run(input, *plan)
     x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=1)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
     center = _check_bool("center", center)
@@ -245,8 +257,6 @@ def _stft(
         )
     if length + 2 * pad < n_fft:
         raise bad_value("n_fft", n_fft, f"<= the padded signal length {length + 2 * pad}")
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, length)
     chosen = _resolve(
         _STFT,
         backend,
@@ -255,21 +265,29 @@ def _stft(
         numel=x.numel(),
         blocker=_window_blocks_triton(frame.window),
     )
-    spec = _run(
-        _STFT,
-        chosen,
-        x2,
-        n_fft=n_fft,
-        hop=frame.hop,
-        window=frame.window,
-        center=center,
-        pad_mode=pad_mode,
-        normalized=normalized,
-        onesided=onesided,
-        power=power,
-    )
+    kwargs = dict(
+        n_fft=n_fft, hop=frame.hop, window=frame.window, center=center, pad_mode=pad_mode,
+        normalized=normalized, onesided=onesided, power=power,
+    )  # fmt: skip
+    plan = (chosen, kwargs, return_complex and power is None)
+    if key is not None and chosen == "triton":  # (as for istft: only the Triton path is planned)
+        if len(_STFT_PLANS) >= _MAX_PLANS:
+            _STFT_PLANS.clear()
+        _STFT_PLANS[key] = (*plan, window)  # the key holds the window's id: keep it alive
+    return _stft_run(x, *plan)
+
+
+def _stft_run(x: torch.Tensor, chosen: Backend, kwargs: dict, complex_out: bool, *_) -> torch.Tensor:
+    """The validated stft of ``x`` on backend ``chosen`` (``complex_out``: view the result as complex)."""
+    lead, length = x.shape[:-1], x.shape[-1]
+    spec = _run(_STFT, chosen, x.reshape(-1, length), **kwargs)
     spec = spec.reshape(*lead, *spec.shape[1:])
-    return torch.view_as_complex(spec) if return_complex and power is None else spec
+    return torch.view_as_complex(spec) if complex_out else spec
+
+
+#: Validated Triton stft calls by signature (``_plan_key``): ``(backend, kwargs, complex output,
+#: the caller's window)``. The launch is not prepared (stft_forward reads the kernel settings per call).
+_STFT_PLANS: dict = {}
 
 
 def _spectrum_input(x: object) -> torch.Tensor:
@@ -335,6 +353,18 @@ def istft(
         >>> X = stft(torch.randn(8000), 20, 5, window=torch.hann_window(20))
         >>> y = istft(X, 20, 5, window=torch.hann_window(20), length=8000)
     """
+    # A signature validated before runs its plan: no checks, no dispatch, no launch arithmetic.
+    key = _plan_key(
+        input, window, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex,
+        backend, strict_nola,
+    )  # fmt: skip
+    if key is not None:
+        try:
+            plan = _ISTFT_PLANS.get(key)
+        except TypeError:  # an unhashable argument: the checks below reject it
+            key = plan = None
+        if plan is not None:
+            return plan(input)
     spec = _spectrum_input(input)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=spec.device, fn="istft")
     center = _check_bool("center", center)
@@ -362,9 +392,6 @@ def istft(
         raise bad_value("window", window, "real unless return_complex=True")
     if length is not None:
         length = check_int("length", length, min_value=1)
-    lead = spec.shape[:-3]
-    # (reshape costs microseconds of host time, which is what a batch-1 call is made of)
-    spec3 = spec if len(lead) == 1 else spec.reshape(-1, n_bins, n_frames, 2)
     blocker = _window_blocks_triton(frame.window)
     if return_complex:
         blocker = "return_complex=True"
@@ -373,6 +400,25 @@ def istft(
     chosen = _resolve(
         _ISTFT, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker=blocker
     )
+    kwargs = dict(
+        n_fft=n_fft, hop=frame.hop, window=frame.window, center=center, normalized=normalized,
+        onesided=onesided, length=length, return_complex=return_complex, strict_nola=strict_nola,
+    )  # fmt: skip
+    if key is not None and chosen == "triton":
+        # Everything above is a function of the key; only the Triton path is planned (the torch path's
+        # own cost dwarfs the checks, and jit tracing/ONNX export go through it).
+        if len(_ISTFT_PLANS) >= _MAX_PLANS:
+            _ISTFT_PLANS.clear()
+        plan = _ISTFT_PLANS[key] = _IstftPlan(input, spec, window, kwargs)
+        return plan(input)
+    return _istft_run(input, spec, chosen, kwargs)
+
+
+def _istft_run(input: torch.Tensor, spec: torch.Tensor, chosen: Backend, kwargs: dict) -> torch.Tensor:
+    """The validated istft of ``input`` (``spec``: its real layout) on backend ``chosen``."""
+    lead = spec.shape[:-3]
+    # (reshape costs microseconds of host time, which is what a batch-1 call is made of)
+    spec3 = spec if len(lead) == 1 else spec.reshape(-1, *spec.shape[-3:])
     if (
         chosen == "triton"
         and input.dtype == torch.complex64
@@ -381,22 +427,71 @@ def istft(
     ):
         # The Triton twin takes complex64 itself: its gradient then reaches the caller's tensor
         # without view_as_real's backward, which makes every gradient contiguous (a copy).
-        spec3 = input if len(lead) == 1 else input.reshape(-1, n_bins, n_frames)
-    y = _run(
-        _ISTFT,
-        chosen,
-        spec3,
-        n_fft=n_fft,
-        hop=frame.hop,
-        window=frame.window,
-        center=center,
-        normalized=normalized,
-        onesided=onesided,
-        length=length,
-        return_complex=return_complex,
-        strict_nola=strict_nola,
-    )
+        spec3 = input if len(lead) == 1 else input.reshape(-1, *input.shape[-2:])
+    y = _run(_ISTFT, chosen, spec3, **kwargs)
     return y if len(lead) == 1 else y.reshape(*lead, y.shape[-1])
+
+
+#: Validated Triton istft calls by signature (``_plan_key``), so that a repeated call -- the batch-1
+#: vocoder loop -- skips the checks and the dispatch. Emptied when full and whenever a setting of
+#: nbxsig.kernels.stft is assigned (its plans bake those in).
+_ISTFT_PLANS: dict = {}
+_MAX_PLANS = 256
+
+
+def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
+    """What decides every check and choice :func:`istft` / :func:`stft` make for a call, or None
+    for a call that is not planned (not plain tensors, a window that requires grad, under
+    torch.compile; the caller handles unhashable arguments). The scalar arguments go in with their
+    types (``20.0 == 20`` and ``True == 1`` as keys, but not as arguments); the input's conjugate
+    bit (``view_as_real`` refuses a lazily conjugated input, a planned launch would read it
+    unconjugated); the window by identity, version (in-place changes), shape, dtype and device
+    (``.data`` assignment changes those without a version bump); the environment the dispatch reads."""
+    if type(input) is not torch.Tensor or torch.compiler.is_compiling():
+        return None
+    if window is None:
+        win = None
+    elif type(window) is torch.Tensor and not window.requires_grad:
+        win = (id(window), window._version, window.shape, window.dtype, window.device)
+    else:
+        return None
+    return (
+        input.shape, input.stride(), input.dtype, input.device, input.is_conj(), win, scalars,
+        tuple(map(type, scalars)), getenv(ENV_VAR), getenv("TRITON_INTERPRET"),
+    )  # fmt: skip
+
+
+class _IstftPlan:
+    """One validated Triton istft signature: the resolved arguments and, where the call is the
+    dense overlap-add kernel's, its prepared launch (``nbxsig.kernels.stft.IstftLaunch``)."""
+
+    __slots__ = ("complex", "kwargs", "launch", "out_shape", "shape3", "source_window")
+
+    def __init__(self, input: torch.Tensor, spec: torch.Tensor, window, kwargs: dict) -> None:
+        from .kernels import stft as kernels
+
+        kernels.on_retune(_ISTFT_PLANS.clear)
+        self.source_window = window  # the key holds its id: keep it alive
+        self.kwargs = kwargs
+        self.complex = input.is_complex()
+        lead = spec.shape[:-3]
+        self.shape3 = None if len(lead) == 1 else (-1, *spec.shape[-3:])
+        spec3 = spec if self.shape3 is None else spec.reshape(self.shape3)
+        length = kwargs["length"]
+        self.launch = kernels.IstftLaunch.prepare(
+            spec3, kwargs["window"], n_fft=kwargs["n_fft"], hop=kwargs["hop"], center=kwargs["center"],
+            normalized=kwargs["normalized"], length=-1 if length is None else length,
+        )  # fmt: skip
+        self.out_shape = None if self.launch is None or len(lead) == 1 else (*lead, self.launch.n_out)
+
+    def __call__(self, input: torch.Tensor) -> torch.Tensor:
+        if self.launch is None or (input.requires_grad and torch.is_grad_enabled()):
+            spec = torch.view_as_real(input) if self.complex else input
+            return _istft_run(input, spec, "triton", self.kwargs)
+        if self.shape3 is None:
+            return self.launch(input)  # complex or real layout: the launch takes either
+        spec = torch.view_as_real(input) if self.complex else input
+        return self.launch(spec.reshape(self.shape3)).reshape(self.out_shape)
 
 
 def spectrogram(

@@ -660,3 +660,224 @@ def test_cuda_istft_per_argument_class(cached, monkeypatch, generator, cuda_devi
             c = s if s.is_complex() else torch.view_as_complex(s.contiguous())
             ref = torch.istft(c.cpu().to(torch.complex128), 20, 5, window=w.double())
             assert_close(y.cpu(), ref, dtype="float32", rel_error=2e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# The istft plan cache (nbxsig.stft._ISTFT_PLANS): a repeated call skips validation and dispatch,
+# so every fact a check or a choice reads must invalidate it.
+# ----------------------------------------------------------------------------------------------
+
+
+def _istft_ref(spec, n_fft, hop, window, length, *, win_length=None):
+    c = spec if spec.is_complex() else torch.view_as_complex(spec.contiguous())
+    w = None if window is None else window.double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's note that a longer length pads zeros
+        return torch.istft(c.to(torch.complex128), n_fft, hop, win_length, w, length=length)
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """An empty plan cache for the test (restored afterwards)."""
+    monkeypatch.setattr(S, "_ISTFT_PLANS", {})
+    return S._ISTFT_PLANS
+
+
+def test_istft_plan_reused_and_keyed_by_signature(plans, generator):
+    x = random_tensor((2, 203), generator=generator)
+    w = torch.hann_window(12)
+    spec = torch.stft(x, 12, 3, window=w, return_complex=True)
+    y1 = S.istft(spec, 12, 3, window=w, length=203, backend="triton")
+    assert len(plans) == 1
+    plan = next(iter(plans.values()))
+    y2 = S.istft(spec, 12, 3, window=w, length=203, backend="triton")
+    assert len(plans) == 1 and next(iter(plans.values())) is plan and plan.launch is not None
+    assert torch.equal(y1, y2)
+    assert_close(y2, _istft_ref(spec, 12, 3, w, 203), dtype="float32")
+    # Each of these differs from the first call in one fact the key holds: a new plan, right result.
+    variants = [
+        (spec[:1], dict(length=203)),  # shape
+        (spec.contiguous(), dict(length=203)),  # strides (torch.stft's output is frequency-fastest)
+        (torch.view_as_real(spec), dict(length=203)),  # real layout (dtype float32)
+        (spec[0], dict(length=203)),  # no batch dim (reshaped plan)
+        (spec, dict(length=150)),  # length cut
+        (spec, dict(length=260)),  # length padded
+        (spec, dict()),  # default length
+        (spec, dict(length=203, normalized=False, center=True)),  # same values, passed: same plan
+    ]
+    for i, (s, kw) in enumerate(variants):
+        y = S.istft(s, 12, 3, window=w, backend="triton", **kw)
+        assert_close(y, _istft_ref(s, 12, 3, w, kw.get("length")), dtype="float32")
+        assert len(plans) == min(i + 2, len(variants)), i
+    # A non-dense shape (fft path) and a tiled-kernel shape get plans without a prepared launch.
+    for n_fft, hop in ((64, 16), (20, 2)):
+        s = torch.stft(x, n_fft, hop, window=torch.hann_window(n_fft), return_complex=True)
+        for _ in range(2):
+            y = S.istft(s, n_fft, hop, window=torch.hann_window(n_fft), length=203, backend="triton")
+            assert_close(y, _istft_ref(s, n_fft, hop, torch.hann_window(n_fft), 203), dtype="float32")
+
+
+def test_istft_plan_follows_the_window(plans, generator):
+    x = random_tensor((1, 160), generator=generator)
+    spec = torch.stft(x, 12, 3, window=torch.hann_window(12), return_complex=True)
+    for win_length in (12, 9):  # 9: the window is zero-padded to n_fft, and the plan keeps the padding
+        w = torch.hann_window(win_length) + 0.1
+        y = S.istft(spec, 12, 3, win_length=win_length, window=w, length=160, backend="triton")
+        assert_close(y, _istft_ref(spec, 12, 3, w, 160, win_length=win_length), dtype="float32")
+        w.mul_(torch.linspace(0.5, 1.5, win_length))  # in place: a new version
+        y = S.istft(spec, 12, 3, win_length=win_length, window=w, length=160, backend="triton")
+        assert_close(y, _istft_ref(spec, 12, 3, w, 160, win_length=win_length), dtype="float32")
+        w2 = w.clone() * 0.5 + 0.2  # another tensor object
+        y = S.istft(spec, 12, 3, win_length=win_length, window=w2, length=160, backend="triton")
+        assert_close(y, _istft_ref(spec, 12, 3, w2, 160, win_length=win_length), dtype="float32")
+    # The window's length changed behind the version counter (.data assignment): still checked.
+    w = torch.hann_window(12)
+    S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+    w.data = torch.hann_window(10)
+    with pytest.raises(ParameterValueError, match="window must be a 1-D tensor of length win_length=12"):
+        S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+    # A window that now requires grad is not planned: the Triton backend refuses it, as before.
+    w = torch.hann_window(12)
+    S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+    w.requires_grad_(True)
+    with pytest.raises(BackendUnavailableError, match="the window requires grad"):
+        S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+
+
+def test_istft_plan_keeps_every_check(plans, generator, monkeypatch):
+    x = random_tensor((1, 160), generator=generator)
+    w = torch.hann_window(12)
+    spec = torch.stft(x, 12, 3, window=w, return_complex=True)
+    S.istft(spec, 12, 3, window=w, length=160, center=True, backend="triton")
+    # Values equal to the planned ones as dict keys but not accepted as arguments.
+    with pytest.raises(ParameterTypeError, match="n_fft must be an integer"):
+        S.istft(spec, 12.0, 3, window=w, length=160, center=True, backend="triton")
+    with pytest.raises(ParameterTypeError, match="center must be a bool"):
+        S.istft(spec, 12, 3, window=w, length=160, center=1, backend="triton")
+    S.istft(spec, 12, 3, window=w, length=1, backend="triton")
+    with pytest.raises(ParameterTypeError, match="length must be an integer"):
+        S.istft(spec, 12, 3, window=w, length=True, backend="triton")
+    with pytest.raises(ParameterTypeError, match="length must be an integer"):
+        S.istft(spec, 12, 3, window=w, length=[160], backend="triton")  # unhashable
+    # A lazily conjugated view of the planned spectrum (same shape, strides, dtype): refused as before.
+    with pytest.raises(RuntimeError, match="conjugate"):
+        S.istft(spec.conj(), 12, 3, window=w, length=160, center=True, backend="triton")
+    # The environment the dispatch reads.
+    monkeypatch.setenv("NBXSIG_BACKEND", "cuda")
+    with pytest.raises(ParameterValueError, match="NBXSIG_BACKEND must be"):
+        S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+    monkeypatch.delenv("NBXSIG_BACKEND")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(BackendUnavailableError, match="TRITON_INTERPRET=1"):
+        S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+
+
+def test_istft_plan_gradient_and_retune(plans, generator, monkeypatch):
+    x = random_tensor((1, 160), generator=generator)
+    w = torch.hann_window(12)
+    spec = torch.stft(x, 12, 3, window=w, return_complex=True)
+    y = S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+    # A planned signature whose input now requires grad takes the autograd path.
+    leaf = spec.clone().requires_grad_(True)
+    S.istft(leaf, 12, 3, window=w, length=160, backend="triton").square().sum().backward()
+    ref = spec.clone().requires_grad_(True)
+    S.istft(ref, 12, 3, window=w, length=160, backend="torch").square().sum().backward()
+    assert_close(leaf.grad, ref.grad, dtype="float32")
+    assert len(plans) == 1
+    # Assigning a kernel setting drops the plans (they bake those in); results stay right.
+    monkeypatch.setattr(K, "UNR_OLA_PAIRED", False)
+    assert not plans
+    assert_close(S.istft(spec, 12, 3, window=w, length=160, backend="triton"), y, dtype="float32")
+    assert len(plans) == 1 and not next(iter(plans.values())).launch.constexprs["PAIRED"]
+
+
+def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator, monkeypatch):
+    # The cached compiled-kernel path (CACHED_LAUNCH, GPU only) with Triton stubbed out: the first
+    # call of each plan and alignment class goes through Triton, later ones through the cached
+    # handle, with the same arguments (tensors as their addresses).
+    from triton import knobs
+
+    from nbxsig.bench.host_overhead import _NoLaunch, stubbed_launches
+
+    jit_args, runs = [], []
+
+    class Recording:
+        def __getitem__(self, grid):
+            return lambda *args, **constexprs: (jit_args.append(args), _NoLaunch())[1]
+
+    x = random_tensor((1, 160), generator=generator)
+    w = torch.hann_window(12)
+    spec = torch.stft(x, 12, 3, window=w, return_complex=True)
+    with stubbed_launches():
+        K._ola_launch.kernel = Recording()
+        monkeypatch.setattr(_NoLaunch, "run", lambda self, *args: runs.append(args))
+        for s in (spec, spec, spec[..., 1:], spec[..., 1:], spec):
+            S.istft(s, 12, 3, window=w, length=100, backend="triton")
+        assert len(jit_args) == 2 and len(runs) == 3  # two plans (shapes), each compiled once
+        with pytest.raises(RuntimeError, match="conjugate"):  # not launched from its address
+            S.istft(spec.conj(), 12, 3, window=w, length=100, backend="triton")
+        hook = lambda metadata: None  # noqa: E731
+        knobs.runtime.launch_enter_hook.add(hook)
+        try:
+            S.istft(spec, 12, 3, window=w, length=100, backend="triton")
+        finally:
+            knobs.runtime.launch_enter_hook.remove(hook)
+        assert len(jit_args) == 3 and len(runs) == 3  # a profiler's hook: through Triton
+    # run(grid x, grid y, 1, stream, function, metadata, launch metadata, hooks, *arguments, *constexprs)
+    assert runs[0][1:4] == (1, 1, 0)
+    pointers, jit = runs[0][9 : 9 + len(jit_args[0])], jit_args[0]
+    assert pointers[0] == spec.data_ptr() == jit[0].data_ptr() and pointers[5] == w.data_ptr()
+    assert pointers[1:5] + pointers[7:] == jit[1:5] + jit[7:]
+
+
+def test_host_overhead_bench_runs(monkeypatch, capsys):
+    from nbxsig.bench import host_overhead
+
+    monkeypatch.setenv("NBXSIG_POISON_OUTPUTS", "1")  # main() drops it; restored afterwards
+    host_overhead.main(["istft", "stft", "--calls", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "istft n_fft=20 hop=5, 1×240000",
+        "stft n_fft=20 hop=5, 1×240000",
+    ]
+    assert all("nbxsig's host work" in line for line in lines)
+    assert not K._ola_launch.handles and not S._ISTFT_PLANS  # the stubs are gone
+
+
+def test_stft_plan_keyed_by_signature(monkeypatch, generator):
+    monkeypatch.setattr(S, "_STFT_PLANS", {})
+    x = random_tensor((2, 150), generator=generator)
+
+    def check(x, n_fft, hop, w, **kw):
+        y = S.stft(x, n_fft, hop, window=w, backend="triton", **kw)
+        ref = torch.stft(x.double(), n_fft, hop, window=w.double(), return_complex=True, **kw)
+        assert_close(y, ref, dtype="float32")
+
+    w = torch.hann_window(12)
+    for _ in range(2):
+        check(x, 12, 3, w)
+    assert len(S._STFT_PLANS) == 1
+    check(x[:1], 12, 3, w)  # shape
+    check(x[:, 1:], 12, 3, w)  # strides and length
+    check(x, 12, 3, w, pad_mode="constant")
+    check(x, 12, 4, w, center=False)
+    assert len(S._STFT_PLANS) == 5
+    # The window: in place (zero-padded short window, kept by the plan) and another object.
+    short = torch.hann_window(9) + 0.1
+    check(x, 12, 3, short, win_length=9)
+    short.mul_(torch.linspace(0.5, 1.5, 9))
+    check(x, 12, 3, short, win_length=9)
+    check(x, 12, 3, short.clone() * 0.5, win_length=9)
+    # Still checked after a plan exists: types, the environment; the power spectrogram has its own.
+    with pytest.raises(ParameterTypeError, match="n_fft must be an integer"):
+        S.stft(x, 12.0, 3, window=w, backend="triton")
+    with pytest.raises(ParameterTypeError, match="center must be a bool"):
+        S.stft(x, 12, 3, window=w, center=1, backend="triton")
+    monkeypatch.setenv("NBXSIG_BACKEND", "cuda")
+    with pytest.raises(ParameterValueError, match="NBXSIG_BACKEND must be"):
+        S.stft(x, 12, 3, window=w, backend="triton")
+    monkeypatch.delenv("NBXSIG_BACKEND")
+    for power in (2.0, 1.0):
+        p = S.spectrogram(x, 12, 3, window=w, power=power, backend="triton")
+        ref = torch.stft(x.double(), 12, 3, window=w.double(), return_complex=True).abs() ** power
+        assert_close(p, ref, dtype="float32")

@@ -38,14 +38,16 @@ which matters for the batch-1 iSTFT).
 from __future__ import annotations
 
 import math
+import sys
+import types
 from functools import lru_cache
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
 
-from .._dispatch import interpreter_enabled
 from ..dft import irdft_basis, rdft_basis
 from ..reference.stft import istft_range
 from ._runtime import check_launchable, empty_output
@@ -98,10 +100,15 @@ UNR_OLA_TILE_STORE = False
 #: GPU shared with a concurrent test run: 1 row 142.8 µs, 2 rows 166.0, 3 rows 194.3, 4 rows 228.5,
 #: 2 rows with tile stores 156.1 µs -- more rows lose (registers: 128 at 4 rows), so 1.
 UNR_OLA_ROWS = 1
-#: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``). H200, 5335111, batch-1
-#: istft 1×240000 in one process, two passes: 106.6 → 67.6 µs and 69.8 → 28.5 µs per eager call
-#: (torch.istft 130-134 µs); the CUDA-graph device time is 8 µs, the rest is host time.
-CACHED_LAUNCH = True
+#: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``). Off: the H200 runs
+#: that measured it (5335111, edcd483: batch-1 istft 106.6 → 67.6 and 69.8 → 28.5 µs per eager call)
+#: never took the cached path -- Triton 3.6's launch hooks are ``HookChain`` objects, never None, and
+#: the old "no hook installed" test (``is not None``) sent every launch through Triton -- so the
+#: differences were run-to-run noise. The path now checks for installed hooks correctly
+#: (``_hooked``), is exercised on CPU with a stubbed launcher (``nbxsig.bench.host_overhead``,
+#: tests/test_stft.py) and stays opt-in until a GPU run checks and times it
+#: (``test_cuda_istft_per_argument_class`` covers both settings).
+CACHED_LAUNCH = False
 #: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
 #: AccumulateGrad's copy (163 µs at 64×240000). Off: the one H200 run of this change measured the
 #: backward kernel at 308 µs writing torch.stft's frequency-fastest layout with per-bin 8-byte stores
@@ -170,35 +177,84 @@ def _arg_class(arg) -> object:
 class _CachedLaunch:
     """Launch a jitted kernel through its compiled handle, skipping ``JITFunction.run``'s per-call
     argument binding, cache-key hashing and option parsing -- host time that dominates small calls
-    (the batch-1 istft: GPU time 8 µs, eager call ~100 µs). On by default (``CACHED_LAUNCH``, where
-    the H200 measurements are).
+    (the batch-1 istft: GPU time 8 µs, eager call ~100 µs). Opt-in (``CACHED_LAUNCH``).
 
     The first launch of an argument class (``_arg_class``: the same facts Triton specializes on,
     plus the constexprs and warps) goes through Triton, which compiles or finds the kernel; later
     ones call its launcher directly on the current stream. Under the interpreter, or with a launch
     hook installed (profilers), every launch goes through Triton.
+
+    ``handles``: a handle cache owned by a caller whose non-tensor arguments, constexprs, warps and
+    tensor dtypes never change (a prepared launch, :class:`IstftLaunch`); its keys are then only
+    the device and ``aligned``, the 16-byte alignment of each tensor argument.
     """
 
     def __init__(self, kernel) -> None:
         self.kernel = kernel
         self.handles: dict = {}
+        # Triton decides interpreted vs compiled when the kernel is defined (at import).
+        self.interpreted = not isinstance(kernel, triton.runtime.JITFunction)
 
-    def __call__(self, grid: tuple[int, int], args: tuple, constexprs: dict, num_warps: int) -> None:
-        from triton import knobs
+    def _direct(self) -> bool:
+        # Launch hooks (profilers): Triton 3.6 keeps them in HookChains (never None, empty when
+        # unused); older releases and user code may set plain callables.
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        return (
+            CACHED_LAUNCH
+            and not self.interpreted
+            and not (enter is not None and getattr(enter, "calls", True))
+            and not (leave is not None and getattr(leave, "calls", True))
+        )
 
-        if not CACHED_LAUNCH or interpreter_enabled() or knobs.runtime.launch_enter_hook is not None:
+    def __call__(
+        self,
+        grid: tuple[int, int],
+        args: tuple,
+        constexprs: dict,
+        num_warps: int,
+        *,
+        handles: dict | None = None,
+        aligned: tuple[bool, ...] = (),
+    ) -> None:
+        if not self._direct():
             self.kernel[grid](*args, **constexprs, num_warps=num_warps)
             return
-        device = torch.cuda.current_device()
-        key = (device, num_warps, *constexprs.values(), *map(_arg_class, args))
-        handle = self.handles.get(key)
+        # Set up by the first launch, which went through Triton (torch.cuda.current_device would
+        # check CUDA's initialisation on every call).
+        device = torch._C._cuda_getDevice()
+        if handles is None:
+            handles = self.handles
+            key = (device, num_warps, *constexprs.values(), *map(_arg_class, args))
+        else:
+            key = (device, aligned)
+        handle = handles.get(key)
         if handle is None:
             handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps)
-            self.handles[key] = handle.result() if hasattr(handle, "result") else handle  # async compile
+            handles[key] = handle.result() if hasattr(handle, "result") else handle  # async compile
             return
         stream = torch._C._cuda_getCurrentRawStream(device)
         handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
-                   None, knobs.runtime.launch_exit_hook, *args, *constexprs.values())  # fmt: skip
+                   None, None, *args, *constexprs.values())  # fmt: skip
+
+    def launch_cached(
+        self, handles: dict, aligned: tuple[bool, ...], grid, pointers: tuple, constexprs
+    ) -> bool:
+        """Launch a prepared caller's kernel through the handle it cached (see ``handles`` above) and
+        return True; False where there is none yet or the direct path is off (then launch with
+        tensors through ``__call__``). ``pointers``: the arguments with each tensor replaced by its
+        ``data_ptr()`` -- Triton's launcher takes an int as the address itself, which spares the
+        caller a ``view_as_real`` (Triton has no complex pointers) and the launcher its
+        ``cuPointerGetAttribute`` per tensor (the plan checked the devices)."""
+        if not self._direct():
+            return False
+        device = torch._C._cuda_getDevice()
+        handle = handles.get((device, aligned))
+        if handle is None:
+            return False
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
+                   None, None, *pointers, *constexprs.values())  # fmt: skip
+        return True
 
 
 def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
@@ -991,28 +1047,35 @@ def _power(spec_real: torch.Tensor, power: float) -> torch.Tensor:
     return out
 
 
-def _launch_ola_unrolled(src, strides, window, out, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *,
-                         kind, divide):  # fmt: skip
+def _ola_unrolled_config(strides, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *, has_window, kind,
+                         divide):  # fmt: skip
+    """The unrolled overlap-add's launch: ``(grid, source strides, trailing scalars, constexprs)``."""
     rows_per_thread = UNR_OLA_ROWS
     u_begin = start // hop
     rows = (start + n_out - 1) // hop + 1 - u_begin
     block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
-    s = strides
+    s = tuple(strides)
     # (re, im) pairs as single 8-byte loads where the real layout allows it (a view_as_real of a
     # complex tensor always does): strides then go in complex units.
     paired = UNR_OLA_PAIRED and s[3] == 1 and not (s[0] % 2 or s[1] % 2 or s[2] % 2)
     if paired:
         s = (s[0] // 2, s[1] // 2, s[2] // 2, 1)
     out_p2 = _p2(rows_per_thread * hop)
-    _ola_launch(
-        (_cdiv(rows, block * rows_per_thread), n_batch),
-        (src, s[0], s[1], s[2], s[3], window if window is not None else out, out, out.stride(0),
-         T, start, n_out, u_begin, float(scale)),
-        dict(N=n_fft, F=n_bins, HOP=hop, KIND=kind, HAS_WINDOW=window is not None, DIVIDE=divide,
-             PAIRED=paired, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2, LOG2_OUT=out_p2.bit_length() - 1,
-             ROWS=rows_per_thread, BLOCK_U=block),
-        UNR_OLA_WARPS,
+    grid = (_cdiv(rows, block * rows_per_thread), n_batch)
+    constexprs = dict(N=n_fft, F=n_bins, HOP=hop, KIND=kind, HAS_WINDOW=has_window, DIVIDE=divide,
+                      PAIRED=paired, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2,
+                      LOG2_OUT=out_p2.bit_length() - 1, ROWS=rows_per_thread, BLOCK_U=block)  # fmt: skip
+    return grid, s, (T, start, n_out, u_begin, float(scale)), constexprs
+
+
+def _launch_ola_unrolled(src, strides, window, out, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *,
+                         kind, divide):  # fmt: skip
+    grid, s, tail, constexprs = _ola_unrolled_config(
+        strides, n_batch, n_fft, n_bins, hop, T, start, n_out, scale,
+        has_window=window is not None, kind=kind, divide=divide,
     )  # fmt: skip
+    win = window if window is not None else out
+    _ola_launch(grid, (src, *s, win, out, out.stride(0), *tail), constexprs, UNR_OLA_WARPS)
 
 
 def _ola(
@@ -1479,3 +1542,78 @@ def istft(
     if torch.compiler.is_compiling():
         return torch.ops.nbxsig.istft(real, window, *args)
     return istft_forward(real, window, *args)
+
+
+class IstftLaunch:
+    """:func:`istft_forward` prepared for one call signature (spectrum shape, strides and dtype,
+    window, framing): the launch arithmetic and the launch key are computed once, so a call is an
+    output allocation and a launch. The batch-1 istft is host-bound (8 µs on an H200), which is
+    what this is for; :func:`nbxsig.stft.istft` keeps these in its plan cache.
+
+    Call it with a real-layout spectrum ``(B, F_in, T, 2)`` of the planned shape, strides and
+    dtype, or the complex64 ``(B, F_in, T)`` whose ``view_as_real`` that is; returns
+    ``(B, n_out)`` float32, as :func:`istft_forward`.
+    """
+
+    __slots__ = ("constexprs", "device", "grid", "handles", "n_out", "shape", "strides", "tail", "window")
+
+    def __init__(self, spec, window, config, n_out) -> None:
+        self.grid, self.strides, tail, self.constexprs = config
+        self.tail = (n_out, *tail)  # the output's row stride, then the scalars
+        self.window, self.device, self.n_out = window, spec.device, n_out
+        self.shape = (spec.shape[0], n_out)
+        self.handles: dict = {}  # compiled kernels by device and alignment (see _CachedLaunch)
+
+    @staticmethod
+    def prepare(spec, window, *, n_fft, hop, center, normalized, length) -> IstftLaunch | None:
+        """The prepared launch for ``spec``'s signature, or None where the call takes another path
+        (the fft or tiled kernels, an empty output): call :func:`istft_forward` then."""
+        check_launchable(spec, *(() if window is None else (window,)))
+        n_batch, _, T = spec.shape[:3]
+        start, _, n_out = istft_range(n_fft, hop, T, center, None if length < 0 else length)
+        if not (use_dense(n_fft) and _unrolled_ola(n_fft, hop)) or n_out == 0:
+            return None
+        scale = math.sqrt(n_fft) if normalized else 1.0
+        config = _ola_unrolled_config(
+            spec.stride(), n_batch, n_fft, n_fft // 2 + 1, hop, T, start, n_out, scale,
+            has_window=window is not None, kind=1, divide=True,
+        )  # fmt: skip
+        return IstftLaunch(spec, window, config, n_out)
+
+    def __call__(self, spec: torch.Tensor) -> torch.Tensor:
+        out = empty_output(self.shape, dtype=torch.float32, device=self.device)
+        window = out if self.window is None else self.window
+        p_spec, p_window, p_out = spec.data_ptr(), window.data_ptr(), out.data_ptr()
+        aligned = (p_spec & 15 == 0, p_window & 15 == 0, p_out & 15 == 0)
+        pointers = (p_spec, *self.strides, p_window, p_out, *self.tail)
+        if not _ola_launch.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
+            real = torch.view_as_real(spec) if spec.is_complex() else spec
+            args = (real, *self.strides, window, out, *self.tail)
+            _ola_launch(
+                self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, aligned=aligned
+            )
+        return out
+
+
+class _Tunable(types.ModuleType):
+    """This module's type: assigning one of its upper-case settings (benchmarks and tests switch
+    kernels and tile sizes at run time) calls the hooks registered with :func:`on_retune`, which
+    drop whatever was planned with the old values."""
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name.isupper():
+            for hook in _RETUNE_HOOKS:
+                hook()
+
+
+_RETUNE_HOOKS: list = []
+
+
+def on_retune(hook) -> None:
+    """Call ``hook()`` whenever a setting of this module is assigned (see ``_Tunable``)."""
+    if hook not in _RETUNE_HOOKS:
+        _RETUNE_HOOKS.append(hook)
+
+
+sys.modules[__name__].__class__ = _Tunable

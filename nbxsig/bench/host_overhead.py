@@ -1,0 +1,150 @@
+"""Host time of a batch-1 ``nbxsig.stft`` call, without a GPU: ``python -m nbxsig.bench.host_overhead``.
+
+The batch-1 istft (issue #3: n_fft=20, hop=5, 1×240000) runs 8 µs on an H200, so its eager call
+time is host time: argument checks, backend dispatch, the launcher's arithmetic and the compiled
+kernel's cached launch. This measures exactly the Python work nbxsig adds, on CPU tensors: the Triton
+path is taken (``TRITON_INTERPRET=1`` lets it accept CPU tensors) and the kernel launch is replaced
+by a no-op at the driver boundary -- :class:`~nbxsig.kernels.stft._CachedLaunch` runs its cached
+path (key, handle lookup, stream query) up to the compiled launcher's ``run``, which does nothing.
+Not included: the launcher's own C code and the driver call (``cuLaunchKernel``), and the CUDA
+caching allocator (a CPU ``torch.empty`` stands in for it).
+
+Prints the median per-call time over repeated blocks of calls, and with ``--profile`` the cProfile
+hot spots. Example::
+
+    python -m nbxsig.bench.host_overhead                 # istft and stft, 1×240000, n_fft=20, hop=5
+    python -m nbxsig.bench.host_overhead --profile istft
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+
+class _NoLaunch:
+    """A compiled kernel's stand-in: ``run`` (the launcher) does nothing."""
+
+    function = packed_metadata = None
+
+    def run(self, *args) -> None:
+        pass
+
+
+class _NoKernel:
+    """A jitted kernel's stand-in for ``kernel[grid](...)``: returns a handle that launches nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: _NoLaunch()
+
+
+@contextlib.contextmanager
+def stubbed_launches() -> Iterator[None]:
+    """Run nbxsig's cached-launch path on CPU tensors with every launch a no-op."""
+    from ..kernels import stft as K
+
+    launchers = [v for v in vars(K).values() if isinstance(v, K._CachedLaunch)]
+    saved = [(c, c.kernel, c.handles) for c in launchers]
+    saved = [(c, c.kernel, c.handles, c.interpreted) for c in launchers]
+    names = ("_stft_unrolled_kernel", "_ola_dft_kernel", "_frame_dft_kernel")
+    saved_kernels = {n: getattr(K, n) for n in names}
+    saved_globals = (K.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+    try:
+        for c in launchers:
+            # The cached path is the GPU's; the interpreter would bypass it.
+            c.kernel, c.handles, c.interpreted = _NoKernel(), {}, False
+        for name in names:
+            setattr(K, name, _NoKernel())
+        K.CACHED_LAUNCH = True
+        torch._C._cuda_getDevice = lambda: 0  # no device: device 0, stream 0
+        torch._C._cuda_getCurrentRawStream = lambda device: 0
+        yield
+    finally:
+        for c, kernel, handles, interpreted in saved:
+            c.kernel, c.handles, c.interpreted = kernel, handles, interpreted
+        for name, kernel in saved_kernels.items():
+            setattr(K, name, kernel)
+        K.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream = saved_globals
+
+
+def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, tuple[Callable, Callable]]:
+    """The timed calls -- the public functions with the issue's arguments, batch 1 -- each with the
+    allocation of its output alone (a CPU ``torch.empty`` of the output's shape)."""
+    from .. import stft as S
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, length, generator=g)
+    w = torch.hann_window(n_fft)
+    spec = torch.stft(x, n_fft, hop, window=w, return_complex=True)  # (1, 11, 48001) complex64
+    n_frames = spec.shape[-1]
+    return {
+        f"istft n_fft={n_fft} hop={hop}, 1×{length}": (
+            lambda: S.istft(spec, n_fft, hop, window=w, length=length, backend="triton"),
+            lambda: torch.empty((1, length), dtype=torch.float32, device=x.device),
+        ),
+        f"stft n_fft={n_fft} hop={hop}, 1×{length}": (
+            lambda: S.stft(x, n_fft, hop, window=w, backend="triton"),
+            lambda: torch.empty((1, n_fft // 2 + 1, n_frames, 2), dtype=torch.float32, device=x.device),
+        ),
+    }
+
+
+def time_calls(fns: list[Callable[[], object]], *, calls: int = 2000, repeats: int = 21) -> list[list[float]]:
+    """Per-call times (µs) of ``fns``: for each, ``repeats`` blocks of ``calls`` back-to-back calls,
+    the functions' blocks interleaved (so that a busy machine slows them alike)."""
+    for fn in fns:
+        for _ in range(200):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, per_call in zip(fns, times, strict=True):
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            per_call.append((time.perf_counter_ns() - t0) / calls / 1e3)
+    return times
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("which", nargs="*", help="istft and/or stft (default both)")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per timed block")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top entries too")
+    args = parser.parse_args(argv)
+    # The Triton path takes CPU tensors only under the interpreter, to be on before triton loads
+    # (nbxsig imports it on first use); a NaN fill per output is test-suite cost, not the user's.
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.pop("NBXSIG_POISON_OUTPUTS", None)
+    torch.set_num_threads(1)
+    with stubbed_launches():
+        for name, (fn, alloc) in cases().items():
+            if name.split()[0] not in (args.which or ("istft", "stft")):
+                continue
+            call_t, alloc_t = time_calls([fn, alloc], calls=args.calls)
+            med, low = statistics.median(call_t), min(call_t)
+            amed, alow = statistics.median(alloc_t), min(alloc_t)
+            print(
+                f"{name}: {med:.2f} µs per call (median of {len(call_t)} blocks; fastest block {low:.2f}), "
+                f"of which the output's allocation {amed:.2f} ({alow:.2f}): nbxsig's host work "
+                f"{med - amed:.2f} µs ({low - alow:.2f})"
+            )
+            if args.profile:
+                import cProfile
+                import pstats
+
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(args.calls):
+                    fn()
+                prof.disable()
+                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
