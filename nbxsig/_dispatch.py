@@ -43,31 +43,9 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def getenv(name: str) -> str | None:
-    """``os.environ.get(name)`` at the cost of a dict lookup (~50 ns instead of ~700 ns).
-
-    ``os.environ.get`` goes through the Mapping ABC and encodes the key on every call, which the
-    batch-1 istft's few-µs host budget notices. CPython's ``os.environ`` keeps the live
-    environment in ``_data`` under encoded keys (``putenv``/``monkeypatch.setenv`` update it);
-    where it does not (another implementation) this falls back to ``os.environ.get``.
-    """
-    env = os.environ
-    try:
-        value = env._data.get(_ENCODED_KEYS[name])
-    except KeyError:
-        _ENCODED_KEYS[name] = env.encodekey(name)
-        return env.get(name)
-    except AttributeError:
-        return env.get(name)
-    return None if value is None else env.decodevalue(value)
-
-
-_ENCODED_KEYS: dict[str, object] = {}
-
-
 def interpreter_enabled() -> bool:
     """Whether Triton's interpreter is on (``TRITON_INTERPRET=1``): kernels then run on CPU tensors."""
-    value = getenv("TRITON_INTERPRET")
+    value = os.environ.get("TRITON_INTERPRET")
     return value is not None and value.lower() in ("1", "true", "yes", "on")
 
 
@@ -167,7 +145,7 @@ class Op:
         (``torch_measured_faster``: see :func:`choose_backend`)."""
         return choose_backend(
             requested=backend,
-            env_default=getenv(ENV_VAR) or None,
+            env_default=os.environ.get(ENV_VAR) or None,
             device_type=torch.device(device).type,
             dtype=dtype,
             numel=numel,

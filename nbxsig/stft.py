@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._dispatch import ENV_VAR, Backend, Op, choose_backend, getenv, interpreter_enabled, triton_installed
+from ._dispatch import ENV_VAR, Backend, Op, choose_backend, interpreter_enabled, triton_installed
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
 from .errors import BackendUnavailableError, bad_type, bad_value
 from .streaming import StreamingISTFT, StreamingSTFT
@@ -457,7 +457,7 @@ def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
         return None
     return (
         input.shape, input.stride(), input.dtype, input.device, input.is_conj(), win, scalars,
-        tuple(map(type, scalars)), getenv(ENV_VAR), getenv("TRITON_INTERPRET"),
+        tuple(map(type, scalars)), os.environ.get(ENV_VAR), os.environ.get("TRITON_INTERPRET"),
     )  # fmt: skip
 
 

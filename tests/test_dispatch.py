@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from nbxsig._dispatch import Op, choose_backend, getenv
+from nbxsig._dispatch import Op, choose_backend
 from nbxsig.errors import BackendUnavailableError, ParameterValueError
 
 F32 = (torch.float16, torch.bfloat16, torch.float32)
@@ -129,15 +128,3 @@ def test_triton_on_cpu_without_interpreter_raises_clearly():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert out.stdout.startswith("BackendUnavailableError backend='triton' cannot run this call"), out
     assert "TRITON_INTERPRET=1" in out.stdout
-
-
-def test_getenv_follows_the_live_environment(monkeypatch):
-    name = "NBXSIG_TEST_GETENV"
-    monkeypatch.delenv(name, raising=False)
-    assert getenv(name) is None and getenv(name) is None  # (the second: the encoded key is cached)
-    monkeypatch.setenv(name, "triton")
-    assert getenv(name) == "triton" == os.environ.get(name)
-    monkeypatch.setenv(name, "")
-    assert getenv(name) == ""
-    monkeypatch.delenv(name)
-    assert getenv(name) is None

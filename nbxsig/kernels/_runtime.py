@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from .._dispatch import getenv, interpreter_enabled
+from .._dispatch import interpreter_enabled
 from ..errors import BackendUnavailableError
 
 POISON_ENV = "NBXSIG_POISON_OUTPUTS"
@@ -37,6 +39,6 @@ def empty_output(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.de
     lucky zero.
     """
     out = torch.empty(shape, dtype=dtype, device=device)
-    if getenv(POISON_ENV) == "1" and (out.is_floating_point() or out.is_complex()):
+    if os.environ.get(POISON_ENV) == "1" and (out.is_floating_point() or out.is_complex()):
         out.fill_(float("nan"))
     return out
