@@ -169,4 +169,13 @@ class Op:
         return impl
 
     def __call__(self, *args: Any, backend: Backend, **kwargs: Any) -> Any:
+        if backend == "triton":
+            # Kernels read memory through data_ptr(), which holds a tensor with PyTorch's lazy
+            # negation bit (``x.conj().imag``) un-negated: resolve it first (a no-op without one).
+            args = tuple(_resolved(a) for a in args)
+            kwargs = {k: _resolved(v) for k, v in kwargs.items()}
         return self.implementation(backend)(*args, **kwargs)
+
+
+def _resolved(value: Any) -> Any:
+    return value.resolve_neg() if isinstance(value, torch.Tensor) else value

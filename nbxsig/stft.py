@@ -441,17 +441,18 @@ _MAX_PLANS = 256
 
 def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
     """What decides every check and choice :func:`istft` / :func:`stft` make for a call, or None
-    for a call that is not planned (not plain tensors, a window that requires grad, under
-    torch.compile; the caller handles unhashable arguments). The scalar arguments go in with their
+    for a call that is not planned (not plain tensors, a window that requires grad, an input or
+    window with the lazy negation bit -- the dispatch resolves it --, under torch.compile; the caller
+    handles unhashable arguments). The scalar arguments go in with their
     types (``20.0 == 20`` and ``True == 1`` as keys, but not as arguments); the input's conjugate
     bit (``view_as_real`` refuses a lazily conjugated input, a planned launch would read it
     unconjugated); the window by identity, version (in-place changes), shape, dtype and device
     (``.data`` assignment changes those without a version bump); the environment the dispatch reads."""
-    if type(input) is not torch.Tensor or torch.compiler.is_compiling():
+    if type(input) is not torch.Tensor or input.is_neg() or torch.compiler.is_compiling():
         return None
     if window is None:
         win = None
-    elif type(window) is torch.Tensor and not window.requires_grad:
+    elif type(window) is torch.Tensor and not (window.requires_grad or window.is_neg()):
         win = (id(window), window._version, window.shape, window.dtype, window.device)
     else:
         return None

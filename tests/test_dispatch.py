@@ -128,3 +128,35 @@ def test_triton_on_cpu_without_interpreter_raises_clearly():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert out.stdout.startswith("BackendUnavailableError backend='triton' cannot run this call"), out
     assert "TRITON_INTERPRET=1" in out.stdout
+
+
+def test_triton_backend_resolves_the_lazy_negation_bit():
+    """``x.conj().imag`` carries PyTorch's lazy negation bit over un-negated memory; kernels read memory
+    by pointer, so the dispatch resolves the bit first (first and repeated calls: the istft/stft plan
+    cache must not bypass it). Inputs and windows, through stft, istft, mel and a filter."""
+    import nbxsig.features as nft
+    import nbxsig.filters as nfl
+    import nbxsig.stft as S
+    from nbxsig.testing import assert_close
+
+    g = torch.Generator().manual_seed(7)
+    negated = torch.randn(2, 401, generator=g, dtype=torch.complex64).conj().imag
+    window = torch.rand(20, generator=g, dtype=torch.complex64).conj().imag  # (negative values)
+    assert negated.is_neg() and window.is_neg()
+    plain, plain_window = negated.resolve_neg(), window.resolve_neg()
+    for _ in range(2):
+        spec = S.stft(negated, 20, 5, window=window, backend="triton")
+        assert_close(spec, S.stft(plain, 20, 5, window=plain_window, backend="triton"), dtype=torch.float32)
+        y = S.istft(spec, 20, 5, window=window, length=401, backend="triton")
+        assert_close(
+            y, S.istft(spec, 20, 5, window=plain_window, length=401, backend="triton"), dtype=torch.float32
+        )
+    mel = nft.mel_spectrogram(negated, n_fft=64, hop_length=16, n_mels=8, backend="triton")
+    assert_close(
+        mel,
+        nft.mel_spectrogram(plain, n_fft=64, hop_length=16, n_mels=8, backend="triton"),
+        dtype=torch.float32,
+    )
+    taps = torch.randn(2, 5, generator=g)
+    out = nfl.depthwise_conv1d(negated, taps, backend="triton")
+    assert_close(out, nfl.depthwise_conv1d(plain, taps, backend="triton"), dtype=torch.float32)
