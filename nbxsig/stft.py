@@ -448,7 +448,7 @@ def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
     bit (``view_as_real`` refuses a lazily conjugated input, a planned launch would read it
     unconjugated); the window by identity, version (in-place changes), shape, dtype and device
     (``.data`` assignment changes those without a version bump); the environment the dispatch reads."""
-    if type(input) is not torch.Tensor or input.is_neg() or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or type(input) is not torch.Tensor or input.is_neg():
         return None
     if window is None:
         win = None
