@@ -222,17 +222,12 @@ def _stft(
 ) -> torch.Tensor:  # fmt: skip
     """stft with an optional fused ``|X|^power`` output (power None: the spectrum)."""
     # A signature validated before skips the checks and the dispatch (see _ISTFT_PLANS).
-    key = _plan_key(
-        input, window, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided, return_complex,
-        backend, power,
+    key, plan = _lookup_plan(
+        _STFT_PLANS, input, window, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided,
+        return_complex, backend, power,
     )  # fmt: skip
-    if key is not None:
-        try:
-            plan = _STFT_PLANS.get(key)
-        except TypeError:  # an unhashable argument: the checks below reject it
-            key = plan = None
-        if plan is not None:
-            return _stft_run(input, *plan)
+    if plan is not None:
+        return _stft_run(input, *plan)
     x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=1)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
     center = _check_bool("center", center)
@@ -354,17 +349,12 @@ def istft(
         >>> y = istft(X, 20, 5, window=torch.hann_window(20), length=8000)
     """
     # A signature validated before runs its plan: no checks, no dispatch, no launch arithmetic.
-    key = _plan_key(
-        input, window, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex,
-        backend, strict_nola,
+    key, plan = _lookup_plan(
+        _ISTFT_PLANS, input, window, n_fft, hop_length, win_length, center, normalized, onesided, length,
+        return_complex, backend, strict_nola,
     )  # fmt: skip
-    if key is not None:
-        try:
-            plan = _ISTFT_PLANS.get(key)
-        except TypeError:  # an unhashable argument: the checks below reject it
-            key = plan = None
-        if plan is not None:
-            return plan(input)
+    if plan is not None:
+        return plan(input)
     spec = _spectrum_input(input)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=spec.device, fn="istft")
     center = _check_bool("center", center)
@@ -437,6 +427,18 @@ def _istft_run(input: torch.Tensor, spec: torch.Tensor, chosen: Backend, kwargs:
 #: nbxsig.kernels.stft is assigned (its plans bake those in).
 _ISTFT_PLANS: dict = {}
 _MAX_PLANS = 256
+
+
+def _lookup_plan(plans: dict, input: object, window: object, *scalars: object) -> tuple:
+    """``(key, plan)`` for a call: the key None where the call is not planned (:func:`_plan_key`) or an
+    argument is unhashable (the checks then reject it); the plan None where none is stored yet."""
+    key = _plan_key(input, window, *scalars)
+    if key is None:
+        return None, None
+    try:
+        return key, plans.get(key)
+    except TypeError:
+        return None, None
 
 
 def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
