@@ -71,7 +71,7 @@ import triton.language as tl
 
 from .._dispatch import interpreter_enabled
 from ._runtime import check_launchable, empty_output
-from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, _whisper_finish_kernel, dot_precision, mel_blocks
+from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, dot_precision, mel_blocks, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -525,9 +525,5 @@ def mel_spectrogram(
         config=_config,
     )  # fmt: skip
     if whisper:
-        per_example = n_mels * n_frames
-        block = 1024
-        _whisper_finish_kernel[(triton.cdiv(per_example, block), x.shape[0])](
-            out, peak, per_example, BLOCK=block
-        )
+        whisper_finish(out, peak)
     return out

@@ -36,7 +36,6 @@ under autograd in ``backward`` (its ``|X|^power`` has a finite, zero gradient wh
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 
 import torch
@@ -47,11 +46,10 @@ from .._dispatch import interpreter_enabled
 from ..reference import mel as ref
 from ..reference.dft import rdft_basis
 from ._runtime import check_launchable, empty_output
+from .stft import n_frames as count_frames
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _LOGS = {None: 0, "log10": 1, "ln": 2, "log2": 3}
-_LOG10_2 = math.log10(2.0)
-_LN_2 = math.log(2.0)
 
 
 @triton.jit
@@ -476,6 +474,16 @@ def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
     tl.store(ptrs, ((tl.maximum(v, top) + 4.0) * 0.25).to(out_ptr.dtype.element_ty), mask=ok)
 
 
+def whisper_finish(out: torch.Tensor, peak: torch.Tensor) -> None:
+    """Whisper's second pass over the contiguous log10-mels ``out (B, n_mels, T)``, in place: the floor
+    at each example's log10(max) − 8 (``peak``: that maximum's float bits, per example), then
+    ``(x + 4) / 4``."""
+    per_example = out.shape[1] * out.shape[2]
+    block = 1024
+    grid = (triton.cdiv(per_example, block), out.shape[0])
+    _whisper_finish_kernel[grid](out, peak, per_example, BLOCK=block)
+
+
 # The interior launch's configs: the two fastest of the 10 that `python -m nbxsig.bench.mel_sweep`
 # timed on an H200 (n_fft 400, 80 mels, 64 × 30 s): T128 F128 K32 1574 µs at "high" (TF32), T128
 # F128 K16 2147 µs at "highest" (3xTF32); the 64-frame tiles ran 1.3-2× slower. Left out: 64-frame
@@ -597,7 +605,7 @@ def _launch(
         # real inputs: it takes a last-dimension stride of ~2^31 / 20 000 elements).
         x = x.contiguous()
     pad = n_fft // 2 if center else 0
-    n_frames = 1 + (length + 2 * pad - n_fft) // hop_length - (1 if drop_last else 0)
+    n_frames = count_frames(length, n_fft, hop_length, center) - (1 if drop_last else 0)
     n_mels = filters.shape[1]
     half = n_fft // 2 + 1
     k_pad = triton.cdiv(half, 32) * 32
@@ -667,9 +675,7 @@ def _launch(
             grid = (triton.cdiv(t_b - t_a, config["BLOCK_T"]), batch)
             _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
     if whisper:
-        per_example = n_mels * n_frames
-        block = 1024
-        _whisper_finish_kernel[(triton.cdiv(per_example, block), batch)](out, peak, per_example, BLOCK=block)
+        whisper_finish(out, peak)
     return out
 
 
