@@ -100,15 +100,14 @@ UNR_OLA_TILE_STORE = False
 #: GPU shared with a concurrent test run: 1 row 142.8 µs, 2 rows 166.0, 3 rows 194.3, 4 rows 228.5,
 #: 2 rows with tile stores 156.1 µs -- more rows lose (registers: 128 at 4 rows), so 1.
 UNR_OLA_ROWS = 1
-#: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``). Off: the H200 runs
-#: that measured it (5335111, edcd483: batch-1 istft 106.6 → 67.6 and 69.8 → 28.5 µs per eager call)
-#: never took the cached path -- Triton 3.6's launch hooks are ``HookChain`` objects, never None, and
-#: the old "no hook installed" test (``is not None``) sent every launch through Triton -- so the
-#: differences were run-to-run noise. The path now checks for installed hooks correctly
-#: (``_hooked``), is exercised on CPU with a stubbed launcher (``nbxsig.bench.host_overhead``,
-#: tests/test_stft.py) and stays opt-in until a GPU run checks and times it
-#: (``test_cuda_istft_per_argument_class`` covers both settings).
-CACHED_LAUNCH = False
+#: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``): a repeated call
+#: skips ``JITFunction.run``'s argument binding and key hashing. On: measured on an H200 at ec7b8ee
+#: (batch-1 istft n_fft=20 hop=5 1×240000, do_bench, three interleaved passes in one process) 8.5 /
+#: 8.4 / 8.7 µs per eager call against 43.5 / 67.7 / 23.9 µs through Triton's launch -- the cached
+#: call is as fast as the kernel itself (CUDA-graph replay 8.1 µs). (An earlier pair of runs never
+#: took this path: Triton 3.6's launch hooks are ``HookChain`` objects, never None; ``_direct``
+#: checks for installed hooks.) ``test_cuda_istft_per_argument_class`` covers both settings.
+CACHED_LAUNCH = True
 #: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
 #: AccumulateGrad's copy (163 µs at 64×240000). Off: the one H200 run of this change measured the
 #: backward kernel at 308 µs writing torch.stft's frequency-fastest layout with per-bin 8-byte stores
@@ -177,7 +176,8 @@ def _arg_class(arg) -> object:
 class _CachedLaunch:
     """Launch a jitted kernel through its compiled handle, skipping ``JITFunction.run``'s per-call
     argument binding, cache-key hashing and option parsing -- host time that dominates small calls
-    (the batch-1 istft: GPU time 8 µs, eager call ~100 µs). Opt-in (``CACHED_LAUNCH``).
+    (the batch-1 istft: GPU time 8 µs, eager call 24-68 µs through Triton, 8.5 µs through this).
+    Switched by ``CACHED_LAUNCH``.
 
     The first launch of an argument class (``_arg_class``: the same facts Triton specializes on,
     plus the constexprs and warps) goes through Triton, which compiles or finds the kernel; later
