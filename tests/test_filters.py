@@ -268,12 +268,16 @@ def test_separable_forward_paths_are_reference(layout, boundary, budget_planes, 
     plane = ref.shape[2] * x.shape[3] * 4 * 2  # float32 intermediate of one input channel (M = 2)
     kw = dict(stride=stride, pads=pads, boundary=boundary)
     with torch.no_grad():
-        fused = dk._separable_fused(xt, wyt, wxt, **kw)
+        # the default tile (band unrolled), then the looped and the unrolled band at other tiles; the
+        # 4-column tiles have interior tiles (no column mapping) between the edge ones
+        configs = (None, (2, 4, 8, 4, False), (2, 2, 8, 4, True), (1, 8, 16, 4, True))
+        configs += ((1, 2, 4, 4, True), (1, 2, 4, 4, False))
+        fused = [dk._separable_fused(xt, wyt, wxt, **kw, config=config) for config in configs]
         chunked = dk._separable_chunked(xt, wyt, wxt, budget=budget_planes * plane, **kw)
         public = nf.depthwise_conv2d(
             xt, (wyt, wxt), stride=stride, padding=pads, boundary=boundary, backend="triton"
         )
-    for y in (fused, chunked, public):
+    for y in (*fused, chunked, public):
         assert_close(y, ref, dtype=torch.float32)
         assert y.is_contiguous(memory_format=torch.channels_last) == (layout == "channels_last")
 

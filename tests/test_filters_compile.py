@@ -29,9 +29,9 @@ for xt in ("*fp32", "*fp16"):
         build(dk._dw_kernel, ptr, dict(KH=kh, KW=kw, J=1, STRIDE_H=1, BOUNDARY=b, UNROLL=kw <= dk._UNROLL_MAX,
                                        BLOCK_C=bc, ROWS=rows, BLOCK_W=bw), num_warps=4)
     sep = {"x_ptr": xt, "wy_ptr": "*fp32", "wx_ptr": "*fp32", "y_ptr": xt}
-    for k, bc, rows, bw in ((5, 1, 4, 512), (7, 64, 4, 8)):
+    for k, bc, rows, bw, static in ((5, 1, 4, 512, True), (5, 1, 4, 512, False), (7, 64, 4, 8, False)):
         build(dk._sep_kernel, sep, dict(KH=k, KW=k, STRIDE_H=1, BOUNDARY=1, UNROLL=True, BLOCK_C=bc,
-                                        ROWS=rows, BLOCK_W=bw), num_warps=4)
+                                        ROWS=rows, BLOCK_W=bw, STATIC=static), num_warps=4)
     # the fully unrolled 3x3 (NCHW and channels_last)
     for bc, rows, bw in ((1, 4, 512), (64, 4, 8)):
         build(dk._dw_static_kernel, ptr, dict(KH=3, KW=3, STRIDE_H=1, BOUNDARY=0, BLOCK_C=bc, ROWS=rows,

@@ -60,6 +60,11 @@ _BANK_TILE = (128, 32, 4)
 # The fused band filters (ROWS-1+KH) input rows per ROWS output rows, KW loads each: cheap for short
 # kernels, ~2x the two-pass work at 31 taps (cost model; the bench measures both forms at 5 and 31 taps).
 _FUSED_SEP_MAX_TAPS = 8
+# The fused band unrolled at compile time (``_sep_static_band``) while its loads, (ROWS-1+KH)·KW per
+# program, stay at most this many: 5×5 at 4 or 8 rows (40 / 60), not 7×7 at 8 rows (98). Offline for
+# sm_90 the looped band compiles to a runtime loop over the band rows whose loads wait row by row;
+# unrolled, every row's loads can be in flight at once and the zero-weight row taps disappear.
+_SEP_STATIC_MAX_LOADS = 64
 # 2-D kernels up to this many taps (J = 1) run fully unrolled (_dw_static_kernel): compiled offline for
 # sm_90, 3×3 takes ~1 s and issues 2x fewer instructions per tile than the looped band (weights loaded once,
 # no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
@@ -599,11 +604,63 @@ def _sep_band(
 
 
 @triton.jit
+def _sep_static_tap(a, wy_row, hv, cmask, i: tl.constexpr, w_ts, KH: tl.constexpr):
+    """``a += wy[i] · hv`` when ``0 <= i < KH`` (decided at compile time)."""
+    if i >= 0 and i < KH:
+        a += tl.load(wy_row + i * w_ts, mask=cmask, other=0.0)[:, None] * hv
+    return a
+
+
+@triton.jit
+def _sep_static_band(
+    a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh,
+    sxw, stride_w, top, left, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
+    BOUNDARY: tl.constexpr, MAP_W: tl.constexpr,
+):  # fmt: skip
+    """``_sep_band`` with the band rows and both tap loops unrolled at compile time: the loads of every
+    band row are independent, so they can all be in flight together (the looped band waits for each
+    row's loads before the next row's); a row tap an output row does not reach is skipped at compile
+    time, and tap loads have compile-time offsets, so the compiler keeps the ``KH + KW`` weights in
+    registers."""
+    c_off = (co // DIV).to(tl.int64) * sxc
+    wy_row = wy_ptr + co
+    wx_row = wx_ptr + co
+    for d in tl.static_range((ROWS - 1) * STRIDE_H + KH):
+        ridx, rok = _map_index(h0 * STRIDE_H + (d - top), H, BOUNDARY)
+        x_row = x_base + c_off[:, None] + ridx.to(tl.int64) * sxh
+        rm = cmask[:, None] & rok
+        hv = tl.zeros(a0.shape, dtype=tl.float32)
+        for k in tl.static_range(KW):
+            col = ow * stride_w + (k - left)
+            if MAP_W:
+                col, cok = _map_index(col, W, BOUNDARY)
+                cm = wmask & cok
+            else:
+                cm = wmask
+            xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+            hv += tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
+        a0 = _sep_static_tap(a0, wy_row, hv, cmask, d, w_ts, KH)
+        if ROWS > 1:
+            a1 = _sep_static_tap(a1, wy_row, hv, cmask, d - STRIDE_H, w_ts, KH)
+        if ROWS > 2:
+            a2 = _sep_static_tap(a2, wy_row, hv, cmask, d - 2 * STRIDE_H, w_ts, KH)
+            a3 = _sep_static_tap(a3, wy_row, hv, cmask, d - 3 * STRIDE_H, w_ts, KH)
+        if ROWS > 4:
+            a4 = _sep_static_tap(a4, wy_row, hv, cmask, d - 4 * STRIDE_H, w_ts, KH)
+            a5 = _sep_static_tap(a5, wy_row, hv, cmask, d - 5 * STRIDE_H, w_ts, KH)
+            a6 = _sep_static_tap(a6, wy_row, hv, cmask, d - 6 * STRIDE_H, w_ts, KH)
+            a7 = _sep_static_tap(a7, wy_row, hv, cmask, d - 7 * STRIDE_H, w_ts, KH)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
 def _sep_kernel(
     x_ptr, wy_ptr, wx_ptr, y_ptr, CO, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, stride_w,
     top, left, w_ts,
     KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, BOUNDARY: tl.constexpr,
     UNROLL: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
+    STATIC: tl.constexpr,
 ):  # fmt: skip
     """Separable depthwise correlation in one pass (forward only):
     ``y[n, o, h, w] = Σ_i wy[o, i] Σ_k wx[o, k] · x̃[n, o // DIV, h·sy + i - top, w·sx + k - left]``.
@@ -628,7 +685,18 @@ def _sep_kernel(
     a7 = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
     first = pid_w * BLOCK_W * stride_w - left
     last = (pid_w * BLOCK_W + BLOCK_W - 1) * stride_w + KW - 1 - left
-    if (first >= 0) & (last < W):
+    if STATIC:
+        if (first >= 0) & (last < W):
+            a0, a1, a2, a3, a4, a5, a6, a7 = _sep_static_band(
+                a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W,
+                DIV, sxc, sxh, sxw, stride_w, top, left, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, False,
+            )  # fmt: skip
+        else:
+            a0, a1, a2, a3, a4, a5, a6, a7 = _sep_static_band(
+                a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W,
+                DIV, sxc, sxh, sxw, stride_w, top, left, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, True,
+            )  # fmt: skip
+    elif (first >= 0) & (last < W):
         a0, a1, a2, a3, a4, a5, a6, a7 = _sep_band(
             a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W, DIV,
             sxc, sxh, sxw, stride_w, top, left, w_ts, KH, KW, STRIDE_H, ROWS, BOUNDARY, False, UNROLL,
@@ -1066,7 +1134,8 @@ def depthwise_conv2d(
 
 
 def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
-    """One launch of ``_sep_kernel`` (forward only)."""
+    """One launch of ``_sep_kernel`` (forward only). ``config``: ``(BLOCK_C, ROWS, BLOCK_W, num_warps)``
+    or with a fifth entry, whether the band is unrolled (default: ``_SEP_STATIC_MAX_LOADS``)."""
     top, bottom, left, right = pads
     co, kh, kw = wy.shape[0], wy.shape[1], wx.shape[1]
     ho = (x.shape[2] + top + bottom - kh) // stride[0] + 1
@@ -1076,13 +1145,15 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
     wyt = wy.detach().to(torch.float32).t().contiguous()
     wxt = wx.detach().to(torch.float32).t().contiguous()
     check_launchable(x, wyt, wxt)
-    bc, rows, bw, warps = (*_tiles(x, co, ho, wo, kh), 4) if config is None else config
+    bc, rows, bw, warps = (*_tiles(x, co, ho, wo, kh), 4) if config is None else config[:4]
+    band_loads = ((rows - 1) * stride[0] + kh) * kw
+    static = config[4] if config is not None and len(config) > 4 else band_loads <= _SEP_STATIC_MAX_LOADS
     grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
     _sep_kernel[grid](
         x, wyt, wxt, y, co, x.shape[2], x.shape[3], ho, wo, co // x.shape[1], *x.stride(), *y.stride(),
         stride[1], top, left, co,
         KH=kh, KW=kw, STRIDE_H=stride[0], BOUNDARY=_BOUNDARY_CODE[boundary], UNROLL=kw <= _UNROLL_MAX,
-        BLOCK_C=bc, ROWS=rows, BLOCK_W=bw, num_warps=warps,
+        BLOCK_C=bc, ROWS=rows, BLOCK_W=bw, STATIC=static, num_warps=warps,
     )  # fmt: skip
     return y
 
