@@ -76,8 +76,11 @@ from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
 #: Largest padded frame ``N1P·N2P`` the kernel takes: the frame tile (BLOCK_T × N1P·N2P fp32, and its
-#: split/transposed copies) lives in registers, so larger frames spill.
-MAX_PADDED = 1024
+#: split/transposed copies) lives in registers, so larger frames need fewer frames per tile.
+MAX_PADDED = 2048
+#: Largest padded factor: the stage bases (``N1P × 2·N1P`` and ``2·N2P × 2·K2P`` fp32, hi + lo planes
+#: at 3xTF32) are dot operands in shared memory; a 128-point factor's would take 256 KB.
+MAX_FACTOR = 64
 
 
 def _p2(n: int, minimum: int) -> int:
@@ -85,12 +88,13 @@ def _p2(n: int, minimum: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def plan(n_fft: int) -> tuple[int, int] | None:
+def plan(n_fft: int, *, mel: bool = False) -> tuple[int, int] | None:
     """``(N1, N2)`` with ``N1·N2 = n_fft`` and the fewest padded multiply-adds per frame (stage 1 +
-    stage 2 + a 128-mel projection), or None where no factorisation fits (primes, tiny or huge N).
+    stage 2, + a 128-mel projection for ``mel``), or None where no factorisation fits (primes, tiny
+    or huge N).
 
-    >>> plan(400), plan(512), plan(401)
-    ((16, 25), (32, 16), None)
+    >>> plan(400), plan(512), plan(2048), plan(401)
+    ((16, 25), (16, 32), (32, 64), None)
     """
     best, best_cost = None, None
     for n1 in range(2, n_fft):
@@ -99,18 +103,27 @@ def plan(n_fft: int) -> tuple[int, int] | None:
         n2 = n_fft // n1
         if n2 < 2:
             continue
-        n1p, n2p, k2p = _pads(n1, n2)
-        if n1p * n2p > MAX_PADDED:
+        n1p, n2p, k2p = _pads(n1, n2, mel=mel)
+        if n1p * n2p > MAX_PADDED or max(n1p, n2p) > MAX_FACTOR:
             continue
-        cost = n2p * n1p * 2 * n1p + n1p * 2 * n2p * 2 * k2p + n1p * k2p * 128
+        cost = n2p * n1p * 2 * n1p + n1p * 2 * n2p * 2 * k2p + (n1p * k2p * 128 if mel else 0)
         if best_cost is None or cost < best_cost:
             best, best_cost = (n1, n2), cost
     return best
 
 
-def _pads(n1: int, n2: int) -> tuple[int, int, int]:
+def _split_nyquist(n2: int, *, mel: bool) -> bool:
+    # With N2 even, stage 2 computes k2 < N2/2 only (a power of two for power-of-two N2, where
+    # N2/2 + 1 columns would pad to N2) and the Nyquist bin k = N/2 -- Σ (-1)^n x[n], since
+    # (-1)^(N2·n1 + n2) = (-1)^n2 -- is a sum over the frame tile. The mel epilogue keeps the
+    # N2/2 + 1 columns (its filterbank chunks are laid out on them).
+    return n2 % 2 == 0 and not mel
+
+
+def _pads(n1: int, n2: int, *, mel: bool = False) -> tuple[int, int, int]:
     # N1P is a dot's K and half its N (>= 16); 2·N2P and 2·K2P are dots' K and N (>= 16).
-    return _p2(n1, 16), _p2(n2, 8), _p2(n2 // 2 + 1, 8)
+    k2 = n2 // 2 if _split_nyquist(n2, mel=mel) else n2 // 2 + 1
+    return _p2(n1, 16), _p2(n2, 8), _p2(k2, 8)
 
 
 def supports(n_fft: int, *, onesided: bool = True) -> bool:
@@ -145,6 +158,25 @@ def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool, precision:
     if device_type != "cuda" or SPECTROGRAM_AUTO is False or not supports(n_fft, onesided=onesided):
         return "fft"
     if SPECTROGRAM_AUTO or n_fft in AUTO_SPECTROGRAM_N.get(precision, ()):
+        return "fourstep"
+    return "fft"
+
+
+#: Whether the four-step kernel is the complex stft's auto path on a GPU: None → the measured rule
+#: (:data:`AUTO_STFT_N`), True → wherever it is supported (the benchmark's probes force it), False →
+#: never.
+STFT_AUTO: bool | None = None
+#: n_fft where the complex four-step stft measured faster than the FFT path (fused framing +
+#: torch.rfft) on an H200, per dot precision (see :data:`AUTO_SPECTROGRAM_N`).
+AUTO_STFT_N: dict[str, tuple[int, ...]] = {"tf32x3": (), "tf32": ()}
+
+
+def stft_path(*, device_type: str, n_fft: int, onesided: bool, precision: str) -> str:
+    """The Triton complex stft's path above the dense range: "fourstep" (:func:`stft`, no frame
+    buffer) or "fft" (fused framing, torch.fft). Pure, as :func:`spectrogram_path`."""
+    if device_type != "cuda" or STFT_AUTO is False or not supports(n_fft, onesided=onesided):
+        return "fft"
+    if STFT_AUTO or n_fft in AUTO_STFT_N.get(precision, ()):
         return "fourstep"
     return "fft"
 
@@ -194,6 +226,9 @@ def _fourstep_kernel(
     BLOCK_T: tl.constexpr,
     PRECISION: tl.constexpr,
     PERMUTE_STORE: tl.constexpr,  # spectrogram: store rows (frame, k2) (contiguous bins), else (frame, k1)
+    COMPLEX: tl.constexpr,  # write X itself, interleaved (re, im) at out + 2·(...) + part
+    NYQ: tl.constexpr,  # stage 2 stops below k2 = N2/2; the Nyquist bin is summed from the frame tile
+    K_END: tl.constexpr,  # bins k < K_END come from stage 2 (N/2 with NYQ, else N/2 + 1)
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -220,6 +255,10 @@ def _fourstep_kernel(
             x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE
         )
     v = v * (_load_window(win_ptr, n, valid, HAS_WINDOW) * scale)
+    if NYQ:
+        # X[N/2] = Σ_n (-1)^n v[n], and with N2 even (-1)^n = (-1)^n2: a signed row sum (fp32 adds).
+        sign = (1 - 2 * (n2 % 2)).to(tl.float32)
+        nyq = tl.sum(tl.reshape(tl.sum(v, axis=1) * sign, (BLOCK_T, N2P)), axis=1)  # (BLOCK_T,)
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
     o1 = n1[:, None] * (2 * N1P) + c1[None, :]
@@ -243,65 +282,92 @@ def _fourstep_kernel(
     c2 = tl.arange(0, 2 * K2P)
     o2 = i2[:, None] * (2 * K2P) + c2[None, :]
     xk = _dot(z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION)
-    x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
-    pw = x_re * x_re + x_im * x_im  # (R2, K2P): rows (frame, k1), columns k2
+    if NYQ:
+        tn = t0 + tl.arange(0, BLOCK_T)
+        on = b * stride_ob + (N_FFT // 2) * stride_of + tn.to(tl.int64) * stride_ot
+        if COMPLEX:
+            tl.store(out_ptr + on, nyq, mask=tn < n_frames)
+            tl.store(out_ptr + on + 1, tl.zeros_like(nyq), mask=tn < n_frames)
+        else:
+            tl.store(out_ptr + on, _power(nyq * nyq, power, POWER_MODE), mask=tn < n_frames)
+    if COMPLEX:
+        # Rows (frame, k2), columns 2·k1 + part: a row is 2·N1 consecutive floats of the interleaved
+        # (B, T, F, 2) buffer (bins k1 + N1·k2 for consecutive k1).
+        xq = tl.reshape(tl.permute(tl.reshape(xk, (BLOCK_T, N1P, K2P, 2)), (0, 2, 1, 3)), (BLOCK_T * K2P, 2 * N1P))
+        rq = tl.arange(0, BLOCK_T * K2P)
+        tq = t0 + rq // K2P
+        cq = tl.arange(0, 2 * N1P)
+        kq1 = cq // 2
+        k = kq1[None, :] + N1 * (rq % K2P)[:, None]
+        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot + (cq % 2)[None, :]
+        tl.store(out_ptr + offs, xq, mask=ok)
+    else:
+        x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
+        pw = _power(x_re * x_re + x_im * x_im, power, POWER_MODE)  # (R2, K2P): rows (frame, k1), columns k2
+        if not MEL and PERMUTE_STORE:
+            # Rows (frame, k2), columns k1: along a row the bins k1 + N1·k2 are consecutive, so with the
+            # (B, T, F) buffer each row is one contiguous store.
+            pq = tl.reshape(tl.permute(tl.reshape(pw, (BLOCK_T, N1P, K2P)), (0, 2, 1)), (BLOCK_T * K2P, N1P))
+            rq = tl.arange(0, BLOCK_T * K2P)
+            tq = t0 + rq // K2P
+            kq1 = tl.arange(0, N1P)
+            k = kq1[None, :] + N1 * (rq % K2P)[:, None]
+            ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
+            offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
+            tl.store(out_ptr + offs, pq, mask=ok)
+        elif not MEL:
+            r2 = tl.arange(0, R2)
+            t2 = t0 + r2 // N1P
+            kk1 = r2 % N1P
+            k2 = tl.arange(0, K2P)
+            k = kk1[:, None] + N1 * k2[None, :]
+            ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k < K_END)
+            offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
+            tl.store(out_ptr + offs, pw, mask=ok)
+        else:
+            # Mel: the power tile times the permuted filterbank, in four K-chunks (k2 mod 4, taken apart
+            # with tl.split), so each dot's filter operand is a quarter of the filterbank: the whole one
+            # (256 × 128 fp32, hi + lo) would not fit in shared memory.
+            pe, po = tl.split(tl.reshape(pw, (R2, K2P // 2, 2)))  # k2 = 2q, 2q + 1
+            p0, p2 = tl.split(tl.reshape(pe, (R2, K2P // 4, 2)))  # k2 = 4q, 4q + 2
+            p1, p3 = tl.split(tl.reshape(po, (R2, K2P // 4, 2)))  # k2 = 4q + 1, 4q + 3
+            KC: tl.constexpr = N1P * K2P // 4
+            p0 = tl.reshape(p0, (BLOCK_T, KC))
+            p1 = tl.reshape(p1, (BLOCK_T, KC))
+            p2 = tl.reshape(p2, (BLOCK_T, KC))
+            p3 = tl.reshape(p3, (BLOCK_T, KC))
+            t = t0 + tl.arange(0, BLOCK_T)
+            t_ok = t < n_frames
+            m1 = tl.arange(0, M1)
+            acc1 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m1, KC, M_TOT, BLOCK_T, M1, PRECISION)
+            if TRACK_PEAK:
+                # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
+                peak = tl.max(tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0)
+            _store_mels(
+                acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+            )
+            if M2 > 0:
+                m2 = M1 + tl.arange(0, M2)
+                acc2 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m2, KC, M_TOT, BLOCK_T, M2, PRECISION)
+                if TRACK_PEAK:
+                    ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
+                    peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
+                _store_mels(
+                    acc2, m2, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+                )
+            if TRACK_PEAK:
+                tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _power(pw, power, POWER_MODE: tl.constexpr):
+    """``|X|^power`` from ``pw = |X|²``."""
     if POWER_MODE == 1:
         pw = tl.sqrt(pw)
     elif POWER_MODE == 0:
         pw = tl.where(pw > 0, tl.exp2(tl.log2(tl.where(pw > 0, pw, 1.0)) * (power * 0.5)), 0.0)
-    if not MEL and PERMUTE_STORE:
-        # Rows (frame, k2), columns k1: along a row the bins k1 + N1·k2 are consecutive, so with the
-        # (B, T, F) buffer each row is one contiguous store.
-        pq = tl.reshape(tl.permute(tl.reshape(pw, (BLOCK_T, N1P, K2P)), (0, 2, 1)), (BLOCK_T * K2P, N1P))
-        rq = tl.arange(0, BLOCK_T * K2P)
-        tq = t0 + rq // K2P
-        kq1 = tl.arange(0, N1P)
-        k = kq1[None, :] + N1 * (rq % K2P)[:, None]
-        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k <= N_FFT // 2)
-        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
-        tl.store(out_ptr + offs, pq, mask=ok)
-    elif not MEL:
-        r2 = tl.arange(0, R2)
-        t2 = t0 + r2 // N1P
-        kk1 = r2 % N1P
-        k2 = tl.arange(0, K2P)
-        k = kk1[:, None] + N1 * k2[None, :]
-        ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k <= N_FFT // 2)
-        offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
-        tl.store(out_ptr + offs, pw, mask=ok)
-    else:
-        # Mel: the power tile times the permuted filterbank, in four K-chunks (k2 mod 4, taken apart
-        # with tl.split), so each dot's filter operand is a quarter of the filterbank: the whole one
-        # (256 × 128 fp32, hi + lo) would not fit in shared memory.
-        pe, po = tl.split(tl.reshape(pw, (R2, K2P // 2, 2)))  # k2 = 2q, 2q + 1
-        p0, p2 = tl.split(tl.reshape(pe, (R2, K2P // 4, 2)))  # k2 = 4q, 4q + 2
-        p1, p3 = tl.split(tl.reshape(po, (R2, K2P // 4, 2)))  # k2 = 4q + 1, 4q + 3
-        KC: tl.constexpr = N1P * K2P // 4
-        p0 = tl.reshape(p0, (BLOCK_T, KC))
-        p1 = tl.reshape(p1, (BLOCK_T, KC))
-        p2 = tl.reshape(p2, (BLOCK_T, KC))
-        p3 = tl.reshape(p3, (BLOCK_T, KC))
-        t = t0 + tl.arange(0, BLOCK_T)
-        t_ok = t < n_frames
-        m1 = tl.arange(0, M1)
-        acc1 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m1, KC, M_TOT, BLOCK_T, M1, PRECISION)
-        if TRACK_PEAK:
-            # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
-            peak = tl.max(tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0)
-        _store_mels(
-            acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
-        )
-        if M2 > 0:
-            m2 = M1 + tl.arange(0, M2)
-            acc2 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m2, KC, M_TOT, BLOCK_T, M2, PRECISION)
-            if TRACK_PEAK:
-                ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
-                peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
-            _store_mels(
-                acc2, m2, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
-            )
-        if TRACK_PEAK:
-            tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+    return pw
 
 
 @triton.jit
@@ -331,11 +397,12 @@ def _angles(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @lru_cache(maxsize=32)
-def _tables(n_fft: int, device: torch.device):
-    """The stage-1 basis ``(N1P, 2·N1P)``, the twiddles ``(2, N2P, N1P)`` and the stage-2 basis
-    ``(2·N2P, 2·K2P)``, built in float64 and stored as (fp32, hi, lo) planes."""
-    n1_, n2_ = plan(n_fft)
-    n1p, n2p, k2p = _pads(n1_, n2_)
+def _tables(n1_: int, n2_: int, k2_: int, device: torch.device):
+    """For ``n_fft = n1_·n2_``: the stage-1 basis ``(N1P, 2·N1P)``, the twiddles ``(2, N2P, N1P)``
+    and the stage-2 basis ``(2·N2P, 2·K2P)`` for ``k2 < k2_``, built in float64 and stored as
+    (fp32, hi, lo) planes."""
+    n_fft = n1_ * n2_
+    n1p, n2p, k2p = _p2(n1_, 16), _p2(n2_, 8), _p2(k2_, 8)
     i1 = torch.arange(n1_, device=device)
     i2 = torch.arange(n2_, device=device)
     a1 = _angles(i1, i1, n1_)  # (n1, k1)
@@ -346,15 +413,14 @@ def _tables(n_fft: int, device: torch.device):
     tw = torch.zeros(2, n2p, n1p, dtype=torch.float64, device=device)
     tw[0, :n2_, :n1_] = torch.cos(at)
     tw[1, :n2_, :n1_] = torch.sin(at)
-    k2 = torch.arange(n2_ // 2 + 1, device=device)
+    k2 = torch.arange(k2_, device=device)
     a2 = _angles(i2, k2, n2_)  # (n2, k2)
     c2, s2 = torch.cos(a2), torch.sin(a2)
     b2 = torch.zeros(n2p, 2, k2p, 2, dtype=torch.float64, device=device)  # (n2, part in, k2, part out)
-    kk = k2.numel()
-    b2[:n2_, 0, :kk, 0] = c2  # Re X = Σ Re Z·c + Im Z·s
-    b2[:n2_, 1, :kk, 0] = s2
-    b2[:n2_, 0, :kk, 1] = -s2  # Im X = Σ Im Z·c − Re Z·s
-    b2[:n2_, 1, :kk, 1] = c2
+    b2[:n2_, 0, :k2_, 0] = c2  # Re X = Σ Re Z·c + Im Z·s
+    b2[:n2_, 1, :k2_, 0] = s2
+    b2[:n2_, 0, :k2_, 1] = -s2  # Im X = Σ Im Z·c − Re Z·s
+    b2[:n2_, 1, :k2_, 1] = c2
     return _planes(b1.reshape(n1p, 2 * n1p)), tw.float().contiguous(), _planes(b2.reshape(2 * n2p, 2 * k2p))
 
 
@@ -371,8 +437,8 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
     if hit is not None and hit[0] is filters:
         _FB_CACHE.move_to_end(key)
         return hit[1]
-    n1_, n2_ = plan(n_fft)
-    n1p, _, k2p = _pads(n1_, n2_)
+    n1_, n2_ = plan(n_fft, mel=True)
+    n1p, _, k2p = _pads(n1_, n2_, mel=True)
     dev = filters.device
     j = torch.arange(4, device=dev)[:, None, None]
     k1 = torch.arange(n1p, device=dev)[None, :, None]
@@ -397,8 +463,19 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
 #: dot's M is the tile's frame count, so it needs >= 16. Only n_fft 400 was swept: other n_fft keep
 #: the 16-frame, 8-warp tile they were measured (and checked on the GPU) with.
 SPEC_CONFIGS = {400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1}}
-SPEC_CONFIG = {"BLOCK_T": 16, "num_warps": 8, "num_stages": 1}
+#: The complex stft's configs per n_fft (else :func:`_default_config`).
+STFT_CONFIGS: dict[int, dict] = {}
 MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
+
+
+def _default_config(n_fft: int) -> dict:
+    # 16 frames on 8 warps up to 512-point padded frames (measured at n_fft 512); fewer frames for
+    # larger ones, so the register tile stays BLOCK_T·N1P·N2P <= 8192.
+    n1_, n2_ = plan(n_fft)
+    n1p, n2p, _ = _pads(n1_, n2_)
+    return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 8, "num_stages": 1}
+
+
 #: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
 #: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs).
 PERMUTE_STORE = True
@@ -425,12 +502,21 @@ def _launch(
     peak: torch.Tensor | None = None,
     precision: str | None = None,
     config: dict | None = None,
+    complex_out: bool = False,
 ) -> None:
     device = x.device
-    n1_, n2_ = plan(n_fft)
-    n1p, n2p, k2p = _pads(n1_, n2_)
+    mel = filters is not None
+    base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get(n_fft)
+    meta = {"PERMUTE_STORE": PERMUTE_STORE, **(base or _default_config(n_fft)), **(config or {})}
+    block_t = meta.pop("BLOCK_T")
+    # "N1" (benchmarks, tests) picks another factorisation than plan's; the mel filterbank is laid
+    # out for plan's.
+    n1_ = plan(n_fft, mel=mel)[0] if mel else meta.pop("N1", None) or plan(n_fft)[0]
+    n2_ = n_fft // n1_
+    nyq = _split_nyquist(n2_, mel=mel)
+    n1p, n2p, k2p = _pads(n1_, n2_, mel=mel)
     precision = precision or dot_precision(device)
-    (b1, b1_hi, b1_lo), tw, (b2, b2_hi, b2_lo) = _tables(n_fft, device)
+    (b1, b1_hi, b1_lo), tw, (b2, b2_hi, b2_lo) = _tables(n1_, n2_, n2_ // 2 + (0 if nyq else 1), device)
     if filters is None:
         fb = fb_lo = tw  # unused (MEL=False)
     else:
@@ -439,9 +525,6 @@ def _launch(
     if precision != "ieee":
         b1, b2 = b1_hi, b2_hi
     interpreted = interpreter_enabled() and device.type == "cpu"
-    base = MEL_CONFIG if filters is not None else SPEC_CONFIGS.get(n_fft, SPEC_CONFIG)
-    meta = {"PERMUTE_STORE": PERMUTE_STORE, **base, **(config or {})}
-    block_t = meta.pop("BLOCK_T")
     if interpreted:  # the interpreter takes no warps/stages
         meta.pop("num_warps", None)
         meta.pop("num_stages", None)
@@ -458,7 +541,8 @@ def _launch(
         N_FFT=n_fft, N1=n1_, N2=n2_, N1P=n1p, N2P=n2p, K2P=k2p, MODE=_PAD_MODES[pad_mode],
         HAS_WINDOW=window is not None, POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
         MEL=filters is not None, HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=peak is not None,
-        M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision, **meta,
+        M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision, COMPLEX=complex_out, NYQ=nyq,
+        K_END=n_fft // 2 + (0 if nyq else 1), **meta,
     )  # fmt: skip
 
 
@@ -486,6 +570,37 @@ def spectrogram(
             x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
             center=center, pad_mode=pad_mode, scale=scale, power=power, n_frames=n_frames,
             precision=_precision, config=_config,
+        )  # fmt: skip
+    return out.transpose(1, 2)
+
+
+def stft(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    pad_mode: str,
+    scale: float,
+    _precision: str | None = None,
+    _config: dict | None = None,
+) -> torch.Tensor:
+    """``scale · STFT(x)`` onesided in the real layout, ``(B, L)`` → ``(B, n_fft//2 + 1, T, 2)``
+    float32: a view of a contiguous interleaved ``(B, T, F, 2)`` buffer, torch.stft's layout (its
+    ``view_as_complex`` is the complex64 ``(B, F, T)`` spectrum). ``supports(n_fft)`` must hold.
+
+    >>> X = stft(torch.randn(2, 16000, device="cuda"), n_fft=400, hop=160, window=None, center=True,
+    ...          pad_mode="reflect", scale=1.0)                                    # (2, 201, 101, 2)
+    """
+    device = check_launchable(x, *(() if window is None else (window,)))
+    n_frames = count_frames(x.shape[1], n_fft, hop, center)
+    out = empty_output((x.shape[0], n_frames, n_fft // 2 + 1, 2), dtype=torch.float32, device=device)
+    if n_frames > 0:
+        _launch(
+            x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
+            center=center, pad_mode=pad_mode, scale=scale, power=2.0, n_frames=n_frames,
+            precision=_precision, config=_config, complex_out=True,
         )  # fmt: skip
     return out.transpose(1, 2)
 
