@@ -293,14 +293,21 @@ def _fourstep_kernel(
     if COMPLEX:
         # Rows (frame, k2), columns 2·k1 + part: a row is 2·N1 consecutive floats of the interleaved
         # (B, T, F, 2) buffer (bins k1 + N1·k2 for consecutive k1).
-        xq = tl.reshape(tl.permute(tl.reshape(xk, (BLOCK_T, N1P, K2P, 2)), (0, 2, 1, 3)), (BLOCK_T * K2P, 2 * N1P))
+        xq = tl.reshape(
+            tl.permute(tl.reshape(xk, (BLOCK_T, N1P, K2P, 2)), (0, 2, 1, 3)), (BLOCK_T * K2P, 2 * N1P)
+        )
         rq = tl.arange(0, BLOCK_T * K2P)
         tq = t0 + rq // K2P
         cq = tl.arange(0, 2 * N1P)
         kq1 = cq // 2
         k = kq1[None, :] + N1 * (rq % K2P)[:, None]
         ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
-        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot + (cq % 2)[None, :]
+        offs = (
+            b * stride_ob
+            + k.to(tl.int64) * stride_of
+            + tq.to(tl.int64)[:, None] * stride_ot
+            + (cq % 2)[None, :]
+        )
         tl.store(out_ptr + offs, xq, mask=ok)
     else:
         x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
@@ -343,7 +350,9 @@ def _fourstep_kernel(
             acc1 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m1, KC, M_TOT, BLOCK_T, M1, PRECISION)
             if TRACK_PEAK:
                 # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
-                peak = tl.max(tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0)
+                peak = tl.max(
+                    tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0
+                )
             _store_mels(
                 acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
             )
@@ -354,7 +363,19 @@ def _fourstep_kernel(
                     ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
                     peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
                 _store_mels(
-                    acc2, m2, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+                    acc2,
+                    m2,
+                    out_ptr,
+                    b,
+                    stride_ob,
+                    stride_of,
+                    stride_ot,
+                    t,
+                    t_ok,
+                    n_mels,
+                    floor,
+                    HAS_FLOOR,
+                    LOG,
                 )
             if TRACK_PEAK:
                 tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
