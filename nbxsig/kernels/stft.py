@@ -1004,18 +1004,20 @@ def stft_forward(
             BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f, num_warps=FWD_WARPS,
         )  # fmt: skip
         return out
-    if kind != 0:
-        from . import fourstep
+    from . import fourstep
 
-        path = fourstep.spectrogram_path(
-            device_type=device.type, n_fft=n_fft, onesided=onesided, precision=_precision()
+    route = dict(device_type=device.type, n_fft=n_fft, onesided=onesided, precision=_precision())
+    if kind == 0 and fourstep.stft_path(**route) == "fourstep":
+        # Composite n_fft: one fused kernel writes the interleaved spectrum, no frame buffer.
+        return fourstep.stft(
+            x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale
         )
-        if path == "fourstep":
-            # Composite n_fft: one fused kernel, no frame buffer and no complex spectrum.
-            return fourstep.spectrogram(
-                x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale,
-                power=power,
-            )  # fmt: skip
+    if kind != 0 and fourstep.spectrogram_path(**route) == "fourstep":
+        # Composite n_fft: one fused kernel, no frame buffer and no complex spectrum.
+        return fourstep.spectrogram(
+            x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale,
+            power=power,
+        )  # fmt: skip
     frames = _frames(x, win, window is not None, length, pad, hop, T, n_fft, scale, mode, win)
     spec = torch.fft.rfft(frames) if onesided else torch.fft.fft(frames)  # (B, T, F) complex64
     if kind == 0:
