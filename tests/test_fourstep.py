@@ -210,7 +210,15 @@ STFT_CASES = [
     pytest.param(dict(n_fft=40, hop=10, window="random", length=1000, n1=8), id="n40-8x5-interior-tiles"),
     pytest.param(dict(n_fft=512, hop=100, window="hann", n1=32, block_t=4), id="n512-32x16-T4"),
     pytest.param(dict(n_fft=400, hop=160, window="hann", n1=25, block_t=16), id="n400-25x16-nyq-T16"),
+    pytest.param(dict(n_fft=48, hop=5, window="random", length=700, permute=False), id="n48-k1-row-stores"),
+    pytest.param(
+        dict(n_fft=1000, hop=300, window="hann", batch=3, strided=True, permute=False),
+        id="n1000-k1-row-stores",
+    ),
 ]
+
+
+CONFIG_KEYS = {"n1": "N1", "block_t": "BLOCK_T", "permute": "PERMUTE_STORE"}
 
 
 @pytest.mark.parametrize("case", STFT_CASES)
@@ -223,7 +231,7 @@ def test_stft_matches_float64_rfft(case, device, generator):
     scale = 1.0 / math.sqrt(n_fft) if case.get("normalized") else 1.0
     length = case.get("length", 3 * n_fft + 17)
     x = _x((case.get("batch", 2), length), generator, device, strided=case.get("strided", False))
-    config = {k.upper() if k == "n1" else "BLOCK_T": case[k] for k in ("n1", "block_t") if k in case}
+    config = {key: case[name] for name, key in CONFIG_KEYS.items() if name in case}
     got = fourstep.stft(
         x, n_fft=n_fft, hop=hop, window=None if window is None else window.float().to(device), center=center,
         pad_mode=pad_mode, scale=scale, _config=config or None,

@@ -290,7 +290,7 @@ def _fourstep_kernel(
             tl.store(out_ptr + on + 1, tl.zeros_like(nyq), mask=tn < n_frames)
         else:
             tl.store(out_ptr + on, _power(nyq * nyq, power, POWER_MODE), mask=tn < n_frames)
-    if COMPLEX:
+    if COMPLEX and PERMUTE_STORE:
         # Rows (frame, k2), columns 2·k1 + part: a row is 2·N1 consecutive floats of the interleaved
         # (B, T, F, 2) buffer (bins k1 + N1·k2 for consecutive k1).
         xq = tl.reshape(
@@ -302,13 +302,18 @@ def _fourstep_kernel(
         kq1 = cq // 2
         k = kq1[None, :] + N1 * (rq % K2P)[:, None]
         ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
-        offs = (
-            b * stride_ob
-            + k.to(tl.int64) * stride_of
-            + tq.to(tl.int64)[:, None] * stride_ot
-            + (cq % 2)[None, :]
-        )
-        tl.store(out_ptr + offs, xq, mask=ok)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs + (cq % 2)[None, :], xq, mask=ok)
+    elif COMPLEX:
+        # The stage-2 tile as it comes out of the dot: rows (frame, k1), columns 2·k2 + part. No
+        # transpose; each (re, im) pair is 8 contiguous bytes and consecutive rows are neighbouring bins.
+        r2 = tl.arange(0, R2)
+        t2 = t0 + r2 // N1P
+        kk1 = r2 % N1P
+        k = kk1[:, None] + N1 * (c2 // 2)[None, :]
+        ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k < K_END)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs + (c2 % 2)[None, :], xk, mask=ok)
     else:
         x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
         pw = _power(x_re * x_re + x_im * x_im, power, POWER_MODE)  # (R2, K2P): rows (frame, k1), columns k2
