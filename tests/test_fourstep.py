@@ -242,6 +242,20 @@ def test_stft_matches_float64_rfft(case, device, generator):
     assert_close(torch.view_as_complex(got), expected, dtype="float32", rel_error=2e-6)
 
 
+@pytest.mark.parametrize("hi_first", [False, True], ids=["lo-products-first", "hi-products-first"])
+def test_stft_split_precision_orders(hi_first, device, generator):
+    # Both orders of the three TF32 products (the interpreter's fp32 dots then compute them exactly).
+    x = random_tensor((3, 1400), generator=generator).to(device)
+    window = torch.hann_window(512, dtype=F64)
+    got = fourstep.stft(
+        x, n_fft=512, hop=128, window=window.float().to(device), center=True, pad_mode="reflect", scale=1.0,
+        _precision="tf32x3", _config={"HI_FIRST": hi_first},
+    )  # fmt: skip
+    assert_close(
+        torch.view_as_complex(got), stft_oracle(x, 512, 128, window), dtype="float32", rel_error=2e-6
+    )
+
+
 def test_stft_public_api_and_gradient(monkeypatch, device, generator):
     # nbxsig.stft through the four-step path (forced: the interpreter's auto path is the FFT one):
     # batched leading dims, both output forms, and the gradient (the shared backward) against the

@@ -71,7 +71,7 @@ import triton.language as tl
 
 from .._dispatch import interpreter_enabled
 from ._runtime import check_launchable, empty_output
-from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, dot_precision, mel_blocks, whisper_finish
+from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, _tf32_hi, dot_precision, mel_blocks, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -229,6 +229,7 @@ def _fourstep_kernel(
     COMPLEX: tl.constexpr,  # write X itself, interleaved (re, im) at out + 2·(...) + part
     NYQ: tl.constexpr,  # stage 2 stops below k2 = N2/2; the Nyquist bin is summed from the frame tile
     K_END: tl.constexpr,  # bins k < K_END come from stage 2 (N/2 with NYQ, else N/2 + 1)
+    HI_FIRST: tl.constexpr,  # 3xTF32 stage dots in the order a_hi·b_lo, a_hi·b_hi, a_lo·b_hi
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -262,7 +263,9 @@ def _fourstep_kernel(
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
     o1 = n1[:, None] * (2 * N1P) + c1[None, :]
-    y = _dot(v, b1_ptr + o1, b1_lo_ptr + o1, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION)
+    y = _stage_dot(
+        v, b1_ptr + o1, b1_lo_ptr + o1, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION, HI_FIRST
+    )
     y_re, y_im = tl.split(tl.reshape(y, (R1, N1P, 2)))
     # Twiddle W_N^{n2·k1} = c − i·s (tables (N2P, N1P), the same for every frame).
     k1 = tl.arange(0, N1P)
@@ -281,7 +284,9 @@ def _fourstep_kernel(
     i2 = tl.arange(0, 2 * N2P)
     c2 = tl.arange(0, 2 * K2P)
     o2 = i2[:, None] * (2 * K2P) + c2[None, :]
-    xk = _dot(z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION)
+    xk = _stage_dot(
+        z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION, HI_FIRST
+    )
     if NYQ:
         tn = t0 + tl.arange(0, BLOCK_T)
         on = b * stride_ob + (N_FFT // 2) * stride_of + tn.to(tl.int64) * stride_ot
@@ -384,6 +389,21 @@ def _fourstep_kernel(
                 )
             if TRACK_PEAK:
                 tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _stage_dot(a, b_ptrs, b_lo_ptrs, acc, PRECISION: tl.constexpr, HI_FIRST: tl.constexpr):
+    """:func:`nbxsig.kernels.mel._dot`; with ``HI_FIRST`` at 3xTF32 both ``a_hi`` products come
+    first, so the ``a_hi`` and ``a_lo`` operand tiles need not be live (in shared memory) together."""
+    if PRECISION == "tf32x3" and HI_FIRST:
+        a_hi = _tf32_hi(a)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a_hi, tl.load(b_lo_ptrs), acc, input_precision="tf32")
+        acc = tl.dot(a_hi, b, acc, input_precision="tf32")
+        acc = tl.dot(a - a_hi, b, acc, input_precision="tf32")
+    else:
+        acc = _dot(a, b_ptrs, b_lo_ptrs, acc, PRECISION)
+    return acc
 
 
 @triton.jit
@@ -502,6 +522,9 @@ def _default_config(n_fft: int) -> dict:
     return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 8, "num_stages": 1}
 
 
+#: 3xTF32 dot order (see ``_stage_dot``): a_hi·b_lo, a_lo·b_hi, a_hi·b_hi (False, the measured
+#: default) or both a_hi products first (True).
+HI_FIRST = False
 #: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
 #: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs).
 PERMUTE_STORE = True
@@ -533,7 +556,8 @@ def _launch(
     device = x.device
     mel = filters is not None
     base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get(n_fft)
-    meta = {"PERMUTE_STORE": PERMUTE_STORE, **(base or _default_config(n_fft)), **(config or {})}
+    meta = {"PERMUTE_STORE": PERMUTE_STORE, "HI_FIRST": HI_FIRST, **(base or _default_config(n_fft))}
+    meta.update(config or {})
     block_t = meta.pop("BLOCK_T")
     # "N1" (benchmarks, tests) picks another factorisation than plan's; the mel filterbank is laid
     # out for plan's.
