@@ -12,8 +12,8 @@ own harness (torch/torchaudio in the same process).
 
 ``--phase stft-compile`` / ``stft`` sweep the complex-output mode (:func:`nbxsig.kernels.fourstep.stft`)
 over factorisations (``N1``), tiles, store layouts and the 3xTF32 dot order for the issue #3 stft rows
-(n_fft 400, 512, 1000, 2048) and the n_fft 512 power spectrogram (whose plan the Nyquist split
-changed), each next to torch.stft and nbxsig's FFT path in the same process, with the relative
+(n_fft 400, 512, 1000, 2048) and the n_fft 400 and 512 power spectrograms (512's plan changed with
+the Nyquist split), each next to torch.stft and nbxsig's FFT path in the same process, with the relative
 error against float64 torch.stft and the extra device memory of the default candidate.
 """
 
@@ -164,6 +164,7 @@ def _rows(substrings: list[str], skip: list[str], markdown: str | None) -> None:
 STFT_ROWS = [
     ("stft", 400, 160, 64, 160000),
     ("stft", 512, 128, 64, 160000),
+    ("spectrogram", 400, 160, 64, 160000),
     ("spectrogram", 512, 128, 64, 160000),
     ("stft", 1000, 250, 16, 480000),
     ("stft", 2048, 512, 16, 1323000),
@@ -177,11 +178,14 @@ def _stft_candidates(kind: str, n_fft: int, precision: str) -> list[dict]:
         tiles = [(2, 4), (4, 4), (4, 8), (8, 8)]
         out = [dict(BLOCK_T=t, num_warps=w, PERMUTE_STORE=False, **one) for t, w in tiles]
         return [*out, dict(BLOCK_T=4, num_warps=8, PERMUTE_STORE=True, **one)]
-    plans = {400: (16, 25), 512: (16, 32)}[n_fft]
+    plans = {400: (16, 25), 512: (16, 32)}[n_fft]  # N1 of plan's pick first
     if kind == "spectrogram":
-        return [
-            dict(N1=n1, BLOCK_T=t, num_warps=w, **one) for n1 in plans for t, w in ((8, 4), (16, 8), (16, 4))
+        out = [
+            dict(N1=n1, BLOCK_T=t, num_warps=w, **one) for n1 in plans for t, w in ((8, 4), (16, 8), (4, 4))
         ]
+        if precision == "tf32x3":
+            out += [dict(N1=n1, BLOCK_T=8, num_warps=4, HI_FIRST=True, **one) for n1 in plans]
+        return out
     tiles = [(8, 4), (8, 2), (16, 4), (16, 8), (4, 4)] + ([(32, 8)] if precision == "tf32" else [])
     out = [
         dict(N1=n1, BLOCK_T=t, num_warps=w, PERMUTE_STORE=p, **one)
