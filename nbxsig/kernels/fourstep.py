@@ -1,4 +1,4 @@
-"""Power spectrogram and (log-)mel for composite n_fft as one fused four-step DFT kernel.
+"""Complex STFT, power spectrogram and (log-)mel for composite n_fft as one fused four-step DFT kernel.
 
 One program takes ``BLOCK_T`` frames of one signal, gathers them straight from the signal (centre
 padding by index mapping, :func:`nbxsig.kernels.stft._load_signal`), applies the window and computes
@@ -12,16 +12,22 @@ and ``k = k1 + N1·k2``::
 Both stages are ``tl.dot`` s with small DFT bases; the frame tile is transposed in registers between
 them (``tl.permute``). Real and imaginary parts travel interleaved in one operand (column ``2·k + part``),
 so each stage is one dot. The output is onesided: stage 2 computes only ``k2 <= N2/2``
-(``K2 = N2//2 + 1`` columns), which covers every ``k <= N/2``. Factors are padded to powers of two
-(``N1P``, ``N2P``, ``K2P``; dot dims >= 16) with zero basis rows/columns; :func:`plan` picks the
-factorisation with the fewest padded multiply-adds (400 → 16 × 25, 512 → 32 × 16).
+(``K2 = N2//2 + 1`` columns), which covers every ``k <= N/2``. With N2 even (outside the mel mode)
+stage 2 stops at ``K2 = N2/2`` -- a power of two for power-of-two N2, where ``N2/2 + 1`` would pad to
+N2 and double stage 2 -- and the Nyquist bin ``X[N/2] = Σ (-1)^n x[n]`` (``(-1)^n = (-1)^n2``) is a
+signed sum over the frame tile. Factors are padded to powers of two (``N1P``, ``N2P``, ``K2P``; dot
+dims >= 16, each <= 64 and ``N1P·N2P <= 2048``) with zero basis rows/columns; :func:`plan` picks the
+factorisation with the fewest padded multiply-adds (400 → 16 × 25, 512 → 16 × 32, 1000 → 20 × 50,
+2048 → 32 × 64; the benchmark and tests pick others with ``_config={"N1": ...}``).
 
-The epilogue writes ``|X|^power`` into a ``(B, T, F)`` buffer (returned as its ``(B, F, T)`` view,
-the layout torch.stft and the FFT path give), or multiplies the power tile by the mel filterbank
+The epilogue writes the spectrum itself, interleaved ``(re, im)``, into a ``(B, T, F, 2)`` buffer
+(:func:`stft`: returned as its ``(B, F, T, 2)`` view, torch.stft's layout, whose ``view_as_complex``
+is the complex64 spectrum), or ``|X|^power`` into a ``(B, T, F)`` buffer (returned as its
+``(B, F, T)`` view, the layout torch.stft and the FFT path give), or multiplies the power tile by the mel filterbank
 (rows permuted on the host to the kernel's ``(k1, k2)`` order, zero rows for ``k > N/2``) with one more
 ``tl.dot``, then an optional floor/log; Whisper's per-example maximum comes from one ``atomic_max``
-per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`. No frame, padded-signal, complex or
-(for mel) power tensor exists in device memory.
+per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`. No frame or padded-signal tensor
+exists in device memory (nor, for the power and mel outputs, a complex or power one).
 
 Precision: :func:`nbxsig.kernels.mel.dot_precision` -- "highest" → 3xTF32 (data split hi/lo in the
 kernel, bases split on the host), "high"/"medium" → TF32 with operands rounded to nearest; the
@@ -37,6 +43,19 @@ Floors on an H200 (4.2 TB/s copy bandwidth; dense TF32 ~495 TFLOP/s, fp32 FMA ~6
 * MelSpectrogram 400/160/80 mels, 64 × 30 s (3001 frames): 123 MB in + 61 MB out → 44 µs. MACs per
   frame 49 152 + 256·80 = 69 632 × 192 064 frames = 26.7 GFLOP → 54 µs at TF32, 162 µs at 3xTF32,
   400 µs as fp32 FMA: the floor is ~54 µs at "high" and ~162 µs at "highest".
+* complex stft (8-byte bins out), issue #3's rows; MACs per frame from the plan's padded dots:
+
+  ========================  =========  ===========  ==========  ==========  =========================
+  row                       bytes      ÷ 4.2 TB/s   MAC/frame   at TF32     at 3xTF32 ("highest")
+  ========================  =========  ===========  ==========  ==========  =========================
+  400/160, 64 × 160000      144 MB     34 µs        49 152      13 µs       38 µs
+  512/128, 64 × 160000      206 MB     49 µs        49 152      16 µs       48 µs
+  1000/250, 16 × 480000     154 MB     37 µs        393 216     49 µs       147 µs (FFT path: 146)
+  2048/512, 16 × 1323000    424 MB     101 µs       393 216     66 µs       197 µs (FFT path: 326)
+  ========================  =========  ===========  ==========  ==========  =========================
+
+  At "highest" n_fft 1000's dots alone cost what the FFT path takes end to end: large factors pad
+  to 32 × 64 and a dense 50-point stage 2 does ~8× an FFT's arithmetic.
 
 Measured (H200, 2026-12-03, ``python -m nbxsig.bench.fourstep_sweep``, torch in the same process):
 spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µs; the FFT path 255 µs)
