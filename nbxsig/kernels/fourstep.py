@@ -23,8 +23,8 @@ factorisation with the fewest padded multiply-adds (400 → 16 × 25, 512 → 16
 The epilogue writes the spectrum itself, interleaved ``(re, im)``, into a ``(B, T, F, 2)`` buffer
 (:func:`stft`: returned as its ``(B, F, T, 2)`` view, torch.stft's layout, whose ``view_as_complex``
 is the complex64 spectrum), or ``|X|^power`` into a ``(B, T, F)`` buffer (returned as its
-``(B, F, T)`` view, the layout torch.stft and the FFT path give), or multiplies the power tile by the mel filterbank
-(rows permuted on the host to the kernel's ``(k1, k2)`` order, zero rows for ``k > N/2``) with one more
+``(B, F, T)`` view, the layout torch.stft and the FFT path give), or multiplies the power tile by the
+mel filterbank (rows permuted on the host to the kernel's ``(k1, k2)`` order, zero rows for ``k > N/2``) with one more
 ``tl.dot``, then an optional floor/log; Whisper's per-example maximum comes from one ``atomic_max``
 per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`. No frame or padded-signal tensor
 exists in device memory (nor, for the power and mel outputs, a complex or power one).
@@ -54,8 +54,8 @@ Floors on an H200 (4.2 TB/s copy bandwidth; dense TF32 ~495 TFLOP/s, fp32 FMA ~6
   2048/512, 16 × 1323000    424 MB     101 µs       393 216     66 µs       197 µs (FFT path: 326)
   ========================  =========  ===========  ==========  ==========  =========================
 
-  At "highest" n_fft 1000's dots alone cost what the FFT path takes end to end: large factors pad
-  to 32 × 64 and a dense 50-point stage 2 does ~8× an FFT's arithmetic.
+  At "highest" n_fft 1000's dots alone cost what the FFT path takes end to end (its factors pad to
+  32 × 64, and each stage is a dense DFT).
 
 Measured (H200, 2026-12-03, ``python -m nbxsig.bench.fourstep_sweep``, torch in the same process):
 spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µs; the FFT path 255 µs)
