@@ -26,8 +26,9 @@ is the complex64 spectrum), or ``|X|^power`` into a ``(B, T, F)`` buffer (return
 ``(B, F, T)`` view, the layout torch.stft and the FFT path give), or multiplies the power tile by the
 mel filterbank (rows permuted on the host to the kernel's ``(k1, k2)`` order, zero rows for
 ``k > N/2``) with one more ``tl.dot``, then an optional floor/log; Whisper's per-example maximum
-comes from one ``atomic_max`` per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`. No frame or padded-signal tensor
-exists in device memory (nor, for the power and mel outputs, a complex or power one).
+comes from one ``atomic_max`` per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`.
+No frame or padded-signal tensor exists in device memory (nor, for the power and mel outputs, a
+complex or power one).
 
 Precision: :func:`nbxsig.kernels.mel.dot_precision` -- "highest" → 3xTF32 (data split hi/lo in the
 kernel, bases split on the host), "high"/"medium" → TF32 with operands rounded to nearest; the
