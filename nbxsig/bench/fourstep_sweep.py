@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import multiprocessing as mp
+import time
 
 import torch
 
@@ -316,6 +317,7 @@ def _stft_sweep(tag: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=12)
+    parser.add_argument("--deadline", type=float, default=600.0, help="seconds for --phase stft-compile")
     parser.add_argument(
         "--phase", choices=("compile", "sweep", "rows", "all", "stft-compile", "stft"), default="all"
     )
@@ -326,13 +328,19 @@ def main() -> None:
     parser.add_argument("--markdown", help="write the selected rows' tables to this file")
     args = parser.parse_args()
     if args.phase == "stft-compile":
+        # Workers compile into Triton's on-disk cache; any still compiling at the deadline are
+        # stopped (the sweep then compiles what is missing itself).
         work = _stft_jobs()
         ctx = mp.get_context("spawn")
         procs = [ctx.Process(target=_stft_compile, args=(work[i :: args.jobs],)) for i in range(args.jobs)]
+        deadline = time.monotonic() + args.deadline
         for p in procs:
             p.start()
         for p in procs:
-            p.join()
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+                print(f"compile worker {p.pid} stopped at the deadline", flush=True)
     if args.phase == "stft":
         _stft_sweep(args.tag)
     if args.phase in ("compile", "all"):
