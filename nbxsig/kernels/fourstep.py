@@ -315,6 +315,9 @@ def _fourstep_kernel(
             tl.store(out_ptr + on + 1, tl.zeros_like(nyq), mask=tn < n_frames)
         else:
             tl.store(out_ptr + on, _power(nyq * nyq, power, POWER_MODE), mask=tn < n_frames)
+    # |X|^power, (R2, K2P): rows (frame, k1), columns k2 (unused, and compiled away, for COMPLEX).
+    x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
+    pw = _power(x_re * x_re + x_im * x_im, power, POWER_MODE)
     if COMPLEX and PERMUTE_STORE:
         # Rows (frame, k2), columns 2·k1 + part: a row is 2·N1 consecutive floats of the interleaved
         # (B, T, F, 2) buffer (bins k1 + N1·k2 for consecutive k1).
@@ -339,76 +342,59 @@ def _fourstep_kernel(
         ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k < K_END)
         offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
         tl.store(out_ptr + offs + (c2 % 2)[None, :], xk, mask=ok)
+    elif not MEL and PERMUTE_STORE:
+        # Rows (frame, k2), columns k1: along a row the bins k1 + N1·k2 are consecutive, so with the
+        # (B, T, F) buffer each row is one contiguous store.
+        pq = tl.reshape(tl.permute(tl.reshape(pw, (BLOCK_T, N1P, K2P)), (0, 2, 1)), (BLOCK_T * K2P, N1P))
+        rq = tl.arange(0, BLOCK_T * K2P)
+        tq = t0 + rq // K2P
+        kq1 = tl.arange(0, N1P)
+        k = kq1[None, :] + N1 * (rq % K2P)[:, None]
+        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs, pq, mask=ok)
+    elif not MEL:
+        r2 = tl.arange(0, R2)
+        t2 = t0 + r2 // N1P
+        kk1 = r2 % N1P
+        k2 = tl.arange(0, K2P)
+        k = kk1[:, None] + N1 * k2[None, :]
+        ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k < K_END)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs, pw, mask=ok)
     else:
-        x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
-        pw = _power(x_re * x_re + x_im * x_im, power, POWER_MODE)  # (R2, K2P): rows (frame, k1), columns k2
-        if not MEL and PERMUTE_STORE:
-            # Rows (frame, k2), columns k1: along a row the bins k1 + N1·k2 are consecutive, so with the
-            # (B, T, F) buffer each row is one contiguous store.
-            pq = tl.reshape(tl.permute(tl.reshape(pw, (BLOCK_T, N1P, K2P)), (0, 2, 1)), (BLOCK_T * K2P, N1P))
-            rq = tl.arange(0, BLOCK_T * K2P)
-            tq = t0 + rq // K2P
-            kq1 = tl.arange(0, N1P)
-            k = kq1[None, :] + N1 * (rq % K2P)[:, None]
-            ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
-            offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
-            tl.store(out_ptr + offs, pq, mask=ok)
-        elif not MEL:
-            r2 = tl.arange(0, R2)
-            t2 = t0 + r2 // N1P
-            kk1 = r2 % N1P
-            k2 = tl.arange(0, K2P)
-            k = kk1[:, None] + N1 * k2[None, :]
-            ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k < K_END)
-            offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
-            tl.store(out_ptr + offs, pw, mask=ok)
-        else:
-            # Mel: the power tile times the permuted filterbank, in four K-chunks (k2 mod 4, taken apart
-            # with tl.split), so each dot's filter operand is a quarter of the filterbank: the whole one
-            # (256 × 128 fp32, hi + lo) would not fit in shared memory.
-            pe, po = tl.split(tl.reshape(pw, (R2, K2P // 2, 2)))  # k2 = 2q, 2q + 1
-            p0, p2 = tl.split(tl.reshape(pe, (R2, K2P // 4, 2)))  # k2 = 4q, 4q + 2
-            p1, p3 = tl.split(tl.reshape(po, (R2, K2P // 4, 2)))  # k2 = 4q + 1, 4q + 3
-            KC: tl.constexpr = N1P * K2P // 4
-            p0 = tl.reshape(p0, (BLOCK_T, KC))
-            p1 = tl.reshape(p1, (BLOCK_T, KC))
-            p2 = tl.reshape(p2, (BLOCK_T, KC))
-            p3 = tl.reshape(p3, (BLOCK_T, KC))
-            t = t0 + tl.arange(0, BLOCK_T)
-            t_ok = t < n_frames
-            m1 = tl.arange(0, M1)
-            acc1 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m1, KC, M_TOT, BLOCK_T, M1, PRECISION)
+        # Mel: the power tile times the permuted filterbank, in four K-chunks (k2 mod 4, taken apart
+        # with tl.split), so each dot's filter operand is a quarter of the filterbank: the whole one
+        # (256 × 128 fp32, hi + lo) would not fit in shared memory.
+        pe, po = tl.split(tl.reshape(pw, (R2, K2P // 2, 2)))  # k2 = 2q, 2q + 1
+        p0, p2 = tl.split(tl.reshape(pe, (R2, K2P // 4, 2)))  # k2 = 4q, 4q + 2
+        p1, p3 = tl.split(tl.reshape(po, (R2, K2P // 4, 2)))  # k2 = 4q + 1, 4q + 3
+        KC: tl.constexpr = N1P * K2P // 4
+        p0 = tl.reshape(p0, (BLOCK_T, KC))
+        p1 = tl.reshape(p1, (BLOCK_T, KC))
+        p2 = tl.reshape(p2, (BLOCK_T, KC))
+        p3 = tl.reshape(p3, (BLOCK_T, KC))
+        t = t0 + tl.arange(0, BLOCK_T)
+        t_ok = t < n_frames
+        m1 = tl.arange(0, M1)
+        acc1 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m1, KC, M_TOT, BLOCK_T, M1, PRECISION)
+        if TRACK_PEAK:
+            # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
+            peak = tl.max(tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0)
+        _store_mels(
+            acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+        )
+        if M2 > 0:
+            m2 = M1 + tl.arange(0, M2)
+            acc2 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m2, KC, M_TOT, BLOCK_T, M2, PRECISION)
             if TRACK_PEAK:
-                # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
-                peak = tl.max(
-                    tl.max(tl.where(t_ok[:, None] & (m1 < n_mels)[None, :], acc1, 0.0), axis=1), axis=0
-                )
+                ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
+                peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
             _store_mels(
-                acc1, m1, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+                acc2, m2, out_ptr, b, stride_ob, stride_of, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
             )
-            if M2 > 0:
-                m2 = M1 + tl.arange(0, M2)
-                acc2 = _mel_block(p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m2, KC, M_TOT, BLOCK_T, M2, PRECISION)
-                if TRACK_PEAK:
-                    ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
-                    peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
-                _store_mels(
-                    acc2,
-                    m2,
-                    out_ptr,
-                    b,
-                    stride_ob,
-                    stride_of,
-                    stride_ot,
-                    t,
-                    t_ok,
-                    n_mels,
-                    floor,
-                    HAS_FLOOR,
-                    LOG,
-                )
-            if TRACK_PEAK:
-                tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+        if TRACK_PEAK:
+            tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
 
 
 @triton.jit
