@@ -11,7 +11,7 @@ the ``spectral`` and ``features`` suites whose names contain any of the substrin
 own harness (torch/torchaudio in the same process).
 
 ``--phase stft-compile`` / ``stft`` sweep the complex-output mode (:func:`nbxsig.kernels.fourstep.stft`)
-over factorisations (``N1``), tiles, store layouts and the 3xTF32 dot order for the issue #3 stft rows
+over factorisations (``N1``), tiles and store layouts for the issue #3 stft rows
 (n_fft 400, 512, 1000, 2048) and the n_fft 400 and 512 power spectrograms (512's plan changed with
 the Nyquist split), each next to torch.stft and nbxsig's FFT path in the same process, with the relative
 error against float64 torch.stft and the extra device memory of the default candidate.
@@ -181,26 +181,16 @@ def _stft_candidates(kind: str, n_fft: int, precision: str) -> list[dict]:
         return [*out, dict(BLOCK_T=4, num_warps=8, PERMUTE_STORE=True, **one)]
     plans = {400: (16, 25), 512: (16, 32)}[n_fft]  # N1 of plan's pick first
     if kind == "spectrogram":
-        out = [
+        return [
             dict(N1=n1, BLOCK_T=t, num_warps=w, **one) for n1 in plans for t, w in ((8, 4), (16, 8), (4, 4))
         ]
-        if precision == "tf32x3":
-            out += [dict(N1=n1, BLOCK_T=8, num_warps=4, HI_FIRST=True, **one) for n1 in plans]
-        return out
     tiles = [(8, 4), (8, 2), (16, 4), (16, 8), (4, 4)] + ([(32, 8)] if precision == "tf32" else [])
-    out = [
+    return [
         dict(N1=n1, BLOCK_T=t, num_warps=w, PERMUTE_STORE=p, **one)
         for n1 in plans
         for t, w in tiles
         for p in (True, False)
     ]
-    if precision == "tf32x3":
-        out += [
-            dict(N1=n1, BLOCK_T=t, num_warps=w, PERMUTE_STORE=False, HI_FIRST=True, **one)
-            for n1 in plans
-            for t, w in ((8, 4), (16, 8))
-        ]
-    return out
 
 
 def _stft_call(kind, x, n_fft, hop, window, precision, config):

@@ -60,13 +60,18 @@ Floors on an H200 (4.2 TB/s copy bandwidth; dense TF32 ~495 TFLOP/s, fp32 FMA ~6
 
 Measured (H200, 2026-12-03, ``python -m nbxsig.bench.fourstep_sweep``, torch in the same process):
 spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µs; the FFT path 255 µs)
--- 5× and 9× its floor. The gap: every stage boundary (dot output → re/im split → twiddle → transpose
-→ dot operand) is a layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of
-shared memory per frame, which caps the tile (32 frames do not fit) and the programs per SM. With
-Triton's Hopper wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran
-188-192 µs. The fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every
-program re-reads the K-chunked filterbank (80 KB per plane, hi + lo at 3xTF32) from L2 -- ~1.9 GB over
-the 12 004 programs of the 64 × 30 s case.
+-- 5× and 9× its floor; at 502fb23 198.6 / 110.3 µs. Complex stft n_fft 400 (``--phase stft``,
+502fb23): 215.8 µs at 3xTF32 (torch.stft 280.3, the FFT path 216.6) and 122.4 at TF32 -- 5.7× and
+3.6× the floors above; n_fft 1000 and 2048 run 3-5× slower than the FFT path (:data:`AUTO_STFT_N`).
+The gap: every stage boundary (dot output → re/im split → twiddle → transpose → dot operand) is a
+layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of shared memory per
+frame, which caps the tile (32 frames do not fit) and the programs per SM. With Triton's Hopper
+wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran 188-192 µs. The
+order of the three TF32 products: both ``a_hi`` products first (so the ``a_hi``/``a_lo`` tiles need
+not be live together) measured 203 vs 199 µs with 2.3× the error (9.8e-7 vs 4.2e-7): dropped. The
+fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every program
+re-reads the K-chunked filterbank (80 KB per plane, hi + lo at 3xTF32) from L2 -- ~1.9 GB over the
+12 004 programs of the 64 × 30 s case.
 
 Backward: the kernel keeps nothing for autograd. Its callers (``nbxsig.kernels.stft.stft_forward``
 without grad, ``nbxsig.kernels.mel._FusedMel``, which recomputes the torch twin in ``backward``) keep
@@ -91,7 +96,7 @@ import triton.language as tl
 
 from .._dispatch import interpreter_enabled
 from ._runtime import check_launchable, empty_output
-from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, _tf32_hi, dot_precision, mel_blocks, whisper_finish
+from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, dot_precision, mel_blocks, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -186,9 +191,14 @@ def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool, precision:
 #: (:data:`AUTO_STFT_N`), True → wherever it is supported (the benchmark's probes force it), False →
 #: never.
 STFT_AUTO: bool | None = None
-#: n_fft where the complex four-step stft measured faster than the FFT path (fused framing +
-#: torch.rfft) on an H200, per dot precision (see :data:`AUTO_SPECTROGRAM_N`).
-AUTO_STFT_N: dict[str, tuple[int, ...]] = {"tf32x3": (), "tf32": ()}
+#: n_fft where the complex four-step stft measured no slower than the FFT path (fused framing +
+#: torch.rfft, which keeps a (B, T, n_fft) frame buffer) on an H200, per dot precision (see
+#: :data:`AUTO_SPECTROGRAM_N`); ``python -m nbxsig.bench.fourstep_sweep --phase stft`` at 502fb23,
+#: torch.stft in the same process, best tile of :data:`STFT_CONFIGS` vs the FFT path:
+#: "tf32x3" -- 400/160 64×160000 215.8 vs 216.6 µs (torch 280.3; a tie in time, 0 vs 103 MB extra),
+#: 512/128 265.1 vs 180.4, 1000/250 16×480000 752 vs 145, 2048/512 16×1323000 1113 vs 327;
+#: "tf32" -- 400 122.4 vs 216.9, 512 163.2 vs 180.5, 1000 395 vs 146, 2048 709 vs 326.
+AUTO_STFT_N: dict[str, tuple[int, ...]] = {"tf32x3": (400,), "tf32": (400, 512)}
 
 
 def stft_path(*, device_type: str, n_fft: int, onesided: bool, precision: str) -> str:
@@ -249,7 +259,6 @@ def _fourstep_kernel(
     COMPLEX: tl.constexpr,  # write X itself, interleaved (re, im) at out + 2·(...) + part
     NYQ: tl.constexpr,  # stage 2 stops below k2 = N2/2; the Nyquist bin is summed from the frame tile
     K_END: tl.constexpr,  # bins k < K_END come from stage 2 (N/2 with NYQ, else N/2 + 1)
-    HI_FIRST: tl.constexpr,  # 3xTF32 stage dots in the order a_hi·b_lo, a_hi·b_hi, a_lo·b_hi
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -283,9 +292,7 @@ def _fourstep_kernel(
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
     o1 = n1[:, None] * (2 * N1P) + c1[None, :]
-    y = _stage_dot(
-        v, b1_ptr + o1, b1_lo_ptr + o1, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION, HI_FIRST
-    )
+    y = _dot(v, b1_ptr + o1, b1_lo_ptr + o1, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION)
     y_re, y_im = tl.split(tl.reshape(y, (R1, N1P, 2)))
     # Twiddle W_N^{n2·k1} = c − i·s (tables (N2P, N1P), the same for every frame).
     k1 = tl.arange(0, N1P)
@@ -304,9 +311,7 @@ def _fourstep_kernel(
     i2 = tl.arange(0, 2 * N2P)
     c2 = tl.arange(0, 2 * K2P)
     o2 = i2[:, None] * (2 * K2P) + c2[None, :]
-    xk = _stage_dot(
-        z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION, HI_FIRST
-    )
+    xk = _dot(z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION)
     if NYQ:
         tn = t0 + tl.arange(0, BLOCK_T)
         on = b * stride_ob + (N_FFT // 2) * stride_of + tn.to(tl.int64) * stride_ot
@@ -395,21 +400,6 @@ def _fourstep_kernel(
             )
         if TRACK_PEAK:
             tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
-
-
-@triton.jit
-def _stage_dot(a, b_ptrs, b_lo_ptrs, acc, PRECISION: tl.constexpr, HI_FIRST: tl.constexpr):
-    """:func:`nbxsig.kernels.mel._dot`; with ``HI_FIRST`` at 3xTF32 both ``a_hi`` products come
-    first, so the ``a_hi`` and ``a_lo`` operand tiles need not be live (in shared memory) together."""
-    if PRECISION == "tf32x3" and HI_FIRST:
-        a_hi = _tf32_hi(a)
-        b = tl.load(b_ptrs)
-        acc = tl.dot(a_hi, tl.load(b_lo_ptrs), acc, input_precision="tf32")
-        acc = tl.dot(a_hi, b, acc, input_precision="tf32")
-        acc = tl.dot(a - a_hi, b, acc, input_precision="tf32")
-    else:
-        acc = _dot(a, b_ptrs, b_lo_ptrs, acc, PRECISION)
-    return acc
 
 
 @triton.jit
@@ -514,9 +504,21 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
 #: limit); mel 64 × 30 s -- 16 frames on 4 warps 2385 / 653 µs (on 8 warps 4056 / 979 µs). The mel
 #: dot's M is the tile's frame count, so it needs >= 16. Only n_fft 400 was swept: other n_fft keep
 #: the 16-frame, 8-warp tile they were measured (and checked on the GPU) with.
-SPEC_CONFIGS = {400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1}}
-#: The complex stft's configs per n_fft (else :func:`_default_config`).
-STFT_CONFIGS: dict[int, dict] = {}
+#: n_fft 512 (plan 16 × 32 with the Nyquist split; the complex-mode sweep at 502fb23): 8 frames on 4
+#: warps 149.1 µs at TF32 and 265.8 at 3xTF32 (16 on 8: 203.9 / 292.2; 32 × 16: 198.9 / 344.5).
+SPEC_CONFIGS = {
+    400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
+    512: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
+}
+#: The complex stft's configs per n_fft (else :func:`_default_config`), from the sweep at 502fb23
+#: (64 × 160000): n_fft 400 -- 8 frames on 4 warps 215.8 µs at 3xTF32 and 122.4 at TF32 (4 on 4:
+#: 222.0 / 133.3; 16 on 8: 243.3 / 173.0; 8 on 2: 277.5 / 137.6; 25 × 16: >= 227 / >= 152); n_fft 512
+#: (its auto path only at TF32) -- 8 frames on 2 warps 163.2 µs at TF32 (8 on 4: 165.6; at 3xTF32 the
+#: best was 32 × 16 on 8 frames, 2 warps, 265.1).
+STFT_CONFIGS: dict[int, dict] = {
+    400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
+    512: {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
+}
 MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
 
 
@@ -528,11 +530,10 @@ def _default_config(n_fft: int) -> dict:
     return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 8, "num_stages": 1}
 
 
-#: 3xTF32 dot order (see ``_stage_dot``): a_hi·b_lo, a_lo·b_hi, a_hi·b_hi (False, the measured
-#: default) or both a_hi products first (True).
-HI_FIRST = False
 #: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
-#: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs).
+#: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs). Complex stores:
+#: the (frame, k1) rows lose clearly (n_fft 400, 8 frames on 4 warps: 259.1 vs 215.8 µs at 3xTF32,
+#: 176.0 vs 122.4 at TF32).
 PERMUTE_STORE = True
 
 
@@ -562,8 +563,7 @@ def _launch(
     device = x.device
     mel = filters is not None
     base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get(n_fft)
-    meta = {"PERMUTE_STORE": PERMUTE_STORE, "HI_FIRST": HI_FIRST, **(base or _default_config(n_fft))}
-    meta.update(config or {})
+    meta = {"PERMUTE_STORE": PERMUTE_STORE, **(base or _default_config(n_fft)), **(config or {})}
     block_t = meta.pop("BLOCK_T")
     # "N1" (benchmarks, tests) picks another factorisation than plan's; the mel filterbank is laid
     # out for plan's.
