@@ -18,7 +18,9 @@ Two ways to compute the transform, chosen per call by :func:`use_dense` (a pure 
   and as the measured comparison (``DENSE_KERNEL = "tiled"``).
 * **fft** (large n_fft, where a dense N×N basis product loses to cuFFT at float32 accuracy): the
   transform is ``torch.fft`` and the fused framing (``_frame_kernel``) / overlap-add + envelope
-  (``_ola_dft_kernel`` on frames) kernels sit around it.
+  (``_ola_dft_kernel`` on frames) kernels sit around it. The forward of a composite n_fft takes the
+  frame-free four-step kernel instead where it measured no slower (:mod:`nbxsig.kernels.fourstep`,
+  ``stft_path`` / ``spectrogram_path``).
 
 Backward passes are the same kernels with other bases: the gradient of the STFT is an overlap-add of
 ``Re(G·e^{+iθ})`` frames (forward basis transposed), the gradient of the iSTFT is a framing of
