@@ -523,8 +523,9 @@ MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
 
 
 def _default_config(n_fft: int) -> dict:
-    # 16 frames on 8 warps up to 512-point padded frames (measured at n_fft 512); fewer frames for
-    # larger ones, so the register tile stays BLOCK_T·N1P·N2P <= 8192.
+    # 16 frames on 8 warps up to 512-point padded frames (the tile n_fft 256 was measured with);
+    # fewer for larger ones, BLOCK_T·N1P·N2P <= 8192: 4 frames for 2048-point padded frames (n_fft
+    # 1000, 2048), whose 8-frame tiles need 327 KB of shared memory at 3xTF32 (H200: 227 KB).
     n1_, n2_ = plan(n_fft)
     n1p, n2p, _ = _pads(n1_, n2_)
     return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 8, "num_stages": 1}
