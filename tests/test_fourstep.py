@@ -19,16 +19,20 @@ from nbxsig.testing import assert_close, random_tensor
 F64 = torch.float64
 
 
-def power_oracle(x, n_fft, hop, window, *, center=True, pad_mode="reflect", scale=1.0, power=2.0):
-    """``|scale · rfft(frame · w)|^power`` per frame in float64: ``(B, L)`` → ``(B, F, T)``."""
+def stft_oracle(x, n_fft, hop, window, *, center=True, pad_mode="reflect", scale=1.0):
+    """``scale · rfft(frame · w)`` per frame in float64: ``(B, L)`` → complex ``(B, F, T)``."""
     x = x.to("cpu", F64)
     if center:
         pad = n_fft // 2
         x = F.pad(x[:, None], (pad, pad), mode=pad_mode).squeeze(1)
     frames = x.unfold(-1, n_fft, hop)  # (B, T, n_fft)
     w = torch.ones(n_fft, dtype=F64) if window is None else window.to("cpu", F64)
-    spec = torch.fft.rfft(frames * w, dim=-1) * scale
-    return spec.abs().pow(power).transpose(1, 2)
+    return (torch.fft.rfft(frames * w, dim=-1) * scale).transpose(1, 2)
+
+
+def power_oracle(x, n_fft, hop, window, *, center=True, pad_mode="reflect", scale=1.0, power=2.0):
+    """``|scale · rfft(frame · w)|^power`` per frame in float64: ``(B, L)`` → ``(B, F, T)``."""
+    return stft_oracle(x, n_fft, hop, window, center=center, pad_mode=pad_mode, scale=scale).abs().pow(power)
 
 
 def _window(kind, n_fft, win_length, generator):
@@ -57,14 +61,19 @@ def _x(shape, generator, device, *, strided):
 def test_plan_minimises_padded_work():
     # 400: 16 × 25 (padded 16 × 32) beats 20 × 20 (32 × 32) and 25 × 16 (32 × 16 with 32 k1 rows).
     assert fourstep.plan(400) == (16, 25)
-    assert fourstep.plan(512) == (32, 16)
+    # Even N2: stage 2 stops at N2/2 (the Nyquist bin is a sum), so 16 × 32 (padded stage 2 N = 32)
+    # ties 32 × 16 and comes first; the mel plan keeps N2/2 + 1 columns (16 × 32 would pad them to 32).
+    assert fourstep.plan(512) == (16, 32) and fourstep.plan(512, mel=True) == (32, 16)
     assert fourstep.plan(48) == (6, 8)
+    assert fourstep.plan(1000) == (20, 50) and fourstep.plan(2048) == (32, 64)
     for prime in (37, 401, 1021):
         assert fourstep.plan(prime) is None
     assert fourstep.plan(4096) is None  # the padded frame no longer fits in registers
-    for n_fft in (12, 20, 24, 40, 48, 400, 512, 1000):
-        n1, n2 = fourstep.plan(n_fft)
-        assert n1 * n2 == n_fft
+    assert fourstep.plan(1016) is None  # 8 × 127: a 128-point factor's basis exceeds shared memory
+    for n_fft in (12, 20, 24, 40, 48, 400, 512, 1000, 2048):
+        for mel in (False, True):
+            n1, n2 = fourstep.plan(n_fft, mel=mel)
+            assert n1 * n2 == n_fft
 
 
 def test_dispatch_rules(monkeypatch):
@@ -83,6 +92,23 @@ def test_dispatch_rules(monkeypatch):
     assert path(512) == "fourstep" and path(401) == "fft"
     monkeypatch.setattr(fourstep, "SPECTROGRAM_AUTO", False)
     assert path(400) == "fft"
+
+    # The complex stft: its own switch and measured table -- 400 at both precisions, 512 with TF32
+    # dots only, never 1000/2048 (the FFT path measured 3-5× faster).
+    def stft_path(n_fft, *, device_type="cuda", onesided=True, precision="tf32x3"):
+        return fourstep.stft_path(
+            device_type=device_type, n_fft=n_fft, onesided=onesided, precision=precision
+        )
+
+    assert stft_path(400) == "fourstep" and stft_path(400, precision="tf32") == "fourstep"
+    assert stft_path(512) == "fft" and stft_path(512, precision="tf32") == "fourstep"
+    assert stft_path(1000, precision="tf32") == "fft" and stft_path(2048) == "fft"
+    assert stft_path(400, onesided=False) == "fft" and stft_path(400, device_type="cpu") == "fft"
+    monkeypatch.setattr(fourstep, "STFT_AUTO", True)
+    assert stft_path(2048, precision="tf32") == "fourstep" and stft_path(401) == "fft"
+    assert stft_path(20) == "fft"  # the dense range
+    monkeypatch.setattr(fourstep, "STFT_AUTO", False)
+    assert stft_path(400) == "fft"
     # Mel: the four-step kernel is opt-in (measured slower than spectrogram + matmul).
     common = dict(center=True, pad_mode="reflect", length=16000)
     assert kmel.mel_path(device_type="cuda", n_fft=400, **common) == "unfused"
@@ -163,6 +189,88 @@ def test_spectrogram_half_input(dtype, device, generator):
     )  # fmt: skip
     assert got.dtype == torch.float32
     assert_close(got, power_oracle(x, 400, 100, window), dtype="float32", rel_error=2e-6)
+
+
+# ---------------------------------------------------------------- complex stft
+
+STFT_CASES = [
+    pytest.param(dict(n_fft=40, hop=10, window="hann", batch=3), id="n40-nyq-b3"),
+    pytest.param(dict(n_fft=48, hop=13, window="random", center=False), id="n48-nocenter"),
+    pytest.param(
+        dict(n_fft=24, hop=7, window=None, pad_mode="constant", strided=True), id="n24-rect-const-strided"
+    ),
+    pytest.param(
+        dict(n_fft=45, hop=9, window="hann", win_length=31, pad_mode="replicate"), id="n45-odd-win31-repl"
+    ),
+    pytest.param(
+        dict(n_fft=40, hop=6, window="random", pad_mode="circular", normalized=True), id="n40-circ-norm"
+    ),
+    pytest.param(dict(n_fft=400, hop=160, window="hann", batch=3, strided=True), id="n400-b3-strided"),
+    pytest.param(dict(n_fft=512, hop=128, window="random", pad_mode="constant"), id="n512-nyq-const"),
+    pytest.param(dict(n_fft=1000, hop=250, window="hann", normalized=True), id="n1000-norm"),
+    pytest.param(dict(n_fft=2048, hop=512, window="hann", center=False, length=5000), id="n2048-nocenter"),
+    pytest.param(dict(n_fft=40, hop=10, window="random", length=1000, n1=8), id="n40-8x5-interior-tiles"),
+    pytest.param(dict(n_fft=512, hop=100, window="hann", n1=32, block_t=4), id="n512-32x16-T4"),
+    pytest.param(dict(n_fft=400, hop=160, window="hann", n1=25, block_t=16), id="n400-25x16-nyq-T16"),
+    pytest.param(dict(n_fft=48, hop=5, window="random", length=700, permute=False), id="n48-k1-row-stores"),
+    pytest.param(
+        dict(n_fft=1000, hop=300, window="hann", batch=3, strided=True, permute=False),
+        id="n1000-k1-row-stores",
+    ),
+]
+
+
+CONFIG_KEYS = {"n1": "N1", "block_t": "BLOCK_T", "permute": "PERMUTE_STORE"}
+
+
+@pytest.mark.parametrize("case", STFT_CASES)
+def test_stft_matches_float64_rfft(case, device, generator):
+    # The complex mode writes the interleaved (B, T, F, 2) buffer torch.stft's output views: the
+    # result is its (B, F, T, 2) transpose, and view_as_complex of it is the complex spectrum.
+    n_fft, hop = case["n_fft"], case["hop"]
+    center, pad_mode = case.get("center", True), case.get("pad_mode", "reflect")
+    window = _window(case["window"], n_fft, case.get("win_length", n_fft), generator)
+    scale = 1.0 / math.sqrt(n_fft) if case.get("normalized") else 1.0
+    length = case.get("length", 3 * n_fft + 17)
+    x = _x((case.get("batch", 2), length), generator, device, strided=case.get("strided", False))
+    config = {key: case[name] for name, key in CONFIG_KEYS.items() if name in case}
+    got = fourstep.stft(
+        x, n_fft=n_fft, hop=hop, window=None if window is None else window.float().to(device), center=center,
+        pad_mode=pad_mode, scale=scale, _config=config or None,
+    )  # fmt: skip
+    expected = stft_oracle(x, n_fft, hop, window, center=center, pad_mode=pad_mode, scale=scale)
+    assert got.shape == (*expected.shape, 2) and got.dtype == torch.float32
+    assert got.stride()[1] == 2 and got.stride()[3] == 1  # frequency-fastest, as torch.stft
+    assert_close(torch.view_as_complex(got), expected, dtype="float32", rel_error=2e-6)
+
+
+def test_stft_public_api_and_gradient(monkeypatch, device, generator):
+    # nbxsig.stft through the four-step path (forced: the interpreter's auto path is the FFT one):
+    # batched leading dims, both output forms, and the gradient (the shared backward) against the
+    # torch backend in float64.
+    calls = []
+    real_stft = fourstep.stft
+    monkeypatch.setattr(fourstep, "stft_path", lambda **kw: "fourstep")
+    monkeypatch.setattr(fourstep, "stft", lambda *a, **kw: calls.append(1) or real_stft(*a, **kw))
+    x = random_tensor((2, 3, 331), generator=generator)
+    w = torch.hann_window(40, dtype=F64)
+    opts = dict(window=w.float().to(device), normalized=True, pad_mode="constant", backend="triton")
+    spec = S.stft(x.to(device), 40, 11, **opts)
+    real = S.stft(x.to(device), 40, 11, return_complex=False, **opts)
+    assert len(calls) == 2
+    expected = S.stft(x.double(), 40, 11, window=w, normalized=True, pad_mode="constant", backend="torch")
+    assert spec.shape == expected.shape == (2, 3, 21, 31) and spec.dtype == torch.complex64
+    assert_close(spec, expected, dtype="float32", rel_error=2e-6)
+    assert torch.equal(torch.view_as_complex(real), spec)
+    grad = random_tensor((2, 3, 21, 31, 2), generator=generator)
+    xg = x.to(device).clone().requires_grad_(True)
+    S.stft(xg, 40, 11, return_complex=False, **opts).backward(grad.to(device))
+    assert len(calls) == 3
+    x64 = x.double().requires_grad_(True)
+    S.stft(
+        x64, 40, 11, window=w, normalized=True, pad_mode="constant", return_complex=False, backend="torch"
+    ).backward(grad.double())
+    assert_close(xg.grad, x64.grad, dtype="float32", rel_error=2e-6)
 
 
 # ---------------------------------------------------------------- mel and log-mel
@@ -336,3 +444,30 @@ def test_gpu_mel_gradient_through_auto_path(cuda_device, generator):
         grads.append(xg.grad.cpu())
     assert torch.isfinite(grads[0]).all()
     assert_close(grads[0], grads[1], dtype="float32", rel_error=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["highest", "high"])
+@pytest.mark.parametrize("n_fft,hop", [(400, 160), (512, 128), (1000, 250), (2048, 512)])
+def test_gpu_stft_fourstep_path(precision, n_fft, hop, monkeypatch, cuda_device, generator):
+    # The complex four-step path forced through the public API, and the gradient through it.
+    monkeypatch.setattr(fourstep, "STFT_AUTO", True)
+    x = random_tensor((3, 8 * n_fft + 77), generator=generator)
+    window = torch.hann_window(n_fft, dtype=F64)
+    expected = stft_oracle(x, n_fft, hop, window)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        xg = x.to(cuda_device).requires_grad_(True)
+        got = S.stft(xg, n_fft, hop, window=window.float().to(cuda_device), backend="triton")
+        grad = random_tensor(tuple(got.shape), generator=generator, dtype=torch.complex64)
+        got.backward(grad.to(cuda_device))
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    if precision == "highest":
+        assert_close(got, expected, dtype="float32", rel_error=2e-6)
+    else:
+        assert_close(got, expected, dtype="tf32", rel_error=1e-3)
+    x64 = x.double().requires_grad_(True)
+    S.stft(x64, n_fft, hop, window=window, backend="torch").backward(grad.to(torch.complex128))
+    assert_close(xg.grad, x64.grad, dtype="float32", rel_error=2e-6)

@@ -9,6 +9,12 @@ shared), then times each with ``triton.testing.do_bench`` (median) next to torch
 relative error against a float64 oracle on the first 8 signals. ``--rows`` then measures the rows of
 the ``spectral`` and ``features`` suites whose names contain any of the substrings, with the suites'
 own harness (torch/torchaudio in the same process).
+
+``--phase stft-compile`` / ``stft`` sweep the complex-output mode (:func:`nbxsig.kernels.fourstep.stft`)
+over factorisations (``N1``), tiles and store layouts for the issue #3 stft rows
+(n_fft 400, 512, 1000, 2048) and the n_fft 400 and 512 power spectrograms (512's plan changed with
+the Nyquist split), each next to torch.stft and nbxsig's FFT path in the same process, with the relative
+error against float64 torch.stft and the extra device memory of the default candidate.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import multiprocessing as mp
+import time
 
 import torch
 
@@ -154,16 +161,178 @@ def _rows(substrings: list[str], skip: list[str], markdown: str | None) -> None:
             f.write("\n\n".join(sections) + "\n")
 
 
+#: (kind, n_fft, hop, batch, length) of the complex-mode sweep.
+STFT_ROWS = [
+    ("stft", 400, 160, 64, 160000),
+    ("stft", 512, 128, 64, 160000),
+    ("spectrogram", 400, 160, 64, 160000),
+    ("spectrogram", 512, 128, 64, 160000),
+    ("stft", 1000, 250, 16, 480000),
+    ("stft", 2048, 512, 16, 1323000),
+]
+STFT_PRECISIONS = ("tf32x3", "tf32")
+
+
+def _stft_candidates(kind: str, n_fft: int, precision: str) -> list[dict]:
+    one = dict(num_stages=1)
+    if n_fft > 512:
+        tiles = [(2, 4), (4, 4), (4, 8), (8, 8)]
+        out = [dict(BLOCK_T=t, num_warps=w, PERMUTE_STORE=False, **one) for t, w in tiles]
+        return [*out, dict(BLOCK_T=4, num_warps=8, PERMUTE_STORE=True, **one)]
+    plans = {400: (16, 25), 512: (16, 32)}[n_fft]  # N1 of plan's pick first
+    if kind == "spectrogram":
+        return [
+            dict(N1=n1, BLOCK_T=t, num_warps=w, **one) for n1 in plans for t, w in ((8, 4), (16, 8), (4, 4))
+        ]
+    tiles = [(8, 4), (8, 2), (16, 4), (16, 8), (4, 4)] + ([(32, 8)] if precision == "tf32" else [])
+    return [
+        dict(N1=n1, BLOCK_T=t, num_warps=w, PERMUTE_STORE=p, **one)
+        for n1 in plans
+        for t, w in tiles
+        for p in (True, False)
+    ]
+
+
+def _stft_call(kind, x, n_fft, hop, window, precision, config):
+    from ..kernels import fourstep
+
+    common = dict(center=True, pad_mode="reflect", scale=1.0, _precision=precision, _config=config)
+    if kind == "spectrogram":
+        return fourstep.spectrogram(x, n_fft=n_fft, hop=hop, window=window, power=2.0, **common)
+    return fourstep.stft(x, n_fft=n_fft, hop=hop, window=window, **common)
+
+
+def _stft_jobs() -> list[tuple]:
+    return [
+        (row, precision, config)
+        for row in STFT_ROWS
+        for precision in STFT_PRECISIONS
+        for config in _stft_candidates(row[0], row[1], precision)
+    ]
+
+
+def _stft_compile(jobs: list[tuple]) -> None:
+    device = torch.device("cuda")
+    for (kind, n_fft, hop, _, length), precision, config in jobs:
+        # The row's own length (Triton specializes on divisibility), two signals.
+        x = torch.randn(2, length, device=device)
+        window = torch.hann_window(n_fft, device=device)
+        try:
+            _stft_call(kind, x, n_fft, hop, window, precision, config)
+        except Exception as err:  # reported again (with the timing) by the main process
+            print(f"compile {kind} {n_fft} {precision} {config}: {err!r}"[:300], flush=True)
+    torch.cuda.synchronize()
+
+
+def _line(*cells) -> None:
+    print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
+
+
+def _stft_sweep(tag: str) -> None:
+    from .. import stft as S
+    from ..kernels import fourstep
+    from ._harness import peak_extra_mb, time_us
+
+    device = torch.device("cuda")
+    print(f"\nGPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; {tag}")
+    _line("row", "precision", "variant", "µs", "torch µs", "speedup", "rel. error", "extra MB")
+    _line("---", "---", "---", "---:", "---:", "---:", "---:", "---:")
+    for kind, n_fft, hop, batch, length in STFT_ROWS:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        x = torch.randn(batch, length, generator=gen).to(device)
+        window = torch.hann_window(n_fft, device=device)
+        ref = torch.stft(x[:4].double(), n_fft, hop, window=window.double(), return_complex=True)
+        ref = ref.abs() ** 2 if kind == "spectrogram" else torch.view_as_real(ref)
+        label = f"{kind} {n_fft}/{hop} {batch}×{length}"
+
+        def rel(out, ref=ref):
+            out = torch.view_as_real(out) if out.is_complex() else out
+            return f"{((out[:4].double() - ref).norm() / ref.norm()).item():.1e}"
+
+        def public(x=x, n_fft=n_fft, hop=hop, window=window, kind=kind):
+            if kind == "spectrogram":
+                return S.spectrogram(x, n_fft, hop, window=window)
+            return S.stft(x, n_fft, hop, window=window)
+
+        def torch_fn(x=x, n_fft=n_fft, hop=hop, window=window, kind=kind):
+            spec = torch.stft(x, n_fft, hop, window=window, return_complex=True)
+            return spec.abs().pow(2) if kind == "spectrogram" else spec
+
+        switch = "SPECTROGRAM_AUTO" if kind == "spectrogram" else "STFT_AUTO"
+        for precision in STFT_PRECISIONS:
+            torch.set_float32_matmul_precision("highest" if precision == "tf32x3" else "high")
+            base = time_us(torch_fn)
+            _line(label, precision, "torch", f"{base:.1f}", f"{base:.1f}", "1.00×", "", "")
+            paths = (("nbxsig auto", None), ("nbxsig fft path", False), ("nbxsig four-step default", True))
+            for name, setting in paths:
+                saved = getattr(fourstep, switch)
+                setattr(fourstep, switch, setting)
+                try:
+                    us = time_us(public)
+                    err, mb = rel(public()), peak_extra_mb(public, device)
+                    _line(
+                        label,
+                        precision,
+                        name,
+                        f"{us:.1f}",
+                        f"{base:.1f}",
+                        f"{base / us:.2f}×",
+                        err,
+                        f"{mb:.1f}",
+                    )
+                except Exception as e:  # one failing variant must not cost the others
+                    _line(label, precision, f"{name}: {e!r}"[:200], "", "", "", "", "")
+                finally:
+                    setattr(fourstep, switch, saved)
+            for config in _stft_candidates(kind, n_fft, precision):
+                name = " ".join(f"{k}={v}" for k, v in config.items() if k != "num_stages")
+
+                def fn(c=config, p=precision, k=kind, x=x, n=n_fft, h=hop, w=window):
+                    return _stft_call(k, x, n, h, w, p, c)
+
+                try:
+                    us = time_us(fn, warmup_ms=10, rep_ms=40)
+                    out = fn()
+                    out = torch.view_as_complex(out) if kind == "stft" else out
+                    _line(
+                        label, precision, name, f"{us:.1f}", f"{base:.1f}", f"{base / us:.2f}×", rel(out), ""
+                    )
+                except Exception as e:  # one failing config must not cost the others
+                    _line(label, precision, f"{name}: {e!r}"[:200], "", "", "", "", "")
+        torch.set_float32_matmul_precision("highest")
+        del x, ref
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=12)
-    parser.add_argument("--phase", choices=("compile", "sweep", "rows", "all"), default="all")
+    parser.add_argument("--deadline", type=float, default=600.0, help="seconds for --phase stft-compile")
+    parser.add_argument(
+        "--phase", choices=("compile", "sweep", "rows", "all", "stft-compile", "stft"), default="all"
+    )
     parser.add_argument("--rows", nargs="*", default=[], help="substrings of the suite rows to measure")
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--tag", default="", help="a label for the sweep's table (e.g. the environment)")
     parser.add_argument("--skip", nargs="*", default=[], help="substrings of rows to leave out")
     parser.add_argument("--markdown", help="write the selected rows' tables to this file")
     args = parser.parse_args()
+    if args.phase == "stft-compile":
+        # Workers compile into Triton's on-disk cache; any still compiling at the deadline are
+        # stopped (the sweep then compiles what is missing itself).
+        work = _stft_jobs()
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_stft_compile, args=(work[i :: args.jobs],)) for i in range(args.jobs)]
+        deadline = time.monotonic() + args.deadline
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+                print(f"compile worker {p.pid} stopped at the deadline", flush=True)
+    if args.phase == "stft":
+        _stft_sweep(args.tag)
     if args.phase in ("compile", "all"):
         work = [(k, p, c) for c in CANDIDATES for p in args.precisions for k in KINDS if _fits(k, c, p)]
         ctx = mp.get_context("spawn")

@@ -4,7 +4,7 @@ All cases: float32 (unless marked), periodic Hann, center=True, reflect padding,
 torch's default ``get_float32_matmul_precision("highest")``. ``rel. error`` is against torch in
 float64 on the same input. Rows marked "probe" force the dense or the fft path at one n_fft to
 locate the crossover that sets ``nbxsig.kernels.stft.DENSE_MAX_N``, or force the power spectrogram's
-four-step kernel (``nbxsig.kernels.fourstep``) on or off.
+or the complex stft's four-step kernel (``nbxsig.kernels.fourstep``) on or off.
 """
 
 from __future__ import annotations
@@ -136,26 +136,30 @@ def _probe(case: Case, dense: bool) -> Case:
     return case
 
 
-def _fourstep_probe(case: Case, on: bool, precision: str = "highest") -> Case:
-    """``case`` with the power spectrogram's four-step kernel forced on or off, at ``precision``."""
+def _fourstep_probe(
+    case: Case, on: bool, precision: str = "highest", switch: str = "SPECTROGRAM_AUTO"
+) -> Case:
+    """``case`` with the four-step kernel forced on or off, at ``precision``: the power
+    spectrogram's (``switch`` "SPECTROGRAM_AUTO") or the complex stft's ("STFT_AUTO")."""
     from ..kernels import fourstep
 
     def forced(fn):
         def run():
-            saved, previous = fourstep.SPECTROGRAM_AUTO, torch.get_float32_matmul_precision()
-            fourstep.SPECTROGRAM_AUTO = on
+            saved, previous = getattr(fourstep, switch), torch.get_float32_matmul_precision()
+            setattr(fourstep, switch, on)
             torch.set_float32_matmul_precision(precision)
             try:
                 return fn()
             finally:
-                fourstep.SPECTROGRAM_AUTO = saved
+                setattr(fourstep, switch, saved)
                 torch.set_float32_matmul_precision(previous)
 
         return run
 
     case.run, case.check = forced(case.run), forced(case.check)
     case.name += f", {precision}"
-    case.notes = f"probe: {'four-step kernel' if on else 'frames + torch.fft + power kernel'}"
+    off = "frames + torch.fft" + (" + power kernel" if switch == "SPECTROGRAM_AUTO" else "")
+    case.notes = f"probe: {'four-step kernel' if on else off}"
     case.target = ""
     return case
 
@@ -189,6 +193,12 @@ def cases(*, quick: bool = False) -> list[Case]:
             for on in (True, False):
                 case = _stft_case(n_fft, hop, 64, 160000, spectrogram=True)
                 out.append(_fourstep_probe(case, on, precision))
+    # The complex stft's two large-n_fft paths (the four-step kernel writing the interleaved spectrum
+    # vs frames + torch.fft), both forced, at "highest".
+    for n_fft, hop, batch, length in ((400, 160, 64, 160000), (512, 128, 64, 160000), (1000, 250, 16, 480000),
+                                      (2048, 512, 16, 1323000)):  # fmt: skip
+        for on in (True, False):
+            out.append(_fourstep_probe(_stft_case(n_fft, hop, batch, length), on, "highest", "STFT_AUTO"))
     for n_fft in (32, 50, 64, 128):
         for dense in (True, False):
             out.append(_probe(_stft_case(n_fft, n_fft // 4, 64, 160000), dense))

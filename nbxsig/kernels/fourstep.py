@@ -1,4 +1,4 @@
-"""Power spectrogram and (log-)mel for composite n_fft as one fused four-step DFT kernel.
+"""Complex STFT, power spectrogram and (log-)mel for composite n_fft as one fused four-step DFT kernel.
 
 One program takes ``BLOCK_T`` frames of one signal, gathers them straight from the signal (centre
 padding by index mapping, :func:`nbxsig.kernels.stft._load_signal`), applies the window and computes
@@ -12,16 +12,23 @@ and ``k = k1 + N1·k2``::
 Both stages are ``tl.dot`` s with small DFT bases; the frame tile is transposed in registers between
 them (``tl.permute``). Real and imaginary parts travel interleaved in one operand (column ``2·k + part``),
 so each stage is one dot. The output is onesided: stage 2 computes only ``k2 <= N2/2``
-(``K2 = N2//2 + 1`` columns), which covers every ``k <= N/2``. Factors are padded to powers of two
-(``N1P``, ``N2P``, ``K2P``; dot dims >= 16) with zero basis rows/columns; :func:`plan` picks the
-factorisation with the fewest padded multiply-adds (400 → 16 × 25, 512 → 32 × 16).
+(``K2 = N2//2 + 1`` columns), which covers every ``k <= N/2``. With N2 even (outside the mel mode)
+stage 2 stops at ``K2 = N2/2`` -- a power of two for power-of-two N2, where ``N2/2 + 1`` would pad to
+N2 and double stage 2 -- and the Nyquist bin ``X[N/2] = Σ (-1)^n x[n]`` (``(-1)^n = (-1)^n2``) is a
+signed sum over the frame tile. Factors are padded to powers of two (``N1P``, ``N2P``, ``K2P``; dot
+dims >= 16, each <= 64 and ``N1P·N2P <= 2048``) with zero basis rows/columns; :func:`plan` picks the
+factorisation with the fewest padded multiply-adds (400 → 16 × 25, 512 → 16 × 32, 1000 → 20 × 50,
+2048 → 32 × 64; the benchmark and tests pick others with ``_config={"N1": ...}``).
 
-The epilogue writes ``|X|^power`` into a ``(B, T, F)`` buffer (returned as its ``(B, F, T)`` view,
-the layout torch.stft and the FFT path give), or multiplies the power tile by the mel filterbank
-(rows permuted on the host to the kernel's ``(k1, k2)`` order, zero rows for ``k > N/2``) with one more
-``tl.dot``, then an optional floor/log; Whisper's per-example maximum comes from one ``atomic_max``
-per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`. No frame, padded-signal, complex or
-(for mel) power tensor exists in device memory.
+The epilogue writes the spectrum itself, interleaved ``(re, im)``, into a ``(B, T, F, 2)`` buffer
+(:func:`stft`: returned as its ``(B, F, T, 2)`` view, torch.stft's layout, whose ``view_as_complex``
+is the complex64 spectrum), or ``|X|^power`` into a ``(B, T, F)`` buffer (returned as its
+``(B, F, T)`` view, the layout torch.stft and the FFT path give), or multiplies the power tile by the
+mel filterbank (rows permuted on the host to the kernel's ``(k1, k2)`` order, zero rows for
+``k > N/2``) with one more ``tl.dot``, then an optional floor/log; Whisper's per-example maximum
+comes from one ``atomic_max`` per program and :func:`nbxsig.kernels.mel._whisper_finish_kernel`.
+No frame or padded-signal tensor exists in device memory (nor, for the power and mel outputs, a
+complex or power one).
 
 Precision: :func:`nbxsig.kernels.mel.dot_precision` -- "highest" → 3xTF32 (data split hi/lo in the
 kernel, bases split on the host), "high"/"medium" → TF32 with operands rounded to nearest; the
@@ -37,16 +44,34 @@ Floors on an H200 (4.2 TB/s copy bandwidth; dense TF32 ~495 TFLOP/s, fp32 FMA ~6
 * MelSpectrogram 400/160/80 mels, 64 × 30 s (3001 frames): 123 MB in + 61 MB out → 44 µs. MACs per
   frame 49 152 + 256·80 = 69 632 × 192 064 frames = 26.7 GFLOP → 54 µs at TF32, 162 µs at 3xTF32,
   400 µs as fp32 FMA: the floor is ~54 µs at "high" and ~162 µs at "highest".
+* complex stft (8-byte bins out), issue #3's rows; MACs per frame from the plan's padded dots:
+
+  ========================  =========  ===========  ==========  ==========  =========================
+  row                       bytes      ÷ 4.2 TB/s   MAC/frame   at TF32     at 3xTF32 ("highest")
+  ========================  =========  ===========  ==========  ==========  =========================
+  400/160, 64 × 160000      144 MB     34 µs        49 152      13 µs       38 µs
+  512/128, 64 × 160000      206 MB     49 µs        49 152      16 µs       48 µs
+  1000/250, 16 × 480000     154 MB     37 µs        393 216     49 µs       147 µs (FFT path: 146)
+  2048/512, 16 × 1323000    424 MB     101 µs       393 216     66 µs       197 µs (FFT path: 326)
+  ========================  =========  ===========  ==========  ==========  =========================
+
+  At "highest" n_fft 1000's dots alone cost what the FFT path takes end to end (its factors pad to
+  32 × 64, and each stage is a dense DFT).
 
 Measured (H200, 2026-12-03, ``python -m nbxsig.bench.fourstep_sweep``, torch in the same process):
 spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µs; the FFT path 255 µs)
--- 5× and 9× its floor. The gap: every stage boundary (dot output → re/im split → twiddle → transpose
-→ dot operand) is a layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of
-shared memory per frame, which caps the tile (32 frames do not fit) and the programs per SM. With
-Triton's Hopper wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran
-188-192 µs. The fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every
-program re-reads the K-chunked filterbank (80 KB per plane, hi + lo at 3xTF32) from L2 -- ~1.9 GB over
-the 12 004 programs of the 64 × 30 s case.
+-- 5× and 9× its floor; at 502fb23 198.6 / 110.3 µs. Complex stft n_fft 400 (``--phase stft``,
+502fb23): 215.8 µs at 3xTF32 (torch.stft 280.3, the FFT path 216.6) and 122.4 at TF32 -- 5.7× and
+3.6× the floors above; n_fft 1000 and 2048 run 3-5× slower than the FFT path (:data:`AUTO_STFT_N`).
+The gap: every stage boundary (dot output → re/im split → twiddle → transpose → dot operand) is a
+layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of shared memory per
+frame, which caps the tile (32 frames do not fit) and the programs per SM. With Triton's Hopper
+wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran 188-192 µs. The
+order of the three TF32 products: both ``a_hi`` products first (so the ``a_hi``/``a_lo`` tiles need
+not be live together) measured 203 vs 199 µs with 2.3× the error (9.8e-7 vs 4.2e-7): dropped. The
+fused mel kernel: 2385 / 653 µs (floor 162 / 54): its mel dot has M = 16 frames, so every program
+re-reads the K-chunked filterbank (80 KB per plane, hi + lo at 3xTF32) from L2 -- ~1.9 GB over the
+12 004 programs of the 64 × 30 s case.
 
 Backward: the kernel keeps nothing for autograd. Its callers (``nbxsig.kernels.stft.stft_forward``
 without grad, ``nbxsig.kernels.mel._FusedMel``, which recomputes the torch twin in ``backward``) keep
@@ -76,8 +101,11 @@ from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
 #: Largest padded frame ``N1P·N2P`` the kernel takes: the frame tile (BLOCK_T × N1P·N2P fp32, and its
-#: split/transposed copies) lives in registers, so larger frames spill.
-MAX_PADDED = 1024
+#: split/transposed copies) lives in registers, so larger frames need fewer frames per tile.
+MAX_PADDED = 2048
+#: Largest padded factor: the stage bases (``N1P × 2·N1P`` and ``2·N2P × 2·K2P`` fp32, hi + lo planes
+#: at 3xTF32) are dot operands in shared memory; a 128-point factor's would take 256 KB.
+MAX_FACTOR = 64
 
 
 def _p2(n: int, minimum: int) -> int:
@@ -85,12 +113,13 @@ def _p2(n: int, minimum: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def plan(n_fft: int) -> tuple[int, int] | None:
+def plan(n_fft: int, *, mel: bool = False) -> tuple[int, int] | None:
     """``(N1, N2)`` with ``N1·N2 = n_fft`` and the fewest padded multiply-adds per frame (stage 1 +
-    stage 2 + a 128-mel projection), or None where no factorisation fits (primes, tiny or huge N).
+    stage 2, + a 128-mel projection for ``mel``), or None where no factorisation fits (primes, tiny
+    or huge N).
 
-    >>> plan(400), plan(512), plan(401)
-    ((16, 25), (32, 16), None)
+    >>> plan(400), plan(512), plan(2048), plan(401)
+    ((16, 25), (16, 32), (32, 64), None)
     """
     best, best_cost = None, None
     for n1 in range(2, n_fft):
@@ -99,18 +128,27 @@ def plan(n_fft: int) -> tuple[int, int] | None:
         n2 = n_fft // n1
         if n2 < 2:
             continue
-        n1p, n2p, k2p = _pads(n1, n2)
-        if n1p * n2p > MAX_PADDED:
+        n1p, n2p, k2p = _pads(n1, n2, mel=mel)
+        if n1p * n2p > MAX_PADDED or max(n1p, n2p) > MAX_FACTOR:
             continue
-        cost = n2p * n1p * 2 * n1p + n1p * 2 * n2p * 2 * k2p + n1p * k2p * 128
+        cost = n2p * n1p * 2 * n1p + n1p * 2 * n2p * 2 * k2p + (n1p * k2p * 128 if mel else 0)
         if best_cost is None or cost < best_cost:
             best, best_cost = (n1, n2), cost
     return best
 
 
-def _pads(n1: int, n2: int) -> tuple[int, int, int]:
+def _split_nyquist(n2: int, *, mel: bool) -> bool:
+    # With N2 even, stage 2 computes k2 < N2/2 only (a power of two for power-of-two N2, where
+    # N2/2 + 1 columns would pad to N2) and the Nyquist bin k = N/2 -- Σ (-1)^n x[n], since
+    # (-1)^(N2·n1 + n2) = (-1)^n2 -- is a sum over the frame tile. The mel epilogue keeps the
+    # N2/2 + 1 columns (its filterbank chunks are laid out on them).
+    return n2 % 2 == 0 and not mel
+
+
+def _pads(n1: int, n2: int, *, mel: bool = False) -> tuple[int, int, int]:
     # N1P is a dot's K and half its N (>= 16); 2·N2P and 2·K2P are dots' K and N (>= 16).
-    return _p2(n1, 16), _p2(n2, 8), _p2(n2 // 2 + 1, 8)
+    k2 = n2 // 2 if _split_nyquist(n2, mel=mel) else n2 // 2 + 1
+    return _p2(n1, 16), _p2(n2, 8), _p2(k2, 8)
 
 
 def supports(n_fft: int, *, onesided: bool = True) -> bool:
@@ -145,6 +183,30 @@ def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool, precision:
     if device_type != "cuda" or SPECTROGRAM_AUTO is False or not supports(n_fft, onesided=onesided):
         return "fft"
     if SPECTROGRAM_AUTO or n_fft in AUTO_SPECTROGRAM_N.get(precision, ()):
+        return "fourstep"
+    return "fft"
+
+
+#: Whether the four-step kernel is the complex stft's auto path on a GPU: None → the measured rule
+#: (:data:`AUTO_STFT_N`), True → wherever it is supported (the benchmark's probes force it), False →
+#: never.
+STFT_AUTO: bool | None = None
+#: n_fft where the complex four-step stft measured no slower than the FFT path (fused framing +
+#: torch.rfft, which keeps a (B, T, n_fft) frame buffer) on an H200, per dot precision (see
+#: :data:`AUTO_SPECTROGRAM_N`); ``python -m nbxsig.bench.fourstep_sweep --phase stft`` at 502fb23,
+#: torch.stft in the same process, best tile of :data:`STFT_CONFIGS` vs the FFT path:
+#: "tf32x3" -- 400/160 64×160000 215.8 vs 216.6 µs (torch 280.3; a tie in time, 0 vs 103 MB extra),
+#: 512/128 265.1 vs 180.4, 1000/250 16×480000 752 vs 145, 2048/512 16×1323000 1113 vs 327;
+#: "tf32" -- 400 122.4 vs 216.9, 512 163.2 vs 180.5, 1000 395 vs 146, 2048 709 vs 326.
+AUTO_STFT_N: dict[str, tuple[int, ...]] = {"tf32x3": (400,), "tf32": (400, 512)}
+
+
+def stft_path(*, device_type: str, n_fft: int, onesided: bool, precision: str) -> str:
+    """The Triton complex stft's path above the dense range: "fourstep" (:func:`stft`, no frame
+    buffer) or "fft" (fused framing, torch.fft). Pure, as :func:`spectrogram_path`."""
+    if device_type != "cuda" or STFT_AUTO is False or not supports(n_fft, onesided=onesided):
+        return "fft"
+    if STFT_AUTO or n_fft in AUTO_STFT_N.get(precision, ()):
         return "fourstep"
     return "fft"
 
@@ -194,6 +256,9 @@ def _fourstep_kernel(
     BLOCK_T: tl.constexpr,
     PRECISION: tl.constexpr,
     PERMUTE_STORE: tl.constexpr,  # spectrogram: store rows (frame, k2) (contiguous bins), else (frame, k1)
+    COMPLEX: tl.constexpr,  # write X itself, interleaved (re, im) at out + 2·(...) + part
+    NYQ: tl.constexpr,  # stage 2 stops below k2 = N2/2; the Nyquist bin is summed from the frame tile
+    K_END: tl.constexpr,  # bins k < K_END come from stage 2 (N/2 with NYQ, else N/2 + 1)
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -220,6 +285,10 @@ def _fourstep_kernel(
             x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE
         )
     v = v * (_load_window(win_ptr, n, valid, HAS_WINDOW) * scale)
+    if NYQ:
+        # X[N/2] = Σ_n (-1)^n v[n], and with N2 even (-1)^n = (-1)^n2: a signed row sum (fp32 adds).
+        sign = (1 - 2 * (n2 % 2)).to(tl.float32)
+        nyq = tl.sum(tl.reshape(tl.sum(v, axis=1) * sign, (BLOCK_T, N2P)), axis=1)  # (BLOCK_T,)
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
     o1 = n1[:, None] * (2 * N1P) + c1[None, :]
@@ -243,13 +312,42 @@ def _fourstep_kernel(
     c2 = tl.arange(0, 2 * K2P)
     o2 = i2[:, None] * (2 * K2P) + c2[None, :]
     xk = _dot(z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION)
+    if NYQ:
+        tn = t0 + tl.arange(0, BLOCK_T)
+        on = b * stride_ob + (N_FFT // 2) * stride_of + tn.to(tl.int64) * stride_ot
+        if COMPLEX:
+            tl.store(out_ptr + on, nyq, mask=tn < n_frames)
+            tl.store(out_ptr + on + 1, tl.zeros_like(nyq), mask=tn < n_frames)
+        else:
+            tl.store(out_ptr + on, _power(nyq * nyq, power, POWER_MODE), mask=tn < n_frames)
+    # |X|^power, (R2, K2P): rows (frame, k1), columns k2 (unused, and compiled away, for COMPLEX).
     x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
-    pw = x_re * x_re + x_im * x_im  # (R2, K2P): rows (frame, k1), columns k2
-    if POWER_MODE == 1:
-        pw = tl.sqrt(pw)
-    elif POWER_MODE == 0:
-        pw = tl.where(pw > 0, tl.exp2(tl.log2(tl.where(pw > 0, pw, 1.0)) * (power * 0.5)), 0.0)
-    if not MEL and PERMUTE_STORE:
+    pw = _power(x_re * x_re + x_im * x_im, power, POWER_MODE)
+    if COMPLEX and PERMUTE_STORE:
+        # Rows (frame, k2), columns 2·k1 + part: a row is 2·N1 consecutive floats of the interleaved
+        # (B, T, F, 2) buffer (bins k1 + N1·k2 for consecutive k1).
+        xq = tl.reshape(
+            tl.permute(tl.reshape(xk, (BLOCK_T, N1P, K2P, 2)), (0, 2, 1, 3)), (BLOCK_T * K2P, 2 * N1P)
+        )
+        rq = tl.arange(0, BLOCK_T * K2P)
+        tq = t0 + rq // K2P
+        cq = tl.arange(0, 2 * N1P)
+        kq1 = cq // 2
+        k = kq1[None, :] + N1 * (rq % K2P)[:, None]
+        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs + (cq % 2)[None, :], xq, mask=ok)
+    elif COMPLEX:
+        # The stage-2 tile as it comes out of the dot: rows (frame, k1), columns 2·k2 + part. No
+        # transpose; each (re, im) pair is 8 contiguous bytes and consecutive rows are neighbouring bins.
+        r2 = tl.arange(0, R2)
+        t2 = t0 + r2 // N1P
+        kk1 = r2 % N1P
+        k = kk1[:, None] + N1 * (c2 // 2)[None, :]
+        ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k < K_END)
+        offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
+        tl.store(out_ptr + offs + (c2 % 2)[None, :], xk, mask=ok)
+    elif not MEL and PERMUTE_STORE:
         # Rows (frame, k2), columns k1: along a row the bins k1 + N1·k2 are consecutive, so with the
         # (B, T, F) buffer each row is one contiguous store.
         pq = tl.reshape(tl.permute(tl.reshape(pw, (BLOCK_T, N1P, K2P)), (0, 2, 1)), (BLOCK_T * K2P, N1P))
@@ -257,7 +355,7 @@ def _fourstep_kernel(
         tq = t0 + rq // K2P
         kq1 = tl.arange(0, N1P)
         k = kq1[None, :] + N1 * (rq % K2P)[:, None]
-        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k <= N_FFT // 2)
+        ok = (tq < n_frames)[:, None] & (kq1 < N1)[None, :] & (k < K_END)
         offs = b * stride_ob + k.to(tl.int64) * stride_of + tq.to(tl.int64)[:, None] * stride_ot
         tl.store(out_ptr + offs, pq, mask=ok)
     elif not MEL:
@@ -266,7 +364,7 @@ def _fourstep_kernel(
         kk1 = r2 % N1P
         k2 = tl.arange(0, K2P)
         k = kk1[:, None] + N1 * k2[None, :]
-        ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k <= N_FFT // 2)
+        ok = (t2 < n_frames)[:, None] & (kk1 < N1)[:, None] & (k < K_END)
         offs = b * stride_ob + k.to(tl.int64) * stride_of + t2.to(tl.int64)[:, None] * stride_ot
         tl.store(out_ptr + offs, pw, mask=ok)
     else:
@@ -305,6 +403,16 @@ def _fourstep_kernel(
 
 
 @triton.jit
+def _power(pw, power, POWER_MODE: tl.constexpr):
+    """``|X|^power`` from ``pw = |X|²``."""
+    if POWER_MODE == 1:
+        pw = tl.sqrt(pw)
+    elif POWER_MODE == 0:
+        pw = tl.where(pw > 0, tl.exp2(tl.log2(tl.where(pw > 0, pw, 1.0)) * (power * 0.5)), 0.0)
+    return pw
+
+
+@triton.jit
 def _mel_block(
     p0, p1, p2, p3, fb_ptr, fb_lo_ptr, m, KC: tl.constexpr, M_TOT: tl.constexpr, BLOCK_T: tl.constexpr,
     MB: tl.constexpr, PRECISION: tl.constexpr,
@@ -331,11 +439,12 @@ def _angles(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @lru_cache(maxsize=32)
-def _tables(n_fft: int, device: torch.device):
-    """The stage-1 basis ``(N1P, 2·N1P)``, the twiddles ``(2, N2P, N1P)`` and the stage-2 basis
-    ``(2·N2P, 2·K2P)``, built in float64 and stored as (fp32, hi, lo) planes."""
-    n1_, n2_ = plan(n_fft)
-    n1p, n2p, k2p = _pads(n1_, n2_)
+def _tables(n1_: int, n2_: int, k2_: int, device: torch.device):
+    """For ``n_fft = n1_·n2_``: the stage-1 basis ``(N1P, 2·N1P)``, the twiddles ``(2, N2P, N1P)``
+    and the stage-2 basis ``(2·N2P, 2·K2P)`` for ``k2 < k2_``, built in float64 and stored as
+    (fp32, hi, lo) planes."""
+    n_fft = n1_ * n2_
+    n1p, n2p, k2p = _p2(n1_, 16), _p2(n2_, 8), _p2(k2_, 8)
     i1 = torch.arange(n1_, device=device)
     i2 = torch.arange(n2_, device=device)
     a1 = _angles(i1, i1, n1_)  # (n1, k1)
@@ -346,15 +455,14 @@ def _tables(n_fft: int, device: torch.device):
     tw = torch.zeros(2, n2p, n1p, dtype=torch.float64, device=device)
     tw[0, :n2_, :n1_] = torch.cos(at)
     tw[1, :n2_, :n1_] = torch.sin(at)
-    k2 = torch.arange(n2_ // 2 + 1, device=device)
+    k2 = torch.arange(k2_, device=device)
     a2 = _angles(i2, k2, n2_)  # (n2, k2)
     c2, s2 = torch.cos(a2), torch.sin(a2)
     b2 = torch.zeros(n2p, 2, k2p, 2, dtype=torch.float64, device=device)  # (n2, part in, k2, part out)
-    kk = k2.numel()
-    b2[:n2_, 0, :kk, 0] = c2  # Re X = Σ Re Z·c + Im Z·s
-    b2[:n2_, 1, :kk, 0] = s2
-    b2[:n2_, 0, :kk, 1] = -s2  # Im X = Σ Im Z·c − Re Z·s
-    b2[:n2_, 1, :kk, 1] = c2
+    b2[:n2_, 0, :k2_, 0] = c2  # Re X = Σ Re Z·c + Im Z·s
+    b2[:n2_, 1, :k2_, 0] = s2
+    b2[:n2_, 0, :k2_, 1] = -s2  # Im X = Σ Im Z·c − Re Z·s
+    b2[:n2_, 1, :k2_, 1] = c2
     return _planes(b1.reshape(n1p, 2 * n1p)), tw.float().contiguous(), _planes(b2.reshape(2 * n2p, 2 * k2p))
 
 
@@ -371,8 +479,8 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
     if hit is not None and hit[0] is filters:
         _FB_CACHE.move_to_end(key)
         return hit[1]
-    n1_, n2_ = plan(n_fft)
-    n1p, _, k2p = _pads(n1_, n2_)
+    n1_, n2_ = plan(n_fft, mel=True)
+    n1p, _, k2p = _pads(n1_, n2_, mel=True)
     dev = filters.device
     j = torch.arange(4, device=dev)[:, None, None]
     k1 = torch.arange(n1p, device=dev)[None, :, None]
@@ -396,11 +504,37 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
 #: limit); mel 64 × 30 s -- 16 frames on 4 warps 2385 / 653 µs (on 8 warps 4056 / 979 µs). The mel
 #: dot's M is the tile's frame count, so it needs >= 16. Only n_fft 400 was swept: other n_fft keep
 #: the 16-frame, 8-warp tile they were measured (and checked on the GPU) with.
-SPEC_CONFIGS = {400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1}}
-SPEC_CONFIG = {"BLOCK_T": 16, "num_warps": 8, "num_stages": 1}
+#: n_fft 512 (plan 16 × 32 with the Nyquist split; the complex-mode sweep at 502fb23): 8 frames on 4
+#: warps 149.1 µs at TF32 and 265.8 at 3xTF32 (16 on 8: 203.9 / 292.2; 32 × 16: 198.9 / 344.5).
+SPEC_CONFIGS = {
+    400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
+    512: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
+}
+#: The complex stft's configs per n_fft (else :func:`_default_config`), from the sweep at 502fb23
+#: (64 × 160000): n_fft 400 -- 8 frames on 4 warps 215.8 µs at 3xTF32 and 122.4 at TF32 (4 on 4:
+#: 222.0 / 133.3; 16 on 8: 243.3 / 173.0; 8 on 2: 277.5 / 137.6; 25 × 16: >= 227 / >= 152); n_fft 512
+#: (its auto path only at TF32) -- 8 frames on 2 warps 163.2 µs at TF32 (8 on 4: 165.6; at 3xTF32 the
+#: best was 32 × 16 on 8 frames, 2 warps, 265.1).
+STFT_CONFIGS: dict[int, dict] = {
+    400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
+    512: {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
+}
 MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
+
+
+def _default_config(n_fft: int) -> dict:
+    # 16 frames on 8 warps up to 512-point padded frames (the tile n_fft 256 was measured with);
+    # fewer for larger ones, BLOCK_T·N1P·N2P <= 8192: 4 frames for 2048-point padded frames (n_fft
+    # 1000, 2048), whose 8-frame tiles need 327 KB of shared memory at 3xTF32 (H200: 227 KB).
+    n1_, n2_ = plan(n_fft)
+    n1p, n2p, _ = _pads(n1_, n2_)
+    return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 8, "num_stages": 1}
+
+
 #: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
-#: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs).
+#: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs). Complex stores:
+#: the (frame, k1) rows lose clearly (n_fft 400, 8 frames on 4 warps: 259.1 vs 215.8 µs at 3xTF32,
+#: 176.0 vs 122.4 at TF32).
 PERMUTE_STORE = True
 
 
@@ -425,12 +559,21 @@ def _launch(
     peak: torch.Tensor | None = None,
     precision: str | None = None,
     config: dict | None = None,
+    complex_out: bool = False,
 ) -> None:
     device = x.device
-    n1_, n2_ = plan(n_fft)
-    n1p, n2p, k2p = _pads(n1_, n2_)
+    mel = filters is not None
+    base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get(n_fft)
+    meta = {"PERMUTE_STORE": PERMUTE_STORE, **(base or _default_config(n_fft)), **(config or {})}
+    block_t = meta.pop("BLOCK_T")
+    # "N1" (benchmarks, tests) picks another factorisation than plan's; the mel filterbank is laid
+    # out for plan's.
+    n1_ = plan(n_fft, mel=mel)[0] if mel else meta.pop("N1", None) or plan(n_fft)[0]
+    n2_ = n_fft // n1_
+    nyq = _split_nyquist(n2_, mel=mel)
+    n1p, n2p, k2p = _pads(n1_, n2_, mel=mel)
     precision = precision or dot_precision(device)
-    (b1, b1_hi, b1_lo), tw, (b2, b2_hi, b2_lo) = _tables(n_fft, device)
+    (b1, b1_hi, b1_lo), tw, (b2, b2_hi, b2_lo) = _tables(n1_, n2_, n2_ // 2 + (0 if nyq else 1), device)
     if filters is None:
         fb = fb_lo = tw  # unused (MEL=False)
     else:
@@ -439,9 +582,6 @@ def _launch(
     if precision != "ieee":
         b1, b2 = b1_hi, b2_hi
     interpreted = interpreter_enabled() and device.type == "cpu"
-    base = MEL_CONFIG if filters is not None else SPEC_CONFIGS.get(n_fft, SPEC_CONFIG)
-    meta = {"PERMUTE_STORE": PERMUTE_STORE, **base, **(config or {})}
-    block_t = meta.pop("BLOCK_T")
     if interpreted:  # the interpreter takes no warps/stages
         meta.pop("num_warps", None)
         meta.pop("num_stages", None)
@@ -458,7 +598,8 @@ def _launch(
         N_FFT=n_fft, N1=n1_, N2=n2_, N1P=n1p, N2P=n2p, K2P=k2p, MODE=_PAD_MODES[pad_mode],
         HAS_WINDOW=window is not None, POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
         MEL=filters is not None, HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=peak is not None,
-        M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision, **meta,
+        M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision, COMPLEX=complex_out, NYQ=nyq,
+        K_END=n_fft // 2 + (0 if nyq else 1), **meta,
     )  # fmt: skip
 
 
@@ -486,6 +627,37 @@ def spectrogram(
             x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
             center=center, pad_mode=pad_mode, scale=scale, power=power, n_frames=n_frames,
             precision=_precision, config=_config,
+        )  # fmt: skip
+    return out.transpose(1, 2)
+
+
+def stft(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop: int,
+    window: torch.Tensor | None,
+    center: bool,
+    pad_mode: str,
+    scale: float,
+    _precision: str | None = None,
+    _config: dict | None = None,
+) -> torch.Tensor:
+    """``scale · STFT(x)`` onesided in the real layout, ``(B, L)`` → ``(B, n_fft//2 + 1, T, 2)``
+    float32: a view of a contiguous interleaved ``(B, T, F, 2)`` buffer, torch.stft's layout (its
+    ``view_as_complex`` is the complex64 ``(B, F, T)`` spectrum). ``supports(n_fft)`` must hold.
+
+    >>> X = stft(torch.randn(2, 16000, device="cuda"), n_fft=400, hop=160, window=None, center=True,
+    ...          pad_mode="reflect", scale=1.0)                                    # (2, 201, 101, 2)
+    """
+    device = check_launchable(x, *(() if window is None else (window,)))
+    n_frames = count_frames(x.shape[1], n_fft, hop, center)
+    out = empty_output((x.shape[0], n_frames, n_fft // 2 + 1, 2), dtype=torch.float32, device=device)
+    if n_frames > 0:
+        _launch(
+            x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
+            center=center, pad_mode=pad_mode, scale=scale, power=2.0, n_frames=n_frames,
+            precision=_precision, config=_config, complex_out=True,
         )  # fmt: skip
     return out.transpose(1, 2)
 

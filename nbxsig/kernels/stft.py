@@ -18,7 +18,9 @@ Two ways to compute the transform, chosen per call by :func:`use_dense` (a pure 
   and as the measured comparison (``DENSE_KERNEL = "tiled"``).
 * **fft** (large n_fft, where a dense N×N basis product loses to cuFFT at float32 accuracy): the
   transform is ``torch.fft`` and the fused framing (``_frame_kernel``) / overlap-add + envelope
-  (``_ola_dft_kernel`` on frames) kernels sit around it.
+  (``_ola_dft_kernel`` on frames) kernels sit around it. The forward of a composite n_fft takes the
+  frame-free four-step kernel instead where it measured no slower (:mod:`nbxsig.kernels.fourstep`,
+  ``stft_path`` / ``spectrogram_path``).
 
 Backward passes are the same kernels with other bases: the gradient of the STFT is an overlap-add of
 ``Re(G·e^{+iθ})`` frames (forward basis transposed), the gradient of the iSTFT is a framing of
@@ -1004,18 +1006,20 @@ def stft_forward(
             BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_F=block_f, num_warps=FWD_WARPS,
         )  # fmt: skip
         return out
-    if kind != 0:
-        from . import fourstep
+    from . import fourstep
 
-        path = fourstep.spectrogram_path(
-            device_type=device.type, n_fft=n_fft, onesided=onesided, precision=_precision()
+    route = dict(device_type=device.type, n_fft=n_fft, onesided=onesided, precision=_precision())
+    if kind == 0 and fourstep.stft_path(**route) == "fourstep":
+        # Composite n_fft: one fused kernel writes the interleaved spectrum, no frame buffer.
+        return fourstep.stft(
+            x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale
         )
-        if path == "fourstep":
-            # Composite n_fft: one fused kernel, no frame buffer and no complex spectrum.
-            return fourstep.spectrogram(
-                x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale,
-                power=power,
-            )  # fmt: skip
+    if kind != 0 and fourstep.spectrogram_path(**route) == "fourstep":
+        # Composite n_fft: one fused kernel, no frame buffer and no complex spectrum.
+        return fourstep.spectrogram(
+            x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale,
+            power=power,
+        )  # fmt: skip
     frames = _frames(x, win, window is not None, length, pad, hop, T, n_fft, scale, mode, win)
     spec = torch.fft.rfft(frames) if onesided else torch.fft.fft(frames)  # (B, T, F) complex64
     if kind == 0:
