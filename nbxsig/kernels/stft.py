@@ -100,6 +100,15 @@ UNR_OLA_TILE_STORE = False
 #: GPU shared with a concurrent test run: 1 row 142.8 µs, 2 rows 166.0, 3 rows 194.3, 4 rows 228.5,
 #: 2 rows with tile stores 156.1 µs -- more rows lose (registers: 128 at 4 rows), so 1.
 UNR_OLA_ROWS = 1
+#: Overlap-add frame by frame (``_ola_frames_kernel``: each frame's spectrum read and transformed
+#: once, the overlap across threads through shared memory) instead of row by row (each row reads its
+#: ``ceil(n_fft/hop)`` frames: 4 at hop = n_fft/4). Tile: frames per program and warps.
+UNR_OLA_FRAMES = True
+UNR_OLA_FRAMES_BLOCK = 128
+UNR_OLA_FRAMES_WARPS = 4
+#: The frame kernel's spectrum loads as one tile per program where a frame's bins are contiguous
+#: (torch.stft's layout): coalesced across lanes, split into registers by the compiler.
+UNR_OLA_TILE_LOAD = False
 #: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``). Off: the H200 runs
 #: that measured it (5335111, edcd483: batch-1 istft 106.6 → 67.6 and 69.8 → 28.5 µs per eager call)
 #: never took the cached path -- Triton 3.6's launch hooks are ``HookChain`` objects, never None, and
@@ -115,10 +124,10 @@ CACHED_LAUNCH = False
 #: (90 µs contiguous), more than the copy it saves. Measured again at 5335111 (istft forward+backward,
 #: 64×240000, two passes): off 587 / 496 µs, on 778 / 701 µs, on with ``UNR_BWD_TILE_OUT`` 682 / 792 µs
 #: -- so both stay off.
-GRAD_IN_INPUT_LAYOUT = False
+GRAD_IN_INPUT_LAYOUT = True
 #: istft backward into a frequency-fastest gradient (torch.stft's layout): one coalesced tile store
 #: per program row instead of F stores ``F·8`` bytes apart. Measured slower (above); off.
-UNR_BWD_TILE_OUT = False
+UNR_BWD_TILE_OUT = True
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
 # kernel takes the call.
@@ -618,6 +627,11 @@ def _half(n, level):
     return n >> (level + 1)
 
 
+@triton.constexpr_function
+def _shl(n, level):
+    return n << level
+
+
 @triton.jit
 def _tree_join(vals, WIDTH: tl.constexpr, LOG2: tl.constexpr):
     """``WIDTH = 2**LOG2`` per-thread vectors ``(B,)`` → one ``(B, WIDTH)`` tile whose column c is
@@ -631,6 +645,25 @@ def _tree_join(vals, WIDTH: tl.constexpr, LOG2: tl.constexpr):
 
 
 @triton.jit
+def _tree_split(x, WIDTH: tl.constexpr, LOG2: tl.constexpr):
+    """The inverse of ``_tree_join``: a ``(B, WIDTH)`` tile → ``WIDTH`` vectors ``(B,)``, ``vals[c]``
+    its column c (each split takes off the lowest bit of c; evens first keeps the order)."""
+    vals = (x,)
+    for level in tl.static_range(LOG2):
+        evens = ()
+        odds = ()
+        for i in tl.static_range(_shl(1, level)):
+            v = vals[i]
+            if level < LOG2 - 1:
+                v = tl.reshape(v, (v.shape[0], _half(WIDTH, level), 2))
+            a, c = tl.split(v)
+            evens = evens + (a,)
+            odds = odds + (c,)
+        vals = evens + odds
+    return vals
+
+
+@triton.jit
 def _ola_add(a, ev, od, w, N: tl.constexpr, n: tl.constexpr):
     # Adds frame sample n, windowed, formed from the even/odd sums.
     m: tl.constexpr = _mirror(N, n)
@@ -641,6 +674,75 @@ def _ola_add(a, ev, od, w, N: tl.constexpr, n: tl.constexpr):
 @triton.jit
 def _square(w, n: tl.constexpr):
     return w[n] * w[n]
+
+
+@triton.constexpr_function
+def _in_chunk(q, c, hop, n_fft):
+    return c < hop and q * hop + c < n_fft
+
+
+@triton.constexpr_function
+def _chunk_sample(q, c, hop):
+    return q * hop + c
+
+
+@triton.jit
+def _load_spectrum(
+    src_ptr, b, t, t_ok, s0, s1, s2, s3, N: tl.constexpr, F: tl.constexpr, PAIRED: tl.constexpr,
+    TILE: tl.constexpr = False, F2_P2: tl.constexpr = 1, LOG2_F2: tl.constexpr = 0,
+):  # fmt: skip
+    """Frames ``t`` of a real-layout spectrum (strides ``s0..s3`` = b, f, t, re/im; zeros where not
+    ``t_ok``) as ``F``-tuples of ``(Re X_k, Im X_k)`` vectors. PAIRED: ``s0..s2`` count complex
+    elements and each (re, im) pair is one 8-byte load. TILE (PAIRED with ``s1 = 1``, a frame's bins
+    contiguous, as torch.stft lays them out): the frames are loaded as one ``(frames, F2_P2)`` tile
+    of their ``2·F`` floats, which the compiler spreads so that neighbouring lanes read neighbouring
+    pairs, and split into the vectors in registers."""
+    c2 = tl.arange(0, 2)
+    x_re = ()
+    x_im = ()
+    if TILE:
+        jj = tl.arange(0, F2_P2)
+        row = 2 * (b * s0 + t.to(tl.int64) * s2)
+        x = tl.load(
+            src_ptr + row[:, None] + jj[None, :], mask=t_ok[:, None] & (jj < 2 * F)[None, :], other=0.0
+        )
+        vals = _tree_split(x.to(tl.float32), F2_P2, LOG2_F2)
+        for k in tl.static_range(F):
+            x_re = x_re + (vals[_chunk_sample(k, 0, 2)],)
+            x_im = x_im + (vals[_chunk_sample(k, 1, 2)],)
+    else:
+        for k in tl.static_range(F):
+            if PAIRED:
+                pair = 2 * (b * s0 + k * s1 + t.to(tl.int64) * s2)
+                xy = tl.load(src_ptr + pair[:, None] + c2[None, :], mask=t_ok[:, None], other=0.0)
+                re, im = tl.split(xy.to(tl.float32))
+                x_re = x_re + (re,)
+                x_im = x_im + (im,)
+            else:
+                off = b * s0 + k * s1 + t.to(tl.int64) * s2
+                x_re = x_re + (tl.load(src_ptr + off, mask=t_ok, other=0.0).to(tl.float32),)
+                if k == 0 or 2 * k == N:
+                    x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
+                else:
+                    x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
+    return x_re, x_im
+
+
+@triton.jit
+def _even_odd(x_re, x_im, m: tl.constexpr, zero, N: tl.constexpr, F: tl.constexpr, KIND: tl.constexpr):
+    """``(Σ_k Re X_k·C[k, m], Σ_k Im X_k·S[k, m])`` for a sample ``m <= N/2``: frame sample ``m`` is
+    their sum and sample ``N - m`` their difference (``C`` even, ``S`` odd in n)."""
+    e = zero
+    o = zero
+    for k in tl.static_range(F):
+        cr = _coef(KIND, 0, N, k, m)
+        if cr != 0.0:
+            e += x_re[k] * cr
+        if _has_sine(m, N):
+            ci = _coef(KIND, 1, N, k, m)
+            if ci != 0.0:
+                o += x_im[k] * ci
+    return e, o
 
 
 @triton.jit
@@ -709,41 +811,18 @@ def _ola_unrolled_kernel(
     acc = ()
     for _i in tl.static_range(SLOTS):
         acc = acc + (zero,)
-    c2 = tl.arange(0, 2)
     for j in tl.static_range(_ola_count(ROWS, Q)):
         t = u0 + _ola_first(j, Q)
         t_ok = (t >= 0) & (t < T)
-        x_re = ()
-        x_im = ()
-        for k in tl.static_range(F):
-            if PAIRED:
-                pair = 2 * (b * s0 + k * s1 + t.to(tl.int64) * s2)
-                xy = tl.load(src_ptr + pair[:, None] + c2[None, :], mask=t_ok[:, None], other=0.0)
-                re, im = tl.split(xy.to(tl.float32))
-                x_re = x_re + (re,)
-                x_im = x_im + (im,)
-            else:
-                off = b * s0 + k * s1 + t.to(tl.int64) * s2
-                x_re = x_re + (tl.load(src_ptr + off, mask=t_ok, other=0.0).to(tl.float32),)
-                if k == 0 or 2 * k == N:
-                    x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
-                else:
-                    x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
+        x_re, x_im = _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N, F, PAIRED)
         # Even and odd sums for the samples m <= N/2 this frame gives (placeholders elsewhere).
         ev = ()
         od = ()
         for m in tl.static_range(_n_even(N)):
-            e = zero
-            o = zero
             if _ola_needs(m, j, HOP, Q, N, ROWS):
-                for k in tl.static_range(F):
-                    cr = _coef(KIND, 0, N, k, m)
-                    if cr != 0.0:
-                        e += x_re[k] * cr
-                    if _has_sine(m, N):
-                        ci = _coef(KIND, 1, N, k, m)
-                        if ci != 0.0:
-                            o += x_im[k] * ci
+                e, o = _even_odd(x_re, x_im, m, zero, N, F, KIND)
+            else:
+                e, o = zero, zero
             ev = ev + (e,)
             od = od + (o,)
         new_acc = ()
@@ -783,6 +862,102 @@ def _ola_unrolled_kernel(
 
 
 _ola_launch = _CachedLaunch(_ola_unrolled_kernel)
+
+
+@triton.jit
+def _ola_frames_kernel(
+    src_ptr,
+    s0,
+    s1,
+    s2,
+    s3,
+    win_ptr,
+    out_ptr,
+    stride_ob,
+    T,
+    start,
+    n_out,
+    u_begin,
+    scale,
+    N: tl.constexpr,
+    F: tl.constexpr,
+    HOP: tl.constexpr,
+    KIND: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    DIVIDE: tl.constexpr,
+    PAIRED: tl.constexpr,
+    TILE_LOAD: tl.constexpr,
+    F2_P2: tl.constexpr,
+    LOG2_F2: tl.constexpr,
+    HOP_P2: tl.constexpr,
+    LOG2_HOP: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    """The overlap-add of ``_ola_unrolled_kernel`` (same arguments and result), frame by frame:
+    each thread owns one frame, loads its spectrum once and forms its ``N`` samples; the overlap-add
+    then shifts the frames' hop-long chunks across threads (``tl.gather``, through shared memory).
+
+    Thread ``i`` of a program owns frame ``t = u - (Q - 1) + i`` (``u`` the program's first output
+    row, ``Q = ceil(N/HOP)``); its chunk ``q`` (samples ``q·HOP + r``, ``r < HOP``, as a
+    ``(BLOCK_T, HOP_P2)`` tile) lands on output row ``t + q``. Row ``t`` sums chunk ``q`` of frame
+    ``t - q``, i.e. of thread ``i - q``; the first ``Q - 1`` threads' rows need frames of the
+    previous program, so programs overlap by ``Q - 1`` frames and those rows are left to it. Against
+    the row-by-row kernel each frame's spectrum is read once instead of ``Q`` times and each
+    even/odd sum is formed once (the row kernel forms it in each of the ``Q`` rows that use it).
+    """
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    Q: tl.constexpr = _ceil_div(N, HOP)
+    i = tl.arange(0, BLOCK_T)
+    t = u_begin + pid * (BLOCK_T - (Q - 1)) + i - (Q - 1)
+    t_ok = (t >= 0) & (t < T)
+    zero = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    x_re, x_im = _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N, F, PAIRED, TILE_LOAD, F2_P2, LOG2_F2)
+    ev = ()
+    od = ()
+    for m in tl.static_range(_n_even(N)):
+        e, o = _even_odd(x_re, x_im, m, zero, N, F, KIND)
+        ev = ev + (e,)
+        od = od + (o,)
+    w = ()
+    for n in tl.static_range(N):
+        if HAS_WINDOW:  # noqa: SIM108 (a kernel's constexpr branch, not a value choice)
+            w = w + (tl.load(win_ptr + n).to(tl.float32),)
+        else:
+            w = w + (1.0,)
+    r = tl.arange(0, HOP_P2)
+    acc = tl.zeros((BLOCK_T, HOP_P2), dtype=tl.float32)
+    for q in tl.static_range(Q):
+        vals = ()
+        for c in tl.static_range(HOP_P2):
+            if _in_chunk(q, c, HOP, N):
+                vals = vals + (_ola_add(zero, ev, od, w, N, _chunk_sample(q, c, HOP)),)
+            else:
+                vals = vals + (zero,)
+        chunk = _tree_join(vals, HOP_P2, LOG2_HOP)
+        if q == 0:
+            acc += chunk
+        else:
+            src = tl.broadcast_to(tl.maximum(i - q, 0)[:, None], (BLOCK_T, HOP_P2))
+            acc += tl.gather(chunk, src, axis=0)
+    y = acc * scale
+    if DIVIDE:
+        # The envelope Σ w[n]² over the frames of row t that exist.
+        env = tl.zeros((BLOCK_T, HOP_P2), dtype=tl.float32)
+        for q in tl.static_range(Q):
+            n = q * HOP + r
+            n_ok = (r < HOP) & (n < N)
+            wq = _load_window(win_ptr, n, n_ok, HAS_WINDOW)
+            valid = (t - q >= 0) & (t - q < T)
+            env += tl.where(valid[:, None], (wq * wq)[None, :], 0.0)
+        ok = env > _EPS
+        y = tl.where(ok, y / tl.where(ok, env, 1.0), y)
+    o = t.to(tl.int64)[:, None] * HOP + r[None, :] - start
+    mask = (i >= Q - 1)[:, None] & (r < HOP)[None, :] & (o >= 0) & (o < n_out)
+    tl.store(out_ptr + b * stride_ob + o, y, mask=mask)
+
+
+_ola_frames_launch = _CachedLaunch(_ola_frames_kernel)
 
 
 @triton.jit
@@ -1049,33 +1224,47 @@ def _power(spec_real: torch.Tensor, power: float) -> torch.Tensor:
 
 def _ola_unrolled_config(strides, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *, has_window, kind,
                          divide):  # fmt: skip
-    """The unrolled overlap-add's launch: ``(grid, source strides, trailing scalars, constexprs)``."""
-    rows_per_thread = UNR_OLA_ROWS
+    """The unrolled overlap-add's launch: ``(launcher, grid, source strides, trailing scalars,
+    constexprs, warps)`` -- the frame-by-frame kernel with ``UNR_OLA_FRAMES``, else the row kernel."""
     u_begin = start // hop
     rows = (start + n_out - 1) // hop + 1 - u_begin
-    block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
     s = tuple(strides)
     # (re, im) pairs as single 8-byte loads where the real layout allows it (a view_as_real of a
     # complex tensor always does): strides then go in complex units.
     paired = UNR_OLA_PAIRED and s[3] == 1 and not (s[0] % 2 or s[1] % 2 or s[2] % 2)
     if paired:
         s = (s[0] // 2, s[1] // 2, s[2] // 2, 1)
+    tail = (T, start, n_out, u_begin, float(scale))
+    common = dict(N=n_fft, F=n_bins, HOP=hop, KIND=kind, HAS_WINDOW=has_window, DIVIDE=divide, PAIRED=paired)
+    if UNR_OLA_FRAMES:
+        # Each program completes BLOCK_T - (Q - 1) rows (its first Q - 1 frames are the overlap).
+        warps = UNR_OLA_FRAMES_WARPS
+        block = _unrolled_block(UNR_OLA_FRAMES_BLOCK, rows, n_batch, warps)
+        hop_p2 = _p2(hop)
+        grid = (_cdiv(rows, block - _cdiv(n_fft, hop) + 1), n_batch)
+        # Tile loads where a frame's bins are contiguous pairs (torch.stft's layout).
+        tile = UNR_OLA_TILE_LOAD and paired and s[1] == 1
+        f2_p2 = _p2(2 * n_bins) if tile else 1
+        constexprs = dict(common, TILE_LOAD=tile, F2_P2=f2_p2, LOG2_F2=f2_p2.bit_length() - 1, HOP_P2=hop_p2,
+                          LOG2_HOP=hop_p2.bit_length() - 1, BLOCK_T=block)  # fmt: skip
+        return _ola_frames_launch, grid, s, tail, constexprs, warps
+    rows_per_thread = UNR_OLA_ROWS
+    block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
     out_p2 = _p2(rows_per_thread * hop)
     grid = (_cdiv(rows, block * rows_per_thread), n_batch)
-    constexprs = dict(N=n_fft, F=n_bins, HOP=hop, KIND=kind, HAS_WINDOW=has_window, DIVIDE=divide,
-                      PAIRED=paired, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2,
-                      LOG2_OUT=out_p2.bit_length() - 1, ROWS=rows_per_thread, BLOCK_U=block)  # fmt: skip
-    return grid, s, (T, start, n_out, u_begin, float(scale)), constexprs
+    constexprs = dict(common, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2, LOG2_OUT=out_p2.bit_length() - 1,
+                      ROWS=rows_per_thread, BLOCK_U=block)  # fmt: skip
+    return _ola_launch, grid, s, tail, constexprs, UNR_OLA_WARPS
 
 
 def _launch_ola_unrolled(src, strides, window, out, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *,
                          kind, divide):  # fmt: skip
-    grid, s, tail, constexprs = _ola_unrolled_config(
+    launch, grid, s, tail, constexprs, warps = _ola_unrolled_config(
         strides, n_batch, n_fft, n_bins, hop, T, start, n_out, scale,
         has_window=window is not None, kind=kind, divide=divide,
     )  # fmt: skip
     win = window if window is not None else out
-    _ola_launch(grid, (src, *s, win, out, out.stride(0), *tail), constexprs, UNR_OLA_WARPS)
+    launch(grid, (src, *s, win, out, out.stride(0), *tail), constexprs, warps)
 
 
 def _ola(
@@ -1555,10 +1744,13 @@ class IstftLaunch:
     ``(B, n_out)`` float32, as :func:`istft_forward`.
     """
 
-    __slots__ = ("constexprs", "device", "grid", "handles", "n_out", "shape", "strides", "tail", "window")
+    __slots__ = (
+        "constexprs", "device", "grid", "handles", "launcher", "n_out", "shape", "strides", "tail", "warps",
+        "window",
+    )  # fmt: skip
 
     def __init__(self, spec, window, config, n_out) -> None:
-        self.grid, self.strides, tail, self.constexprs = config
+        self.launcher, self.grid, self.strides, tail, self.constexprs, self.warps = config
         self.tail = (n_out, *tail)  # the output's row stride, then the scalars
         self.window, self.device, self.n_out = window, spec.device, n_out
         self.shape = (spec.shape[0], n_out)
@@ -1586,12 +1778,10 @@ class IstftLaunch:
         p_spec, p_window, p_out = spec.data_ptr(), window.data_ptr(), out.data_ptr()
         aligned = (p_spec & 15 == 0, p_window & 15 == 0, p_out & 15 == 0)
         pointers = (p_spec, *self.strides, p_window, p_out, *self.tail)
-        if not _ola_launch.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
+        if not self.launcher.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
             real = torch.view_as_real(spec) if spec.is_complex() else spec
             args = (real, *self.strides, window, out, *self.tail)
-            _ola_launch(
-                self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, aligned=aligned
-            )
+            self.launcher(self.grid, args, self.constexprs, self.warps, handles=self.handles, aligned=aligned)
         return out
 
 
