@@ -535,12 +535,13 @@ def test_cuda_compile_inductor(generator, cuda_device):
 
 @pytest.mark.parametrize("variant", ["unrolled", "unrolled-unpaired-tile-store", "fma", "dot"])
 def test_dense_kernel_variants(variant, monkeypatch, generator, device):
-    # Every form of the dense kernels (unrolled immediates with either load/store variant of the
-    # overlap-add, tiled FMA outer products, tiled tl.dot) is exercised whatever the defaults,
-    # forward, inverse and both backward passes.
+    # Every form of the dense kernels (unrolled immediates: the frame-by-frame overlap-add, the row
+    # kernel with unpaired loads, tile stores and 3 rows per thread; tiled FMA outer products, tiled
+    # tl.dot) is exercised whatever the defaults: forward, inverse and both backward passes.
     unrolled = variant.startswith("unrolled")
     monkeypatch.setattr(K, "DENSE_KERNEL", "unrolled" if unrolled else "tiled")
     monkeypatch.setattr(K, "UNR_OLA_PAIRED", variant == "unrolled")
+    monkeypatch.setattr(K, "UNR_OLA_FRAMES", variant == "unrolled")  # the row kernel's variants below
     monkeypatch.setattr(K, "UNR_OLA_TILE_STORE", variant != "unrolled")
     monkeypatch.setattr(K, "UNR_OLA_ROWS", 1 if variant == "unrolled" else 3)
     monkeypatch.setattr(K, "FWD_FMA_MAX_N", 64 if variant == "fma" else 0)
