@@ -565,7 +565,7 @@ def test_dense_kernel_variants(variant, monkeypatch, generator, device):
 
 
 @pytest.mark.filterwarnings("ignore:The length of signal is shorter than the length parameter")
-@pytest.mark.parametrize("kernel", ["rows", "frames", "frames-tile-load"])
+@pytest.mark.parametrize("kernel", ["rows", "frames"])
 @pytest.mark.parametrize(
     ("n_fft", "hop", "center", "length", "onesided"),
     [(20, 5, True, 171, True), (12, 3, False, 190, True), (9, 4, True, None, False), (7, 7, True, 120, True)],
@@ -577,7 +577,6 @@ def test_overlap_add_kernels(kernel, n_fft, hop, center, length, onesided, monke
     # view, against float64 torch.istft; and as the stft gradient. Tiles of 16 frames put several
     # programs (and their overlaps) in every signal.
     monkeypatch.setattr(K, "UNR_OLA_FRAMES", kernel != "rows")
-    monkeypatch.setattr(K, "UNR_OLA_TILE_LOAD", kernel == "frames-tile-load")
     monkeypatch.setattr(K, "UNR_OLA_FRAMES_BLOCK", 16)
     x = random_tensor((2, 2, 163), generator=generator, dtype=torch.float64)
     w = torch.rand(n_fft, generator=generator, dtype=torch.float64) + 0.5

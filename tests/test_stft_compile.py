@@ -42,13 +42,11 @@ build(K._stft_unrolled_kernel, dict(fwd, KIND=1, MODE=4, OUTPUT=0, TILE_OUT=True
       num_warps=warps)
 frames = dict(N=20, HOP=5, HAS_WINDOW=True, HOP_P2=8, LOG2_HOP=3, BLOCK_T=K.UNR_OLA_FRAMES_BLOCK)
 warps = K.UNR_OLA_FRAMES_WARPS
-ptx = build(K._ola_frames_kernel, dict(frames, F=11, KIND=1, DIVIDE=True, PAIRED=True, TILE_LOAD=False,
-            F2_P2=1, LOG2_F2=0), ("scale",), num_warps=warps)
+ptx = build(K._ola_frames_kernel, dict(frames, F=11, KIND=1, DIVIDE=True, PAIRED=True), ("scale",),
+            num_warps=warps)
 assert "ld.global.v2" in ptx, "frame kernel: spectrum no longer loaded as 8-byte (re, im) pairs"
-build(K._ola_frames_kernel, dict(frames, F=11, KIND=1, DIVIDE=True, PAIRED=True, TILE_LOAD=True, F2_P2=32,
-      LOG2_F2=5), ("scale",), num_warps=warps)
-build(K._ola_frames_kernel, dict(frames, F=20, KIND=0, DIVIDE=False, PAIRED=False, TILE_LOAD=False, F2_P2=1,
-      LOG2_F2=0), ("scale",), num_warps=warps)
+build(K._ola_frames_kernel, dict(frames, F=20, KIND=0, DIVIDE=False, PAIRED=False), ("scale",),
+      num_warps=warps)
 print("compiled")
 """
 

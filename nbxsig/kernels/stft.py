@@ -5,14 +5,16 @@
 Two ways to compute the transform, chosen per call by :func:`use_dense` (a pure function of n_fft):
 
 * **dense** (n_fft <= 32, the iSTFTNet/Kokoro heads): one kernel per direction does everything.
-  The default family is *unrolled* (``_stft_unrolled_kernel`` / ``_ola_unrolled_kernel``): each
-  thread owns whole frames (forward) or whole output rows of ``hop`` samples (inverse), the DFT
-  basis is unrolled as compile-time FMA immediates (``_coef``: no basis loads, no padding of F or
-  N to tensor-core tiles, exact float32), the forward halves its work with the basis' even/odd
-  symmetry, and frames are gathered straight from the signal by strides (centre padding by index
-  mapping, no padded copy, no frame tensor). The inverse sums the ``ceil(n_fft/hop)`` frames covering
-  each row, divides by the window envelope computed on the fly and trims to ``length`` --
-  deterministic, no atomics, no frame buffer. The older *tiled* family (``_frame_dft_kernel`` /
+  The default family is *unrolled* (``_stft_unrolled_kernel`` / ``_ola_frames_kernel``): each
+  thread owns whole frames, the DFT basis is unrolled as compile-time FMA immediates (``_coef``: no
+  basis loads, no padding of F or N to tensor-core tiles, exact float32), both directions halve
+  their work with the basis' even/odd symmetry, and frames are gathered straight from the signal by
+  strides (centre padding by index mapping, no padded copy, no frame tensor). The inverse reads each
+  frame's spectrum once, forms its samples, and overlap-adds by shifting hop-long chunks across
+  threads (``tl.gather``); rows are divided by the window envelope computed on the fly and trimmed to
+  ``length`` -- deterministic, no atomics, no frame buffer. (``_ola_unrolled_kernel``, a thread per
+  output row summing the ``ceil(n_fft/hop)`` frames that cover it, remains as the comparison.)
+  The older *tiled* family (``_frame_dft_kernel`` /
   ``_ola_dft_kernel`` with a basis tensor, FMA outer products or ``tl.dot``) remains for the
   shapes the unrolled kernels do not take (overlap-add with ``ceil(n_fft/hop) > 5`` or hop > 32)
   and as the measured comparison (``DENSE_KERNEL = "tiled"``).
@@ -101,14 +103,16 @@ UNR_OLA_TILE_STORE = False
 #: 2 rows with tile stores 156.1 µs -- more rows lose (registers: 128 at 4 rows), so 1.
 UNR_OLA_ROWS = 1
 #: Overlap-add frame by frame (``_ola_frames_kernel``: each frame's spectrum read and transformed
-#: once, the overlap across threads through shared memory) instead of row by row (each row reads its
-#: ``ceil(n_fft/hop)`` frames: 4 at hop = n_fft/4). Tile: frames per program and warps.
+#: once, the overlap across threads through ``tl.gather``) instead of row by row
+#: (``_ola_unrolled_kernel``: each row reads its ``ceil(n_fft/hop)`` frames, 4 at hop = n_fft/4).
+#: H200, istft 64×240000 n_fft=20 hop=5, one process, two passes (torch.istft 881/864 µs): rows
+#: 128/4 142.2/141.6 µs; frames 64/2 119.6/119.0, 128/4 123.7/123.3, 256/4 129.7/129.8, 256/8
+#: 143.1/143.0; frames 128/4 with the spectrum loaded as one coalesced (frames, 32) tile split in
+#: registers 195.3/194.8 (31 layout conversions through shared memory; not kept). Tile: frames per
+#: program and warps.
 UNR_OLA_FRAMES = True
-UNR_OLA_FRAMES_BLOCK = 128
-UNR_OLA_FRAMES_WARPS = 4
-#: The frame kernel's spectrum loads as one tile per program where a frame's bins are contiguous
-#: (torch.stft's layout): coalesced across lanes, split into registers by the compiler.
-UNR_OLA_TILE_LOAD = False
+UNR_OLA_FRAMES_BLOCK = 64
+UNR_OLA_FRAMES_WARPS = 2
 #: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``). Off: the H200 runs
 #: that measured it (5335111, edcd483: batch-1 istft 106.6 → 67.6 and 69.8 → 28.5 µs per eager call)
 #: never took the cached path -- Triton 3.6's launch hooks are ``HookChain`` objects, never None, and
@@ -119,15 +123,19 @@ UNR_OLA_TILE_LOAD = False
 #: (``test_cuda_istft_per_argument_class`` covers both settings).
 CACHED_LAUNCH = False
 #: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
-#: AccumulateGrad's copy (163 µs at 64×240000). Off: the one H200 run of this change measured the
-#: backward kernel at 308 µs writing torch.stft's frequency-fastest layout with per-bin 8-byte stores
-#: (90 µs contiguous), more than the copy it saves. Measured again at 5335111 (istft forward+backward,
-#: 64×240000, two passes): off 587 / 496 µs, on 778 / 701 µs, on with ``UNR_BWD_TILE_OUT`` 682 / 792 µs
-#: -- so both stay off.
-GRAD_IN_INPUT_LAYOUT = True
+#: AccumulateGrad's copy (160 µs of GPU time at 64×240000 and the 61 MB the harness counts as extra
+#: memory). Off: no H200 run has shown it faster. The first measured the backward kernel at 308 µs
+#: writing torch.stft's frequency-fastest layout with per-bin 8-byte stores (90 µs contiguous), more
+#: than the copy it saves; the runs at 5335111 and 84a1499 (istft forward+backward, 64×240000, two
+#: passes each, one process) were host-bound and noisy -- at 84a1499 (frame kernel 64/2): off 899 /
+#: 617 µs, on 959 / 626, on with ``UNR_BWD_TILE_OUT`` 808 / 652 (extra memory 61.4 → 0.0 MB); under
+#: the profiler (off) the GPU was busy 371 µs of a 1020 µs iteration. The kernel time of the
+#: tile-store backward is not measured yet.
+GRAD_IN_INPUT_LAYOUT = False
 #: istft backward into a frequency-fastest gradient (torch.stft's layout): one coalesced tile store
-#: per program row instead of F stores ``F·8`` bytes apart. Measured slower (above); off.
-UNR_BWD_TILE_OUT = True
+#: per program row instead of F stores ``F·8`` bytes apart (one layout conversion through shared
+#: memory, 8-byte stores; see above for its measurements). Off with ``GRAD_IN_INPUT_LAYOUT``.
+UNR_BWD_TILE_OUT = False
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
 # kernel takes the call.
@@ -627,11 +635,6 @@ def _half(n, level):
     return n >> (level + 1)
 
 
-@triton.constexpr_function
-def _shl(n, level):
-    return n << level
-
-
 @triton.jit
 def _tree_join(vals, WIDTH: tl.constexpr, LOG2: tl.constexpr):
     """``WIDTH = 2**LOG2`` per-thread vectors ``(B,)`` → one ``(B, WIDTH)`` tile whose column c is
@@ -642,25 +645,6 @@ def _tree_join(vals, WIDTH: tl.constexpr, LOG2: tl.constexpr):
             nxt = nxt + (tl.join(vals[i], vals[i + _half(WIDTH, level)]),)
         vals = nxt
     return tl.reshape(vals[0], (vals[0].shape[0], WIDTH))
-
-
-@triton.jit
-def _tree_split(x, WIDTH: tl.constexpr, LOG2: tl.constexpr):
-    """The inverse of ``_tree_join``: a ``(B, WIDTH)`` tile → ``WIDTH`` vectors ``(B,)``, ``vals[c]``
-    its column c (each split takes off the lowest bit of c; evens first keeps the order)."""
-    vals = (x,)
-    for level in tl.static_range(LOG2):
-        evens = ()
-        odds = ()
-        for i in tl.static_range(_shl(1, level)):
-            v = vals[i]
-            if level < LOG2 - 1:
-                v = tl.reshape(v, (v.shape[0], _half(WIDTH, level), 2))
-            a, c = tl.split(v)
-            evens = evens + (a,)
-            odds = odds + (c,)
-        vals = evens + odds
-    return vals
 
 
 @triton.jit
@@ -687,44 +671,28 @@ def _chunk_sample(q, c, hop):
 
 
 @triton.jit
-def _load_spectrum(
-    src_ptr, b, t, t_ok, s0, s1, s2, s3, N: tl.constexpr, F: tl.constexpr, PAIRED: tl.constexpr,
-    TILE: tl.constexpr = False, F2_P2: tl.constexpr = 1, LOG2_F2: tl.constexpr = 0,
-):  # fmt: skip
+def _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N: tl.constexpr, F: tl.constexpr,
+                   PAIRED: tl.constexpr):  # fmt: skip
     """Frames ``t`` of a real-layout spectrum (strides ``s0..s3`` = b, f, t, re/im; zeros where not
     ``t_ok``) as ``F``-tuples of ``(Re X_k, Im X_k)`` vectors. PAIRED: ``s0..s2`` count complex
-    elements and each (re, im) pair is one 8-byte load. TILE (PAIRED with ``s1 = 1``, a frame's bins
-    contiguous, as torch.stft lays them out): the frames are loaded as one ``(frames, F2_P2)`` tile
-    of their ``2·F`` floats, which the compiler spreads so that neighbouring lanes read neighbouring
-    pairs, and split into the vectors in registers."""
+    elements and each (re, im) pair is one 8-byte load."""
     c2 = tl.arange(0, 2)
     x_re = ()
     x_im = ()
-    if TILE:
-        jj = tl.arange(0, F2_P2)
-        row = 2 * (b * s0 + t.to(tl.int64) * s2)
-        x = tl.load(
-            src_ptr + row[:, None] + jj[None, :], mask=t_ok[:, None] & (jj < 2 * F)[None, :], other=0.0
-        )
-        vals = _tree_split(x.to(tl.float32), F2_P2, LOG2_F2)
-        for k in tl.static_range(F):
-            x_re = x_re + (vals[_chunk_sample(k, 0, 2)],)
-            x_im = x_im + (vals[_chunk_sample(k, 1, 2)],)
-    else:
-        for k in tl.static_range(F):
-            if PAIRED:
-                pair = 2 * (b * s0 + k * s1 + t.to(tl.int64) * s2)
-                xy = tl.load(src_ptr + pair[:, None] + c2[None, :], mask=t_ok[:, None], other=0.0)
-                re, im = tl.split(xy.to(tl.float32))
-                x_re = x_re + (re,)
-                x_im = x_im + (im,)
+    for k in tl.static_range(F):
+        if PAIRED:
+            pair = 2 * (b * s0 + k * s1 + t.to(tl.int64) * s2)
+            xy = tl.load(src_ptr + pair[:, None] + c2[None, :], mask=t_ok[:, None], other=0.0)
+            re, im = tl.split(xy.to(tl.float32))
+            x_re = x_re + (re,)
+            x_im = x_im + (im,)
+        else:
+            off = b * s0 + k * s1 + t.to(tl.int64) * s2
+            x_re = x_re + (tl.load(src_ptr + off, mask=t_ok, other=0.0).to(tl.float32),)
+            if k == 0 or 2 * k == N:
+                x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
             else:
-                off = b * s0 + k * s1 + t.to(tl.int64) * s2
-                x_re = x_re + (tl.load(src_ptr + off, mask=t_ok, other=0.0).to(tl.float32),)
-                if k == 0 or 2 * k == N:
-                    x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
-                else:
-                    x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
+                x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
     return x_re, x_im
 
 
@@ -886,16 +854,14 @@ def _ola_frames_kernel(
     HAS_WINDOW: tl.constexpr,
     DIVIDE: tl.constexpr,
     PAIRED: tl.constexpr,
-    TILE_LOAD: tl.constexpr,
-    F2_P2: tl.constexpr,
-    LOG2_F2: tl.constexpr,
     HOP_P2: tl.constexpr,
     LOG2_HOP: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
     """The overlap-add of ``_ola_unrolled_kernel`` (same arguments and result), frame by frame:
     each thread owns one frame, loads its spectrum once and forms its ``N`` samples; the overlap-add
-    then shifts the frames' hop-long chunks across threads (``tl.gather``, through shared memory).
+    then shifts the frames' hop-long chunks across threads (``tl.gather``: the compiler converts the
+    chunk tiles through shared memory to a layout where the shift stays within a warp, then shuffles).
 
     Thread ``i`` of a program owns frame ``t = u - (Q - 1) + i`` (``u`` the program's first output
     row, ``Q = ceil(N/HOP)``); its chunk ``q`` (samples ``q·HOP + r``, ``r < HOP``, as a
@@ -912,7 +878,7 @@ def _ola_frames_kernel(
     t = u_begin + pid * (BLOCK_T - (Q - 1)) + i - (Q - 1)
     t_ok = (t >= 0) & (t < T)
     zero = tl.zeros((BLOCK_T,), dtype=tl.float32)
-    x_re, x_im = _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N, F, PAIRED, TILE_LOAD, F2_P2, LOG2_F2)
+    x_re, x_im = _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N, F, PAIRED)
     ev = ()
     od = ()
     for m in tl.static_range(_n_even(N)):
@@ -1242,11 +1208,7 @@ def _ola_unrolled_config(strides, n_batch, n_fft, n_bins, hop, T, start, n_out, 
         block = _unrolled_block(UNR_OLA_FRAMES_BLOCK, rows, n_batch, warps)
         hop_p2 = _p2(hop)
         grid = (_cdiv(rows, block - _cdiv(n_fft, hop) + 1), n_batch)
-        # Tile loads where a frame's bins are contiguous pairs (torch.stft's layout).
-        tile = UNR_OLA_TILE_LOAD and paired and s[1] == 1
-        f2_p2 = _p2(2 * n_bins) if tile else 1
-        constexprs = dict(common, TILE_LOAD=tile, F2_P2=f2_p2, LOG2_F2=f2_p2.bit_length() - 1, HOP_P2=hop_p2,
-                          LOG2_HOP=hop_p2.bit_length() - 1, BLOCK_T=block)  # fmt: skip
+        constexprs = dict(common, HOP_P2=hop_p2, LOG2_HOP=hop_p2.bit_length() - 1, BLOCK_T=block)
         return _ola_frames_launch, grid, s, tail, constexprs, warps
     rows_per_thread = UNR_OLA_ROWS
     block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
