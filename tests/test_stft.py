@@ -535,12 +535,13 @@ def test_cuda_compile_inductor(generator, cuda_device):
 
 @pytest.mark.parametrize("variant", ["unrolled", "unrolled-unpaired-tile-store", "fma", "dot"])
 def test_dense_kernel_variants(variant, monkeypatch, generator, device):
-    # Every form of the dense kernels (unrolled immediates with either load/store variant of the
-    # overlap-add, tiled FMA outer products, tiled tl.dot) is exercised whatever the defaults,
-    # forward, inverse and both backward passes.
+    # Every form of the dense kernels (unrolled immediates: the frame-by-frame overlap-add, the row
+    # kernel with unpaired loads, tile stores and 3 rows per thread; tiled FMA outer products, tiled
+    # tl.dot) is exercised whatever the defaults: forward, inverse and both backward passes.
     unrolled = variant.startswith("unrolled")
     monkeypatch.setattr(K, "DENSE_KERNEL", "unrolled" if unrolled else "tiled")
     monkeypatch.setattr(K, "UNR_OLA_PAIRED", variant == "unrolled")
+    monkeypatch.setattr(K, "UNR_OLA_FRAMES", variant == "unrolled")  # the row kernel's variants below
     monkeypatch.setattr(K, "UNR_OLA_TILE_STORE", variant != "unrolled")
     monkeypatch.setattr(K, "UNR_OLA_ROWS", 1 if variant == "unrolled" else 3)
     monkeypatch.setattr(K, "FWD_FMA_MAX_N", 64 if variant == "fma" else 0)
@@ -561,6 +562,40 @@ def test_dense_kernel_variants(variant, monkeypatch, generator, device):
     S.istft(sd, 20, 5, window=w.double(), backend="torch").square().sum().backward()
     assert_close(xg.grad, xd.grad, dtype="float32", rel_error=2e-6)
     assert_close(sg.grad, sd.grad, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.filterwarnings("ignore:The length of signal is shorter than the length parameter")
+@pytest.mark.parametrize("kernel", ["rows", "frames"])
+@pytest.mark.parametrize(
+    ("n_fft", "hop", "center", "length", "onesided"),
+    [(20, 5, True, 171, True), (12, 3, False, 190, True), (9, 4, True, None, False), (7, 7, True, 120, True)],
+    ids=["iSTFTNet", "no-centre-longer", "odd-two-sided", "hop=n_fft"],
+)
+def test_overlap_add_kernels(kernel, n_fft, hop, center, length, onesided, monkeypatch, generator, device):
+    # Both unrolled overlap-adds (row by row, frame by frame with either spectrum load) on batched,
+    # odd-length inputs in torch.stft's frequency-fastest layout, a contiguous copy and a strided
+    # view, against float64 torch.istft; and as the stft gradient. Tiles of 16 frames put several
+    # programs (and their overlaps) in every signal.
+    monkeypatch.setattr(K, "UNR_OLA_FRAMES", kernel != "rows")
+    monkeypatch.setattr(K, "UNR_OLA_FRAMES_BLOCK", 16)
+    x = random_tensor((2, 2, 163), generator=generator, dtype=torch.float64)
+    w = torch.rand(n_fft, generator=generator, dtype=torch.float64) + 0.5
+    kw = dict(window=w, center=center, onesided=onesided)
+    flat = torch.stft(x.reshape(4, 163), n_fft, hop, return_complex=True, **kw)
+    spec = flat.reshape(2, 2, *flat.shape[1:])
+    wide = torch.cat([spec, spec.flip(-1)], dim=-1)[..., ::2]  # frames two apart
+    for sp in (spec, spec.contiguous(), wide):
+        ref = torch.istft(sp.reshape(4, *sp.shape[2:]), n_fft, hop, length=length, **kw).reshape(2, 2, -1)
+        kw32 = dict(kw, window=w.float().to(device))
+        out = S.istft(sp.to(torch.complex64).to(device), n_fft, hop, length=length, backend="triton", **kw32)
+        assert_close(out, ref, dtype="float32", rel_error=2e-6)
+    xg = x.float().to(device).requires_grad_()
+    out = S.stft(xg, n_fft, hop, backend="triton", **dict(kw, window=w.float().to(device)))
+    gs = random_tensor(tuple(out.shape), generator=generator, dtype=torch.complex64)
+    torch.autograd.backward(out, gs.to(device))
+    xd = x.clone().requires_grad_()
+    torch.autograd.backward(S.stft(xd, n_fft, hop, backend="torch", **kw), gs.to(torch.complex128))
+    assert_close(xg.grad, xd.grad, dtype="float32", rel_error=2e-6)
 
 
 @pytest.mark.parametrize(
@@ -809,7 +844,8 @@ def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator, monkeypa
     w = torch.hann_window(12)
     spec = torch.stft(x, 12, 3, window=w, return_complex=True)
     with stubbed_launches():
-        K._ola_launch.kernel = Recording()
+        launcher = K._ola_frames_launch if K.UNR_OLA_FRAMES else K._ola_launch
+        launcher.kernel = Recording()
         monkeypatch.setattr(_NoLaunch, "run", lambda self, *args: runs.append(args))
         for s in (spec, spec, spec[..., 1:], spec[..., 1:], spec):
             S.istft(s, 12, 3, window=w, length=100, backend="triton")

@@ -40,6 +40,13 @@ build(K._ola_unrolled_kernel, dict(ola, F=20, KIND=0, DIVIDE=False, PAIRED=False
       OUT_P2=16, LOG2_OUT=4, ROWS=2), ("scale",), num_warps=K.UNR_OLA_WARPS)
 build(K._stft_unrolled_kernel, dict(fwd, KIND=1, MODE=4, OUTPUT=0, TILE_OUT=True, F_P2=16, LOG2_F=4), floats,
       num_warps=warps)
+frames = dict(N=20, HOP=5, HAS_WINDOW=True, HOP_P2=8, LOG2_HOP=3, BLOCK_T=K.UNR_OLA_FRAMES_BLOCK)
+warps = K.UNR_OLA_FRAMES_WARPS
+ptx = build(K._ola_frames_kernel, dict(frames, F=11, KIND=1, DIVIDE=True, PAIRED=True), ("scale",),
+            num_warps=warps)
+assert "ld.global.v2" in ptx, "frame kernel: spectrum no longer loaded as 8-byte (re, im) pairs"
+build(K._ola_frames_kernel, dict(frames, F=20, KIND=0, DIVIDE=False, PAIRED=False), ("scale",),
+      num_warps=warps)
 print("compiled")
 """
 

@@ -5,14 +5,16 @@
 Two ways to compute the transform, chosen per call by :func:`use_dense` (a pure function of n_fft):
 
 * **dense** (n_fft <= 32, the iSTFTNet/Kokoro heads): one kernel per direction does everything.
-  The default family is *unrolled* (``_stft_unrolled_kernel`` / ``_ola_unrolled_kernel``): each
-  thread owns whole frames (forward) or whole output rows of ``hop`` samples (inverse), the DFT
-  basis is unrolled as compile-time FMA immediates (``_coef``: no basis loads, no padding of F or
-  N to tensor-core tiles, exact float32), the forward halves its work with the basis' even/odd
-  symmetry, and frames are gathered straight from the signal by strides (centre padding by index
-  mapping, no padded copy, no frame tensor). The inverse sums the ``ceil(n_fft/hop)`` frames covering
-  each row, divides by the window envelope computed on the fly and trims to ``length`` --
-  deterministic, no atomics, no frame buffer. The older *tiled* family (``_frame_dft_kernel`` /
+  The default family is *unrolled* (``_stft_unrolled_kernel`` / ``_ola_frames_kernel``): each
+  thread owns whole frames, the DFT basis is unrolled as compile-time FMA immediates (``_coef``: no
+  basis loads, no padding of F or N to tensor-core tiles, exact float32), both directions halve
+  their work with the basis' even/odd symmetry, and frames are gathered straight from the signal by
+  strides (centre padding by index mapping, no padded copy, no frame tensor). The inverse reads each
+  frame's spectrum once, forms its samples, and overlap-adds by shifting hop-long chunks across
+  threads (``tl.gather``); rows are divided by the window envelope computed on the fly and trimmed to
+  ``length`` -- deterministic, no atomics, no frame buffer. (``_ola_unrolled_kernel``, a thread per
+  output row summing the ``ceil(n_fft/hop)`` frames that cover it, remains as the comparison.)
+  The older *tiled* family (``_frame_dft_kernel`` /
   ``_ola_dft_kernel`` with a basis tensor, FMA outer products or ``tl.dot``) remains for the
   shapes the unrolled kernels do not take (overlap-add with ``ceil(n_fft/hop) > 5`` or hop > 32)
   and as the measured comparison (``DENSE_KERNEL = "tiled"``).
@@ -102,6 +104,17 @@ UNR_OLA_TILE_STORE = False
 #: GPU shared with a concurrent test run: 1 row 142.8 µs, 2 rows 166.0, 3 rows 194.3, 4 rows 228.5,
 #: 2 rows with tile stores 156.1 µs -- more rows lose (registers: 128 at 4 rows), so 1.
 UNR_OLA_ROWS = 1
+#: Overlap-add frame by frame (``_ola_frames_kernel``: each frame's spectrum read and transformed
+#: once, the overlap across threads through ``tl.gather``) instead of row by row
+#: (``_ola_unrolled_kernel``: each row reads its ``ceil(n_fft/hop)`` frames, 4 at hop = n_fft/4).
+#: H200, istft 64×240000 n_fft=20 hop=5, one process, two passes (torch.istft 881/864 µs): rows
+#: 128/4 142.2/141.6 µs; frames 64/2 119.6/119.0, 128/4 123.7/123.3, 256/4 129.7/129.8, 256/8
+#: 143.1/143.0; frames 128/4 with the spectrum loaded as one coalesced (frames, 32) tile split in
+#: registers 195.3/194.8 (31 layout conversions through shared memory; not kept). Tile: frames per
+#: program and warps.
+UNR_OLA_FRAMES = True
+UNR_OLA_FRAMES_BLOCK = 64
+UNR_OLA_FRAMES_WARPS = 2
 #: Launch the overlap-add through its cached compiled handle (``_CachedLaunch``): a repeated call
 #: skips ``JITFunction.run``'s argument binding and key hashing. On: measured on an H200 at ec7b8ee
 #: (batch-1 istft n_fft=20 hop=5 1×240000, do_bench, three interleaved passes in one process) 8.5 /
@@ -111,14 +124,18 @@ UNR_OLA_ROWS = 1
 #: checks for installed hooks.) ``test_cuda_istft_per_argument_class`` covers both settings.
 CACHED_LAUNCH = True
 #: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
-#: AccumulateGrad's copy (163 µs at 64×240000). Off: the one H200 run of this change measured the
-#: backward kernel at 308 µs writing torch.stft's frequency-fastest layout with per-bin 8-byte stores
-#: (90 µs contiguous), more than the copy it saves. Measured again at 5335111 (istft forward+backward,
-#: 64×240000, two passes): off 587 / 496 µs, on 778 / 701 µs, on with ``UNR_BWD_TILE_OUT`` 682 / 792 µs
-#: -- so both stay off.
+#: AccumulateGrad's copy (160 µs of GPU time at 64×240000 and the 61 MB the harness counts as extra
+#: memory). Off: no H200 run has shown it faster. The first measured the backward kernel at 308 µs
+#: writing torch.stft's frequency-fastest layout with per-bin 8-byte stores (90 µs contiguous), more
+#: than the copy it saves; the runs at 5335111 and 84a1499 (istft forward+backward, 64×240000, two
+#: passes each, one process) were host-bound and noisy -- at 84a1499 (frame kernel 64/2): off 899 /
+#: 617 µs, on 959 / 626, on with ``UNR_BWD_TILE_OUT`` 808 / 652 (extra memory 61.4 → 0.0 MB); under
+#: the profiler (off) the GPU was busy 371 µs of a 1020 µs iteration. The kernel time of the
+#: tile-store backward is not measured yet.
 GRAD_IN_INPUT_LAYOUT = False
 #: istft backward into a frequency-fastest gradient (torch.stft's layout): one coalesced tile store
-#: per program row instead of F stores ``F·8`` bytes apart. Measured slower (above); off.
+#: per program row instead of F stores ``F·8`` bytes apart (one layout conversion through shared
+#: memory, 8-byte stores; see above for its measurements). Off with ``GRAD_IN_INPUT_LAYOUT``.
 UNR_BWD_TILE_OUT = False
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
@@ -645,6 +662,59 @@ def _square(w, n: tl.constexpr):
     return w[n] * w[n]
 
 
+@triton.constexpr_function
+def _in_chunk(q, c, hop, n_fft):
+    return c < hop and q * hop + c < n_fft
+
+
+@triton.constexpr_function
+def _chunk_sample(q, c, hop):
+    return q * hop + c
+
+
+@triton.jit
+def _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N: tl.constexpr, F: tl.constexpr,
+                   PAIRED: tl.constexpr):  # fmt: skip
+    """Frames ``t`` of a real-layout spectrum (strides ``s0..s3`` = b, f, t, re/im; zeros where not
+    ``t_ok``) as ``F``-tuples of ``(Re X_k, Im X_k)`` vectors. PAIRED: ``s0..s2`` count complex
+    elements and each (re, im) pair is one 8-byte load."""
+    c2 = tl.arange(0, 2)
+    x_re = ()
+    x_im = ()
+    for k in tl.static_range(F):
+        if PAIRED:
+            pair = 2 * (b * s0 + k * s1 + t.to(tl.int64) * s2)
+            xy = tl.load(src_ptr + pair[:, None] + c2[None, :], mask=t_ok[:, None], other=0.0)
+            re, im = tl.split(xy.to(tl.float32))
+            x_re = x_re + (re,)
+            x_im = x_im + (im,)
+        else:
+            off = b * s0 + k * s1 + t.to(tl.int64) * s2
+            x_re = x_re + (tl.load(src_ptr + off, mask=t_ok, other=0.0).to(tl.float32),)
+            if k == 0 or 2 * k == N:
+                x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
+            else:
+                x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
+    return x_re, x_im
+
+
+@triton.jit
+def _even_odd(x_re, x_im, m: tl.constexpr, zero, N: tl.constexpr, F: tl.constexpr, KIND: tl.constexpr):
+    """``(Σ_k Re X_k·C[k, m], Σ_k Im X_k·S[k, m])`` for a sample ``m <= N/2``: frame sample ``m`` is
+    their sum and sample ``N - m`` their difference (``C`` even, ``S`` odd in n)."""
+    e = zero
+    o = zero
+    for k in tl.static_range(F):
+        cr = _coef(KIND, 0, N, k, m)
+        if cr != 0.0:
+            e += x_re[k] * cr
+        if _has_sine(m, N):
+            ci = _coef(KIND, 1, N, k, m)
+            if ci != 0.0:
+                o += x_im[k] * ci
+    return e, o
+
+
 @triton.jit
 def _ola_unrolled_kernel(
     src_ptr,
@@ -711,41 +781,18 @@ def _ola_unrolled_kernel(
     acc = ()
     for _i in tl.static_range(SLOTS):
         acc = acc + (zero,)
-    c2 = tl.arange(0, 2)
     for j in tl.static_range(_ola_count(ROWS, Q)):
         t = u0 + _ola_first(j, Q)
         t_ok = (t >= 0) & (t < T)
-        x_re = ()
-        x_im = ()
-        for k in tl.static_range(F):
-            if PAIRED:
-                pair = 2 * (b * s0 + k * s1 + t.to(tl.int64) * s2)
-                xy = tl.load(src_ptr + pair[:, None] + c2[None, :], mask=t_ok[:, None], other=0.0)
-                re, im = tl.split(xy.to(tl.float32))
-                x_re = x_re + (re,)
-                x_im = x_im + (im,)
-            else:
-                off = b * s0 + k * s1 + t.to(tl.int64) * s2
-                x_re = x_re + (tl.load(src_ptr + off, mask=t_ok, other=0.0).to(tl.float32),)
-                if k == 0 or 2 * k == N:
-                    x_im = x_im + (x_re[k],)  # S[k, n] = 0: never read (irfft ignores these parts)
-                else:
-                    x_im = x_im + (tl.load(src_ptr + off + s3, mask=t_ok, other=0.0).to(tl.float32),)
+        x_re, x_im = _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N, F, PAIRED)
         # Even and odd sums for the samples m <= N/2 this frame gives (placeholders elsewhere).
         ev = ()
         od = ()
         for m in tl.static_range(_n_even(N)):
-            e = zero
-            o = zero
             if _ola_needs(m, j, HOP, Q, N, ROWS):
-                for k in tl.static_range(F):
-                    cr = _coef(KIND, 0, N, k, m)
-                    if cr != 0.0:
-                        e += x_re[k] * cr
-                    if _has_sine(m, N):
-                        ci = _coef(KIND, 1, N, k, m)
-                        if ci != 0.0:
-                            o += x_im[k] * ci
+                e, o = _even_odd(x_re, x_im, m, zero, N, F, KIND)
+            else:
+                e, o = zero, zero
             ev = ev + (e,)
             od = od + (o,)
         new_acc = ()
@@ -785,6 +832,100 @@ def _ola_unrolled_kernel(
 
 
 _ola_launch = _CachedLaunch(_ola_unrolled_kernel)
+
+
+@triton.jit
+def _ola_frames_kernel(
+    src_ptr,
+    s0,
+    s1,
+    s2,
+    s3,
+    win_ptr,
+    out_ptr,
+    stride_ob,
+    T,
+    start,
+    n_out,
+    u_begin,
+    scale,
+    N: tl.constexpr,
+    F: tl.constexpr,
+    HOP: tl.constexpr,
+    KIND: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    DIVIDE: tl.constexpr,
+    PAIRED: tl.constexpr,
+    HOP_P2: tl.constexpr,
+    LOG2_HOP: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    """The overlap-add of ``_ola_unrolled_kernel`` (same arguments and result), frame by frame:
+    each thread owns one frame, loads its spectrum once and forms its ``N`` samples; the overlap-add
+    then shifts the frames' hop-long chunks across threads (``tl.gather``: the compiler converts the
+    chunk tiles through shared memory to a layout where the shift stays within a warp, then shuffles).
+
+    Thread ``i`` of a program owns frame ``t = u - (Q - 1) + i`` (``u`` the program's first output
+    row, ``Q = ceil(N/HOP)``); its chunk ``q`` (samples ``q·HOP + r``, ``r < HOP``, as a
+    ``(BLOCK_T, HOP_P2)`` tile) lands on output row ``t + q``. Row ``t`` sums chunk ``q`` of frame
+    ``t - q``, i.e. of thread ``i - q``; the first ``Q - 1`` threads' rows need frames of the
+    previous program, so programs overlap by ``Q - 1`` frames and those rows are left to it. Against
+    the row-by-row kernel each frame's spectrum is read once instead of ``Q`` times and each
+    even/odd sum is formed once (the row kernel forms it in each of the ``Q`` rows that use it).
+    """
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    Q: tl.constexpr = _ceil_div(N, HOP)
+    i = tl.arange(0, BLOCK_T)
+    t = u_begin + pid * (BLOCK_T - (Q - 1)) + i - (Q - 1)
+    t_ok = (t >= 0) & (t < T)
+    zero = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    x_re, x_im = _load_spectrum(src_ptr, b, t, t_ok, s0, s1, s2, s3, N, F, PAIRED)
+    ev = ()
+    od = ()
+    for m in tl.static_range(_n_even(N)):
+        e, o = _even_odd(x_re, x_im, m, zero, N, F, KIND)
+        ev = ev + (e,)
+        od = od + (o,)
+    w = ()
+    for n in tl.static_range(N):
+        if HAS_WINDOW:  # noqa: SIM108 (a kernel's constexpr branch, not a value choice)
+            w = w + (tl.load(win_ptr + n).to(tl.float32),)
+        else:
+            w = w + (1.0,)
+    r = tl.arange(0, HOP_P2)
+    acc = tl.zeros((BLOCK_T, HOP_P2), dtype=tl.float32)
+    for q in tl.static_range(Q):
+        vals = ()
+        for c in tl.static_range(HOP_P2):
+            if _in_chunk(q, c, HOP, N):
+                vals = vals + (_ola_add(zero, ev, od, w, N, _chunk_sample(q, c, HOP)),)
+            else:
+                vals = vals + (zero,)
+        chunk = _tree_join(vals, HOP_P2, LOG2_HOP)
+        if q == 0:
+            acc += chunk
+        else:
+            src = tl.broadcast_to(tl.maximum(i - q, 0)[:, None], (BLOCK_T, HOP_P2))
+            acc += tl.gather(chunk, src, axis=0)
+    y = acc * scale
+    if DIVIDE:
+        # The envelope Σ w[n]² over the frames of row t that exist.
+        env = tl.zeros((BLOCK_T, HOP_P2), dtype=tl.float32)
+        for q in tl.static_range(Q):
+            n = q * HOP + r
+            n_ok = (r < HOP) & (n < N)
+            wq = _load_window(win_ptr, n, n_ok, HAS_WINDOW)
+            valid = (t - q >= 0) & (t - q < T)
+            env += tl.where(valid[:, None], (wq * wq)[None, :], 0.0)
+        ok = env > _EPS
+        y = tl.where(ok, y / tl.where(ok, env, 1.0), y)
+    o = t.to(tl.int64)[:, None] * HOP + r[None, :] - start
+    mask = (i >= Q - 1)[:, None] & (r < HOP)[None, :] & (o >= 0) & (o < n_out)
+    tl.store(out_ptr + b * stride_ob + o, y, mask=mask)
+
+
+_ola_frames_launch = _CachedLaunch(_ola_frames_kernel)
 
 
 @triton.jit
@@ -1053,33 +1194,43 @@ def _power(spec_real: torch.Tensor, power: float) -> torch.Tensor:
 
 def _ola_unrolled_config(strides, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *, has_window, kind,
                          divide):  # fmt: skip
-    """The unrolled overlap-add's launch: ``(grid, source strides, trailing scalars, constexprs)``."""
-    rows_per_thread = UNR_OLA_ROWS
+    """The unrolled overlap-add's launch: ``(launcher, grid, source strides, trailing scalars,
+    constexprs, warps)`` -- the frame-by-frame kernel with ``UNR_OLA_FRAMES``, else the row kernel."""
     u_begin = start // hop
     rows = (start + n_out - 1) // hop + 1 - u_begin
-    block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
     s = tuple(strides)
     # (re, im) pairs as single 8-byte loads where the real layout allows it (a view_as_real of a
     # complex tensor always does): strides then go in complex units.
     paired = UNR_OLA_PAIRED and s[3] == 1 and not (s[0] % 2 or s[1] % 2 or s[2] % 2)
     if paired:
         s = (s[0] // 2, s[1] // 2, s[2] // 2, 1)
+    tail = (T, start, n_out, u_begin, float(scale))
+    common = dict(N=n_fft, F=n_bins, HOP=hop, KIND=kind, HAS_WINDOW=has_window, DIVIDE=divide, PAIRED=paired)
+    if UNR_OLA_FRAMES:
+        # Each program completes BLOCK_T - (Q - 1) rows (its first Q - 1 frames are the overlap).
+        warps = UNR_OLA_FRAMES_WARPS
+        block = _unrolled_block(UNR_OLA_FRAMES_BLOCK, rows, n_batch, warps)
+        hop_p2 = _p2(hop)
+        grid = (_cdiv(rows, block - _cdiv(n_fft, hop) + 1), n_batch)
+        constexprs = dict(common, HOP_P2=hop_p2, LOG2_HOP=hop_p2.bit_length() - 1, BLOCK_T=block)
+        return _ola_frames_launch, grid, s, tail, constexprs, warps
+    rows_per_thread = UNR_OLA_ROWS
+    block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
     out_p2 = _p2(rows_per_thread * hop)
     grid = (_cdiv(rows, block * rows_per_thread), n_batch)
-    constexprs = dict(N=n_fft, F=n_bins, HOP=hop, KIND=kind, HAS_WINDOW=has_window, DIVIDE=divide,
-                      PAIRED=paired, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2,
-                      LOG2_OUT=out_p2.bit_length() - 1, ROWS=rows_per_thread, BLOCK_U=block)  # fmt: skip
-    return grid, s, (T, start, n_out, u_begin, float(scale)), constexprs
+    constexprs = dict(common, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2, LOG2_OUT=out_p2.bit_length() - 1,
+                      ROWS=rows_per_thread, BLOCK_U=block)  # fmt: skip
+    return _ola_launch, grid, s, tail, constexprs, UNR_OLA_WARPS
 
 
 def _launch_ola_unrolled(src, strides, window, out, n_batch, n_fft, n_bins, hop, T, start, n_out, scale, *,
                          kind, divide):  # fmt: skip
-    grid, s, tail, constexprs = _ola_unrolled_config(
+    launch, grid, s, tail, constexprs, warps = _ola_unrolled_config(
         strides, n_batch, n_fft, n_bins, hop, T, start, n_out, scale,
         has_window=window is not None, kind=kind, divide=divide,
     )  # fmt: skip
     win = window if window is not None else out
-    _ola_launch(grid, (src, *s, win, out, out.stride(0), *tail), constexprs, UNR_OLA_WARPS)
+    launch(grid, (src, *s, win, out, out.stride(0), *tail), constexprs, warps)
 
 
 def _ola(
@@ -1559,10 +1710,13 @@ class IstftLaunch:
     ``(B, n_out)`` float32, as :func:`istft_forward`.
     """
 
-    __slots__ = ("constexprs", "device", "grid", "handles", "n_out", "shape", "strides", "tail", "window")
+    __slots__ = (
+        "constexprs", "device", "grid", "handles", "launcher", "n_out", "shape", "strides", "tail", "warps",
+        "window",
+    )  # fmt: skip
 
     def __init__(self, spec, window, config, n_out) -> None:
-        self.grid, self.strides, tail, self.constexprs = config
+        self.launcher, self.grid, self.strides, tail, self.constexprs, self.warps = config
         self.tail = (n_out, *tail)  # the output's row stride, then the scalars
         self.window, self.device, self.n_out = window, spec.device, n_out
         self.shape = (spec.shape[0], n_out)
@@ -1590,12 +1744,10 @@ class IstftLaunch:
         p_spec, p_window, p_out = spec.data_ptr(), window.data_ptr(), out.data_ptr()
         aligned = (p_spec & 15 == 0, p_window & 15 == 0, p_out & 15 == 0)
         pointers = (p_spec, *self.strides, p_window, p_out, *self.tail)
-        if not _ola_launch.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
+        if not self.launcher.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
             real = torch.view_as_real(spec) if spec.is_complex() else spec
             args = (real, *self.strides, window, out, *self.tail)
-            _ola_launch(
-                self.grid, args, self.constexprs, UNR_OLA_WARPS, handles=self.handles, aligned=aligned
-            )
+            self.launcher(self.grid, args, self.constexprs, self.warps, handles=self.handles, aligned=aligned)
         return out
 
 
