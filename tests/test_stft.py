@@ -697,6 +697,28 @@ def test_cuda_istft_per_argument_class(cached, monkeypatch, generator, cuda_devi
             assert_close(y.cpu(), ref, dtype="float32", rel_error=2e-6)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("cached", [False, True], ids=["jit-launch", "cached-launch"])
+def test_cuda_repeated_stft_and_istft_gradient(cached, monkeypatch, generator, cuda_device):
+    # Repeated calls reach the cached launches of the stft kernel (forward, and the istft backward
+    # with its defaulted constexprs) and of the envelope kernel: results equal float64 every time.
+    monkeypatch.setattr(K, "CACHED_LAUNCH", cached)
+    x = random_tensor((3, 1003), generator=generator)
+    w = torch.hann_window(20)
+    ref_spec = torch.stft(x.double(), 20, 5, window=w.double(), return_complex=True)
+    spec = ref_spec.to(torch.complex64)
+    g = random_tensor((3, 1003), generator=generator)
+    leaf = spec.clone().requires_grad_()
+    torch.istft(leaf.to(torch.complex128), 20, 5, window=w.double(), length=1003).backward(g.double())
+    ref_grad = leaf.grad
+    xc, wc, gc = x.to(cuda_device), w.to(cuda_device), g.to(cuda_device)
+    for _ in range(3):
+        assert_close(S.stft(xc, 20, 5, window=wc).cpu(), ref_spec, dtype="float32")
+        s = spec.to(cuda_device, copy=True).requires_grad_()
+        S.istft(s, 20, 5, window=wc, length=1003).backward(gc)
+        assert_close(s.grad.cpu(), ref_grad, dtype="float32")
+
+
 # ----------------------------------------------------------------------------------------------
 # The istft plan cache (nbxsig.stft._ISTFT_PLANS): a repeated call skips validation and dispatch,
 # so every fact a check or a choice reads must invalidate it.
@@ -864,6 +886,33 @@ def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator, monkeypa
     pointers, jit = runs[0][9 : 9 + len(jit_args[0])], jit_args[0]
     assert pointers[0] == spec.data_ptr() == jit[0].data_ptr() and pointers[5] == w.data_ptr()
     assert pointers[1:5] + pointers[7:] == jit[1:5] + jit[7:]
+
+
+@pytest.mark.parametrize("tile_out", [False, True])
+def test_cached_launches_pass_every_kernel_parameter(tile_out, generator, monkeypatch):
+    # Triton's compiled launcher takes every parameter of the kernel, constexprs included (it
+    # ignores their values, not their count): a cached launch of a kernel whose caller leaves
+    # defaulted constexprs out (the stft kernel's TILE_OUT, F_P2, LOG2_F) must pass their defaults.
+    from nbxsig.bench.host_overhead import _NoLaunch, stubbed_launches
+
+    monkeypatch.setattr(K, "UNR_BWD_TILE_OUT", tile_out)
+    runs = []
+    x = random_tensor((2, 160), generator=generator)
+    w = torch.hann_window(12)
+    spec = torch.stft(x, 12, 3, window=w, return_complex=True).requires_grad_()
+    with stubbed_launches():
+        monkeypatch.setattr(_NoLaunch, "run", lambda self, *args: runs.append(args))
+        launchers = [v for v in vars(K).values() if isinstance(v, K._CachedLaunch)]
+        for _ in range(2):  # the first call of each kernel goes through (stubbed) Triton
+            S.stft(x, 12, 3, window=w, backend="triton")  # the unrolled stft kernel
+            y = S.istft(spec, 12, 3, window=w, length=160, backend="triton")  # overlap-add
+            y.backward(torch.ones_like(y))  # envelope, unrolled kernel with MODE_SCALED
+            spec.grad = None
+        kernels = {len(c.params) for c in launchers}
+    # run(grid x, grid y, grid z, stream, function, metadata, launch metadata, 2 hooks, *parameters)
+    assert len(runs) >= 4 and all(len(args) - 9 in kernels for args in runs)
+    stft_params = len(K._stft_unrolled_launch.params)
+    assert sum(len(args) - 9 == stft_params for args in runs) >= 2  # stft forward and istft backward
 
 
 def test_host_overhead_bench_runs(monkeypatch, capsys):

@@ -41,6 +41,7 @@ which matters for the batch-1 iSTFT).
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import types
@@ -211,6 +212,8 @@ class _CachedLaunch:
     def __init__(self, kernel) -> None:
         self.kernel = kernel
         self.handles: dict = {}
+        # The kernel's parameters in signature order (the launcher takes all of them).
+        self.params = tuple(inspect.signature(kernel.fn).parameters.values())
         # Triton decides interpreted vs compiled when the kernel is defined (at import).
         self.interpreted = not isinstance(kernel, triton.runtime.JITFunction)
 
@@ -243,21 +246,27 @@ class _CachedLaunch:
         device = torch._C._cuda_getDevice()
         if handles is None:
             handles = self.handles
-            key = (device, num_warps, *constexprs.values(), *map(_arg_class, args))
+            key = (device, num_warps, *constexprs.items(), *map(_arg_class, args))
         else:
             key = (device, aligned)
-        handle = handles.get(key)
-        if handle is None:
+        entry = handles.get(key)
+        if entry is None:
             handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps)
-            handles[key] = handle.result() if hasattr(handle, "result") else handle  # async compile
+            handle = handle.result() if hasattr(handle, "result") else handle  # async compile
+            handles[key] = (handle, self._tail(len(args), constexprs))
             return
+        handle, tail = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
         handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
-                   None, None, *args, *constexprs.values())  # fmt: skip
+                   None, None, *args, *tail)  # fmt: skip
 
-    def launch_cached(
-        self, handles: dict, aligned: tuple[bool, ...], grid, pointers: tuple, constexprs
-    ) -> bool:
+    def _tail(self, n_args: int, constexprs: dict) -> tuple:
+        # Triton's launcher takes every parameter after the runtime ones too, in signature order:
+        # the constexprs passed, and the defaults of those left out (it ignores their values, but
+        # not their count). Fixed per handle key, whose constexprs it holds.
+        return tuple(constexprs.get(p.name, p.default) for p in self.params[n_args:])
+
+    def launch_cached(self, handles: dict, aligned: tuple[bool, ...], grid, pointers: tuple) -> bool:
         """Launch a prepared caller's kernel through the handle it cached (see ``handles`` above) and
         return True; False where there is none yet or the direct path is off (then launch with
         tensors through ``__call__``). ``pointers``: the arguments with each tensor replaced by its
@@ -267,12 +276,13 @@ class _CachedLaunch:
         if not self._direct():
             return False
         device = torch._C._cuda_getDevice()
-        handle = handles.get((device, aligned))
-        if handle is None:
+        entry = handles.get((device, aligned))
+        if entry is None:
             return False
+        handle, tail = entry
         stream = torch._C._cuda_getCurrentRawStream(device)
         handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
-                   None, None, *pointers, *constexprs.values())  # fmt: skip
+                   None, None, *pointers, *tail)  # fmt: skip
         return True
 
 
@@ -292,13 +302,13 @@ def _launch_stft_unrolled(src, strides, L, pad, hop, T, window, inv, out, out_st
     # A complex output's strides go in complex units (see the kernel); it is our own contiguous
     # (B, F, T, 2) allocation, so every real stride but the last is even.
     so = out_strides[:3] if output else tuple(s // 2 for s in out_strides[:3])
-    _stft_unrolled_kernel[grid](
-        src, strides[0], strides[1], L, pad, hop, T, win, inv if inv is not None else win, out,
-        so[0], so[1], so[2], scale, power,
-        N=n_fft, F=n_bins, KIND=kind, MODE=mode, HAS_WINDOW=window is not None, OUTPUT=output,
-        BLOCK_T=block, num_warps=UNR_FWD_WARPS,
-        **(dict(TILE_OUT=True, F_P2=_p2(n_bins), LOG2_F=_p2(n_bins).bit_length() - 1) if tile_out else {}),
-    )  # fmt: skip
+    args = (src, strides[0], strides[1], L, pad, hop, T, win, inv if inv is not None else win, out,
+            so[0], so[1], so[2], scale, power)  # fmt: skip
+    constexprs = dict(N=n_fft, F=n_bins, KIND=kind, MODE=mode, HAS_WINDOW=window is not None, OUTPUT=output,
+                      BLOCK_T=block)  # fmt: skip
+    if tile_out:
+        constexprs.update(TILE_OUT=True, F_P2=_p2(n_bins), LOG2_F=_p2(n_bins).bit_length() - 1)
+    _stft_unrolled_launch(grid, args, constexprs, UNR_FWD_WARPS)
 
 
 @lru_cache(maxsize=64)
@@ -635,6 +645,10 @@ def _upper(n, n_fft):
 @triton.constexpr_function
 def _half(n, level):
     return n >> (level + 1)
+
+
+# stft forward, istft backward (n_fft <= 32): small calls are host-bound, see _CachedLaunch.
+_stft_unrolled_launch = _CachedLaunch(_stft_unrolled_kernel)
 
 
 @triton.jit
@@ -1076,6 +1090,9 @@ def _inv_envelope_kernel(
     tl.store(out_ptr + p, inv, mask=m)
 
 
+_envelope_launch = _CachedLaunch(_inv_envelope_kernel)
+
+
 @triton.jit
 def _power_kernel(src_ptr, out_ptr, numel, power, OUTPUT: tl.constexpr, BLOCK: tl.constexpr):
     """``out[i] = (re² + im²)^(power/2)`` over a contiguous interleaved complex buffer."""
@@ -1385,16 +1402,11 @@ def _inv_envelope(window: torch.Tensor | None, n_fft: int, hop: int, T: int, dev
     out = empty_output((total,), dtype=torch.float32, device=device)
     block = 1024
     win = window if window is not None else out
-    _inv_envelope_kernel[(_cdiv(total, block),)](
-        win,
-        out,
-        n_fft,
-        hop,
-        T,
-        total,
-        N_TERMS=_cdiv(n_fft, hop),
-        HAS_WINDOW=window is not None,
-        BLOCK=block,
+    _envelope_launch(
+        (_cdiv(total, block), 1),
+        (win, out, n_fft, hop, T, total),
+        dict(N_TERMS=_cdiv(n_fft, hop), HAS_WINDOW=window is not None, BLOCK=block),
+        4,
     )
     return out
 
@@ -1744,7 +1756,7 @@ class IstftLaunch:
         p_spec, p_window, p_out = spec.data_ptr(), window.data_ptr(), out.data_ptr()
         aligned = (p_spec & 15 == 0, p_window & 15 == 0, p_out & 15 == 0)
         pointers = (p_spec, *self.strides, p_window, p_out, *self.tail)
-        if not self.launcher.launch_cached(self.handles, aligned, self.grid, pointers, self.constexprs):
+        if not self.launcher.launch_cached(self.handles, aligned, self.grid, pointers):
             real = torch.view_as_real(spec) if spec.is_complex() else spec
             args = (real, *self.strides, window, out, *self.tail)
             self.launcher(self.grid, args, self.constexprs, self.warps, handles=self.handles, aligned=aligned)
