@@ -117,15 +117,20 @@ def test_many_splits_and_determinism(generator, device):
     assert_close(a, _naive(q, k, v), dtype=torch.float16)
 
 
-def test_merge_in_several_chunks(generator, device):
+def test_merge_in_several_chunks(generator, device, monkeypatch):
     # G=4, Dv=128: the merge takes 16 splits per chunk, and T=1300 has 21 splits of 64.
     q = random_tensor((1, 4, 128), generator=generator, device=device)
     k = random_tensor((1, 1, 1300, 128), generator=generator, device=device)
     v = random_tensor((1, 1, 1300, 128), generator=generator, device=device)
     assert K.split_config(1, 1, 4, 1300, 128, 128).n_splits == 21
     lengths = torch.tensor([1234], device=device)
-    out = decode_attention(q, k, v, lengths=lengths, backend="triton")
-    assert_close(out, _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
+    outs = []
+    for unroll in (False, True):
+        monkeypatch.setattr(K, "UNROLL_MERGE", unroll)
+        outs.append(decode_attention(q, k, v, lengths=lengths, backend="triton"))
+        assert_close(outs[-1], _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
+    # Unrolling the chunk loop changes when loads are issued, never the order of the sums.
+    assert torch.equal(outs[0], outs[1])
 
 
 def test_mask_free_path(generator, device):

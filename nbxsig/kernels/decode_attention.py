@@ -36,6 +36,7 @@ LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
 _TARGET_PROGRAMS = 256  # ~2 per SM on a 132-SM H100/H200 (H200 sweep: 256 beat 512 and 1024)
 _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail short
+UNROLL_MERGE = False  # merge chunks unrolled (loads of all chunks in flight together); benchmark switch
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ def _split_kernel(
     MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
+    UNROLL_MERGE: tl.constexpr,
 ):
     bh = tl.program_id(0)
     sp = tl.program_id(1)
@@ -230,6 +232,7 @@ def _split_kernel(
                 MERGE_G,
                 BLOCK_S,
                 CHUNK,
+                UNROLL_MERGE,
             )
             tl.atomic_xchg(count_ptr + bh, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
@@ -252,6 +255,7 @@ def _merge(
     MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):
     """The ``G`` heads of one (row, KV head): merge their ``N_SPLITS`` partials in a fixed order.
 
@@ -270,28 +274,50 @@ def _merge(
     m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)  # no valid key anywhere: weights 0, output 0
     l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
     l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe[:, None]), axis=1)
-    # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order.
+    # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order. Unrolled, every
+    # chunk's loads can be in flight at once (they do not depend on each other).
     o = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
-    for c in range(0, BLOCK_S, CHUNK):
-        sidx = c + tl.arange(0, CHUNK)
-        mask = g_mask[:, None] & (sidx < N_SPLITS)[None, :]
-        rows = base[:, None] + sidx[None, :]  # (MERGE_G, CHUNK)
-        w = tl.exp2(
-            tl.load(ml_ptr + rows * 2, mask=mask, other=float("-inf"), cache_modifier=".cg") - m_safe[:, None]
-        )
-        a = tl.load(
-            acc_ptr + rows[:, :, None] * BLOCK_DV + dv[None, None, :],
-            mask=mask[:, :, None],
-            other=0.0,
-            cache_modifier=".cg",
-        )
-        o += tl.sum(a * w[:, :, None], axis=1)
+    if UNROLL:
+        for c in tl.static_range(0, BLOCK_S, CHUNK):
+            o += _merge_chunk(acc_ptr, ml_ptr, base, g_mask, m_safe, dv, c, N_SPLITS, BLOCK_DV, CHUNK)
+    else:
+        for c in range(0, BLOCK_S, CHUNK):
+            o += _merge_chunk(acc_ptr, ml_ptr, base, g_mask, m_safe, dv, c, N_SPLITS, BLOCK_DV, CHUNK)
     out = tl.where(l_sum[:, None] > 0, o / tl.where(l_sum > 0, l_sum, 1.0)[:, None], 0.0)
     tl.store(
         out_ptr + b * stride_ob + hq[:, None] * stride_oh + dv[None, :] * stride_od,
         out.to(out_ptr.dtype.element_ty),
         mask=g_mask[:, None] & (dv[None, :] < DV),
     )
+
+
+@triton.jit
+def _merge_chunk(
+    acc_ptr,
+    ml_ptr,
+    base,
+    g_mask,
+    m_safe,
+    dv,
+    c,
+    N_SPLITS: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """``Σ_s acc_s·2^(m_s - M)`` over splits ``c .. c + CHUNK - 1`` of each head, ``(MERGE_G, BLOCK_DV)``."""
+    sidx = c + tl.arange(0, CHUNK)
+    mask = g_mask[:, None] & (sidx < N_SPLITS)[None, :]
+    rows = base[:, None] + sidx[None, :]  # (MERGE_G, CHUNK)
+    w = tl.exp2(
+        tl.load(ml_ptr + rows * 2, mask=mask, other=float("-inf"), cache_modifier=".cg") - m_safe[:, None]
+    )
+    a = tl.load(
+        acc_ptr + rows[:, :, None] * BLOCK_DV + dv[None, None, :],
+        mask=mask[:, :, None],
+        other=0.0,
+        cache_modifier=".cg",
+    )
+    return tl.sum(a * w[:, :, None], axis=1)
 
 
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
@@ -376,6 +402,7 @@ def decode_attention(
         MERGE_G=merge_g,
         BLOCK_S=block_s,
         CHUNK=chunk,
+        UNROLL_MERGE=UNROLL_MERGE,
         num_warps=cfg.num_warps,
         # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
         num_stages=cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2),
