@@ -1,15 +1,15 @@
 """Config sweep of decode attention and the int4 GEMV (a tuning tool, not a ``nbxsig bench`` suite).
 
 ``python -m nbxsig.bench.quant_sweep [--jobs 12] [--compile-only] [--markdown FILE]`` on a GPU:
-compiles every candidate
-in parallel worker processes (Triton's on-disk cache is shared, so the timing process then only loads
-them), then times each one as the ``quant`` suite's "back to back in one CUDA graph" rows do: one
-graph of several calls over operand copies that together exceed L2, per-call time, torch's baseline
-(SDPA / tinygemm) in the same process. Rows: the default config with the capture counter arena on and
-off (``_splitsum.CAPTURE_ARENA``: off = one memset node per call), the merge unrolled or not
-(``decode_attention.UNROLL_MERGE``), and split/tile/stage variants, each with its relative error
-against a float64 (GEMV: float64 on the dequantized weight) reference. Each row is printed as it is
-measured, so a time limit loses only the rows after it.
+compiles every candidate in parallel worker processes (Triton's on-disk cache is shared, so the
+timing process then only loads them), then times each one as the ``quant`` suite's "back to back
+in one CUDA graph" rows do: one graph of several calls over operand copies that together exceed
+L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows: the default
+config with the capture counter arena on and off (``_splitsum.CAPTURE_ARENA``; off = one memset
+node per call), the merge unrolled or not (``decode_attention.UNROLL_MERGE``), and split, tile
+and stage variants, each with its relative error against a float64 reference (GEMV: on the
+dequantized weight). Each row is printed as it is measured, so a time limit loses only the rows
+after it.
 """
 
 from __future__ import annotations
