@@ -42,12 +42,13 @@ def test_gpu_captured_split_kernels_match_eager(arena, generator, cuda_device, m
         return a, b, int4_linear(x, w, backend="triton"), int4_linear(x * 2, w, backend="triton")
 
     want = step()
-    before = _splitsum._ARENAS[cuda_device][1] if cuda_device in _splitsum._ARENAS else None
+    dev = q.device  # "cuda:0": the arena is keyed by the tensors' device, which carries the index
+    before = _splitsum._ARENAS[dev][1] if arena else None
     g1, out1 = _capture(step)
     g2, out2 = _capture(step)
     if arena:
         # Four launches per capture, each on counters of its own.
-        assert _splitsum._ARENAS[cuda_device][1] >= before + 8 * _splitsum._ALIGN
+        assert _splitsum._ARENAS[dev][1] >= before + 8 * _splitsum._ALIGN
     for _ in range(3):
         g1.replay()
         g2.replay()

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.insert(1, (None, default_unroll, not default_arena))
         for var, unroll, arena in rows:
             label = "default" if var is None else "split {} bt{} w{} s{}".format(*var)
-            label += f"{' unrolled merge' if unroll else ''}{'' if arena else ' memset counters'}"
+            label += f"{' unrolled merge' if unroll else ''}{' arena' if arena else ' memset'} counters"
             try:
                 fn = _call("attn", (b, t), var, unroll, None)
                 err = rel(fn(q, k, v), ref)
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.insert(1, (None, not default_arena))
         for var, arena in rows:
             label = "default" if var is None else "R{} N{} w{} s{} split {}".format(*var)
-            label += "" if arena else " memset counters"
+            label += " arena counters" if arena else " memset counters"
             try:
                 fn = _call("gemv", (kk, n), var, False, None)
                 err = rel(fn(x, qw), ref)

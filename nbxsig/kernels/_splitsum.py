@@ -12,7 +12,7 @@ stream) is reused: launches on one stream never overlap. Inside CUDA-graph captu
 call gets counters of its own that no other call, graph or stream ever uses, so graphs never share
 counters with each other or with eager calls on other streams:
 
-- with ``CAPTURE_ARENA`` (and after one eager call on the device), a slice of a per-device arena
+- with ``CAPTURE_ARENA`` (after one eager call on the device with it on), a slice of a per-device arena
   that was zeroed once, eagerly, before any capture could use it. Slices are handed out once and never
   reused (a few bytes per captured launch), and a graph's launches are ordered behind its previous
   launches (CUDA never runs one graph exec concurrently with itself), so the slice is zero at the
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 _MIN_COUNTERS = 4096
-CAPTURE_ARENA = True
+CAPTURE_ARENA = False  # opt-in until a GPU run measures it (bench.quant_sweep has the rows)
 _ARENA_COUNTERS = 1 << 18  # 1 MiB per device: ~16k captured launches of typical grids
 _ALIGN = 32  # slices start on 128-byte lines: no two launches' counters share a cache line
 # device -> [arena, next free counter]; slices are never given back.
