@@ -6,7 +6,7 @@ timing process then only loads them), then times each one as the ``quant`` suite
 in one CUDA graph" rows do: one graph of several calls over operand copies that together exceed
 L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows: the default
 config with the capture counter arena on and off (``_splitsum.CAPTURE_ARENA``; off = one memset
-node per call), the merge unrolled or not (``decode_attention.UNROLL_MERGE``), and split, tile
+node per call), the chunked or the online merge (``decode_attention.ONLINE_MERGE``), and split, tile
 and stage variants, each with its relative error against a float64 reference (GEMV: on the
 dequantized weight). Each row is printed as it is measured, so a time limit loses only the rows
 after it.
@@ -109,15 +109,15 @@ def _jobs():
     jobs = []
     for (b, t), variants in ATTN.items():
         for v in variants:
-            for unroll in (False, True) if b == 1 else (False,):
-                jobs.append(("attn", (b, t), v, unroll))
+            for online in (False, True) if b == 1 or v is None else (False,):
+                jobs.append(("attn", (b, t), v, online))
     for (k, n), variants in GEMV.items():
         for v in variants:
             jobs.append(("gemv", (k, n), v, False))
     return jobs
 
 
-def _call(kind, shape, v, unroll, ops):
+def _call(kind, shape, v, online, ops):
     """``fn()`` for one job on operands ``ops``."""
     from ..kernels import decode_attention as K
     from ..kernels import int4_gemv as G
@@ -127,7 +127,7 @@ def _call(kind, shape, v, unroll, ops):
         cfg = _split_config(b, t, v)
 
         def fn(q, k, val):
-            K.UNROLL_MERGE = unroll  # read at launch: set before every call
+            K.ONLINE_MERGE = online  # read at launch: set before every call
             return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
 
         return fn
@@ -137,9 +137,9 @@ def _call(kind, shape, v, unroll, ops):
 
 def _compile(jobs) -> None:
     device = torch.device("cuda")
-    for kind, shape, v, unroll in jobs:
+    for kind, shape, v, online in jobs:
         ops = _attn_operands(*shape, device) if kind == "attn" else _gemv_operands(*shape, device)
-        fn = _call(kind, shape, v, unroll, ops)
+        fn = _call(kind, shape, v, online, ops)
         fn(*ops)
         torch.cuda.synchronize()
 
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
 
     emit(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton.__version__}")
     emit("\n| case | variant | calls | µs/call | torch µs/call | rel. error |\n|---|---|---:|---:|---:|---:|")
-    default_unroll, default_arena = K.UNROLL_MERGE, _splitsum.CAPTURE_ARENA
+    default_online, default_arena = K.ONLINE_MERGE, _splitsum.CAPTURE_ARENA
     for (b, t), variants in ATTN.items():
         q, k, v = _attn_operands(b, t, device)
         nbytes = 2 * (k.numel() + v.numel() + 2 * q.numel())
@@ -216,13 +216,17 @@ def main(argv: list[str] | None = None) -> None:
         )
         torch_us = bench(sdpa, calls)
         name = f"attn B={b} T={t}"
-        rows = [(v_, u, default_arena) for v_ in variants for u in ((False, True) if b == 1 else (False,))]
-        rows.insert(1, (None, default_unroll, not default_arena))
-        for var, unroll, arena in rows:
+        rows = [
+            (v_, o, default_arena)
+            for v_ in variants
+            for o in ((False, True) if b == 1 or v_ is None else (False,))
+        ]
+        rows.insert(1, (None, default_online, not default_arena))
+        for var, online, arena in rows:
             label = "default" if var is None else "split {} bt{} w{} s{}".format(*var)
-            label += f"{' unrolled merge' if unroll else ''}{' arena' if arena else ' memset'} counters"
+            label += f"{' online merge' if online else ''}{' arena' if arena else ' memset'} counters"
             try:
-                fn = _call("attn", (b, t), var, unroll, None)
+                fn = _call("attn", (b, t), var, online, None)
                 err = rel(fn(q, k, v), ref)
                 _splitsum.CAPTURE_ARENA = arena
                 replay = _graphed(
@@ -234,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
             except Exception as exc:  # one failing variant must not cost the others
                 _splitsum.CAPTURE_ARENA = default_arena
                 emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | |")
-        K.UNROLL_MERGE = default_unroll
+        K.ONLINE_MERGE = default_online
         del caches, sdpa
         torch.cuda.empty_cache()
     for (kk, n), variants in GEMV.items():
