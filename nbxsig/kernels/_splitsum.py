@@ -8,9 +8,17 @@ result is deterministic, and the whole op is one launch (a second "combine" kern
 on the host and a kernel boundary on the GPU).
 
 The counters must be zero before a launch. Kernels leave them zero, so one buffer per (device,
-stream) is reused: launches on one stream never overlap. Inside CUDA-graph capture each call gets
-its own zeroed buffer instead (allocated from the graph's pool, zeroed by a memset node on every
-replay), so graphs never share counters with each other or with eager calls on other streams.
+stream) is reused: launches on one stream never overlap. Inside CUDA-graph capture each captured
+call gets counters of its own that no other call, graph or stream ever uses, so graphs never share
+counters with each other or with eager calls on other streams:
+
+- with ``CAPTURE_ARENA`` (after one eager call on the device with it on), a slice of a per-device arena
+  that was zeroed once, eagerly, before any capture could use it. Slices are handed out once and never
+  reused (a few bytes per captured launch), and a graph's launches are ordered behind its previous
+  launches (CUDA never runs one graph exec concurrently with itself), so the slice is zero at the
+  start of every replay. No extra graph node.
+- otherwise (arena off, not created yet, or used up) a fresh buffer from the graph's pool, zeroed by
+  a memset node on every replay: one more node per call in the graph.
 """
 
 from __future__ import annotations
@@ -18,6 +26,11 @@ from __future__ import annotations
 import torch
 
 _MIN_COUNTERS = 4096
+CAPTURE_ARENA = False  # opt-in until a GPU run measures it (bench.quant_sweep has the rows)
+_ARENA_COUNTERS = 1 << 18  # 1 MiB per device: ~16k captured launches of typical grids
+_ALIGN = 32  # slices start on 128-byte lines: no two launches' counters share a cache line
+# device -> [arena, next free counter]; slices are never given back.
+_ARENAS: dict[torch.device, list] = {}
 # (device, stream handle) -> buffers; older, smaller buffers stay referenced because a launch still
 # in flight may use them.
 _CACHE: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
@@ -28,7 +41,16 @@ def zeroed_counters(n: int, device: torch.device) -> torch.Tensor:
     if device.type != "cuda":  # the interpreter runs programs one after another: nothing to share
         return torch.zeros(n, dtype=torch.int32, device=device)
     if torch.cuda.is_current_stream_capturing():
+        arena = _ARENAS.get(device) if CAPTURE_ARENA else None
+        if arena is not None and arena[1] + n <= arena[0].numel():
+            start = arena[1]
+            arena[1] = start + -(-n // _ALIGN) * _ALIGN
+            return arena[0][start : start + n]
         return torch.zeros(n, dtype=torch.int32, device=device)
+    if CAPTURE_ARENA and device not in _ARENAS:
+        # Created outside capture and waited for once, so no replay can start before it is zero.
+        _ARENAS[device] = [torch.zeros(_ARENA_COUNTERS, dtype=torch.int32, device=device), 0]
+        torch.cuda.synchronize(device)
     key = (device, torch.cuda.current_stream(device).cuda_stream)
     buffers = _CACHE.get(key)
     if buffers is None or buffers[-1].numel() < n:

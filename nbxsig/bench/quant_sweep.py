@@ -1,0 +1,280 @@
+"""Config sweep of decode attention and the int4 GEMV (a tuning tool, not a ``nbxsig bench`` suite).
+
+``python -m nbxsig.bench.quant_sweep [--jobs 12] [--compile-only] [--markdown FILE]`` on a GPU:
+compiles every candidate in parallel worker processes (Triton's on-disk cache is shared, so the
+timing process then only loads them), then times each one as the ``quant`` suite's "back to back
+in one CUDA graph" rows do: one graph of several calls over operand copies that together exceed
+L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows: the default
+config with the capture counter arena on and off (``_splitsum.CAPTURE_ARENA``; off = one memset
+node per call), the chunked or the online merge (``decode_attention.ONLINE_MERGE``), and split, tile
+and stage variants, each with its relative error against a float64 reference (GEMV: on the
+dequantized weight). Each row is printed as it is measured, so a time limit loses only the rows
+after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import time
+
+import torch
+
+HQ, HKV, D = 32, 8, 128
+# (B, T) -> [(split, block_t, num_warps, num_stages)]; None = the shape's default (split_config).
+ATTN = {
+    (1, 4096): [
+        None,
+        (128, 64, 4, 2),
+        (128, 64, 4, 3),
+        (64, 64, 4, 2),
+        (256, 64, 4, 2),
+        (256, 64, 4, 3),
+        (256, 64, 4, 4),
+        (256, 64, 8, 3),
+        (128, 32, 4, 3),
+        (128, 32, 4, 4),
+        (256, 32, 4, 4),
+        (512, 64, 4, 3),
+    ],
+    (1, 32768): [
+        None,
+        (1024, 64, 4, 3),
+        (1024, 64, 4, 2),
+        (2048, 64, 4, 3),
+        (2048, 64, 4, 4),
+        (512, 64, 4, 3),
+        (512, 64, 4, 4),
+        (1024, 32, 4, 4),
+        (1024, 64, 8, 3),
+        (2048, 128, 8, 2),
+        (2048, 64, 4, 2),
+    ],
+    (16, 4096): [None, (2048, 64, 4, 3), (1024, 64, 4, 3), (4096, 64, 4, 4), (4096, 64, 4, 3)],
+    (64, 2048): [None, (2048, 64, 4, 3)],
+}
+# (K, N) -> [(block_r, block_n, num_warps, num_stages, split_rows)]; None = gemv_config's default.
+GEMV = {
+    (4096, 11008): [
+        None,
+        (16, 128, 4, 3, 32),
+        (16, 128, 4, 2, 64),
+        (16, 128, 8, 2, 32),
+        (16, 256, 8, 2, 32),
+        (32, 128, 4, 2, 64),
+        (8, 128, 4, 2, 32),
+        (8, 256, 4, 2, 16),
+    ],
+    (4096, 4096): [None, (16, 128, 4, 2, 16), (8, 128, 4, 2, 16), (16, 128, 8, 2, 32), (8, 256, 4, 2, 16)],
+    (11008, 4096): [None, (16, 128, 4, 2, 64), (16, 128, 8, 2, 32), (8, 128, 4, 2, 32), (32, 128, 4, 2, 64)],
+}
+
+
+def _split_config(b, t, v):
+    from ..kernels import decode_attention as K
+
+    if v is None:
+        return None
+    split, bt, warps, stages = v
+    return K.SplitConfig(split, -(-t // split), bt, 16, D, D, num_warps=warps, num_stages=stages)
+
+
+def _gemv_config(v):
+    from ..kernels import int4_gemv as G
+
+    if v is None:
+        return None
+    br, bn, warps, stages, split = v
+    return G.GemvConfig(1, br, bn, num_warps=warps, num_stages=stages, split_rows=split)
+
+
+def _attn_operands(b, t, device):
+    g = torch.Generator(device=device).manual_seed(b * t)  # on the device: B=64 T=2048 is 134M values
+    q = torch.randn(b, HQ, D, generator=g, device=device, dtype=torch.float16)
+    k = torch.randn(b, HKV, t, D, generator=g, device=device, dtype=torch.float16)
+    v = torch.randn(b, HKV, t, D, generator=g, device=device, dtype=torch.float16)
+    return q, k, v
+
+
+def _gemv_operands(k, n, device):
+    from ..quant import quantize_int4
+
+    g = torch.Generator(device=device).manual_seed(k + n)
+    qw = quantize_int4(torch.randn(n, k, generator=g, device=device), 128)
+    x = torch.randn(1, k, generator=g, device=device, dtype=torch.bfloat16)
+    return x, qw
+
+
+def _jobs():
+    jobs = []
+    for (b, t), variants in ATTN.items():
+        for v in variants:
+            for online in (False, True) if b == 1 or v is None else (False,):
+                jobs.append(("attn", (b, t), v, online))
+    for (k, n), variants in GEMV.items():
+        for v in variants:
+            jobs.append(("gemv", (k, n), v, False))
+    return jobs
+
+
+def _call(kind, shape, v, online, ops):
+    """``fn()`` for one job on operands ``ops``."""
+    from ..kernels import decode_attention as K
+    from ..kernels import int4_gemv as G
+
+    if kind == "attn":
+        b, t = shape
+        cfg = _split_config(b, t, v)
+
+        def fn(q, k, val):
+            K.ONLINE_MERGE = online  # read at launch: set before every call
+            return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
+
+        return fn
+    cfg = _gemv_config(v)
+    return lambda x, w: G.int4_gemv(x, w.packed, w.scales, w.mins, 128, config=cfg)
+
+
+def _compile(jobs) -> None:
+    device = torch.device("cuda")
+    for kind, shape, v, online in jobs:
+        ops = _attn_operands(*shape, device) if kind == "attn" else _gemv_operands(*shape, device)
+        fn = _call(kind, shape, v, online, ops)
+        fn(*ops)
+        torch.cuda.synchronize()
+
+
+def _graphed(fns):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            for fn in fns:
+                fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in fns:
+            fn()
+    return graph.replay
+
+
+def main(argv: list[str] | None = None) -> None:
+    import triton.testing
+
+    from ..kernels import _splitsum
+    from ..kernels import decode_attention as K
+    from ..quant import Int4Weight, dequantize_int4
+    from ..reference.attention import decode_attention as reference
+    from .quant import _chain_copies, _tinygemm
+
+    parser = argparse.ArgumentParser(prog="python -m nbxsig.bench.quant_sweep", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=12, help="parallel compile processes (0: none)")
+    parser.add_argument("--compile-only", action="store_true", help="compile every variant, time nothing")
+    parser.add_argument("--markdown", help="append the rows to this file")
+    args = parser.parse_args(argv)
+    jobs = _jobs()
+    t0 = time.time()
+    if args.jobs > 1:
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(args.jobs) as pool:
+            pool.map(_compile, [jobs[i :: args.jobs] for i in range(args.jobs)])
+    print(f"compiled {len(jobs)} variants in {time.time() - t0:.0f} s", flush=True)
+    if args.compile_only:
+        return
+    device = torch.device("cuda")
+
+    def emit(text):
+        print(text, flush=True)
+        if args.markdown:
+            with open(args.markdown, "a", encoding="utf-8") as f:
+                f.write(text + "\n")
+
+    def bench(fn, calls):
+        return 1e3 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") / calls
+
+    def rel(out, ref):
+        return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+    emit(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton.__version__}")
+    emit("\n| case | variant | calls | µs/call | torch µs/call | rel. error |\n|---|---|---:|---:|---:|---:|")
+    default_online, default_arena = K.ONLINE_MERGE, _splitsum.CAPTURE_ARENA
+    for (b, t), variants in ATTN.items():
+        q, k, v = _attn_operands(b, t, device)
+        nbytes = 2 * (k.numel() + v.numel() + 2 * q.numel())
+        copies, calls = _chain_copies(nbytes, device)
+        caches = [(k, v)] + [(k.clone(), v.clone()) for _ in range(copies - 1)]
+        ref = reference(q.double(), k.double(), v.double(), scale=D**-0.5)
+        q4 = q[:, :, None]
+        sdpa = _graphed(
+            [
+                lambda kv=caches[i % copies], q4=q4: torch.nn.functional.scaled_dot_product_attention(
+                    q4, *kv, enable_gqa=True
+                )
+                for i in range(calls)
+            ]
+        )
+        torch_us = bench(sdpa, calls)
+        name = f"attn B={b} T={t}"
+        rows = [
+            (v_, o, default_arena)
+            for v_ in variants
+            for o in ((False, True) if b == 1 or v_ is None else (False,))
+        ]
+        rows.insert(1, (None, default_online, not default_arena))
+        for var, online, arena in rows:
+            label = "default" if var is None else "split {} bt{} w{} s{}".format(*var)
+            label += f"{' online merge' if online else ''}{' arena' if arena else ' memset'} counters"
+            try:
+                fn = _call("attn", (b, t), var, online, None)
+                err = rel(fn(q, k, v), ref)
+                _splitsum.CAPTURE_ARENA = arena
+                replay = _graphed(
+                    [lambda kv=caches[i % copies], fn=fn, q=q: fn(q, *kv) for i in range(calls)]
+                )
+                _splitsum.CAPTURE_ARENA = default_arena
+                us = bench(replay, calls)
+                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} |")
+            except Exception as exc:  # one failing variant must not cost the others
+                _splitsum.CAPTURE_ARENA = default_arena
+                emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | |")
+        K.ONLINE_MERGE = default_online
+        del caches, sdpa
+        torch.cuda.empty_cache()
+    for (kk, n), variants in GEMV.items():
+        x, qw = _gemv_operands(kk, n, device)
+        nbytes = qw.nbytes() + 2 * kk + 2 * n
+        copies, calls = _chain_copies(nbytes, device)
+        weights = [qw] + [
+            Int4Weight(qw.packed.clone(), qw.scales.clone(), qw.mins.clone(), qw.group_size, qw.shape)
+            for _ in range(copies - 1)
+        ]
+        ref = x.double() @ dequantize_int4(qw).double().t()
+        tiny = [_tinygemm(kk, n, 128, device) for _ in range(copies)]
+        torch_us = (
+            bench(_graphed([tiny[i % copies] for i in range(calls)]), calls) if tiny[0] else float("nan")
+        )
+        name = f"int4 GEMV 1×{kk} @ {kk}×{n}"
+        rows = [(v_, default_arena) for v_ in variants]
+        rows.insert(1, (None, not default_arena))
+        for var, arena in rows:
+            label = "default" if var is None else "R{} N{} w{} s{} split {}".format(*var)
+            label += " arena counters" if arena else " memset counters"
+            try:
+                fn = _call("gemv", (kk, n), var, False, None)
+                err = rel(fn(x, qw), ref)
+                _splitsum.CAPTURE_ARENA = arena
+                replay = _graphed([lambda w=weights[i % copies], fn=fn, x=x: fn(x, w) for i in range(calls)])
+                _splitsum.CAPTURE_ARENA = default_arena
+                us = bench(replay, calls)
+                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} |")
+            except Exception as exc:
+                _splitsum.CAPTURE_ARENA = default_arena
+                emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | |")
+        del weights, tiny
+        torch.cuda.empty_cache()
+    print(f"sweep done in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
