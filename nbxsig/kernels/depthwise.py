@@ -65,6 +65,10 @@ _FUSED_SEP_MAX_TAPS = 8
 # sm_90 the looped band compiles to a runtime loop over the band rows whose loads wait row by row;
 # unrolled, every row's loads can be in flight at once and the zero-weight row taps disappear.
 _SEP_STATIC_MAX_LOADS = 64
+# Columns per program of the unrolled band (NCHW): H200 at 1e74c26, gaussian_blur2d 5×5 reflect fp32
+# 8×3×2048×2048 (pad + F.conv2d 2176 µs): unrolled (1, 4, 256) 582.3 µs, (1, 8, 256) 614.3, (1, 8, 512)
+# 620.3, (1, 4, 512) 726.0 (214 registers at 512 columns: 2 programs per SM); the looped band 688.4.
+_SEP_STATIC_BLOCK_W = 256
 # 2-D kernels up to this many taps (J = 1) run fully unrolled (_dw_static_kernel): compiled offline for
 # sm_90, 3×3 takes ~1 s and issues 2x fewer instructions per tile than the looped band (weights loaded once,
 # no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
@@ -1148,6 +1152,8 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
     bc, rows, bw, warps = (*_tiles(x, co, ho, wo, kh), 4) if config is None else config[:4]
     band_loads = ((rows - 1) * stride[0] + kh) * kw
     static = config[4] if config is not None and len(config) > 4 else band_loads <= _SEP_STATIC_MAX_LOADS
+    if config is None and static and bc == 1:
+        bw = min(bw, _SEP_STATIC_BLOCK_W)
     grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
     _sep_kernel[grid](
         x, wyt, wxt, y, co, x.shape[2], x.shape[3], ho, wo, co // x.shape[1], *x.stride(), *y.stride(),

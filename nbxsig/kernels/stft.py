@@ -124,20 +124,19 @@ UNR_OLA_FRAMES_WARPS = 2
 #: took this path: Triton 3.6's launch hooks are ``HookChain`` objects, never None; ``_direct``
 #: checks for installed hooks.) ``test_cuda_istft_per_argument_class`` covers both settings.
 CACHED_LAUNCH = True
-#: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), saving
-#: AccumulateGrad's copy (160 µs of GPU time at 64×240000 and the 61 MB the harness counts as extra
-#: memory). Off: no H200 run has shown it faster. The first measured the backward kernel at 308 µs
-#: writing torch.stft's frequency-fastest layout with per-bin 8-byte stores (90 µs contiguous), more
-#: than the copy it saves; the runs at 5335111 and 84a1499 (istft forward+backward, 64×240000, two
-#: passes each, one process) were host-bound and noisy -- at 84a1499 (frame kernel 64/2): off 899 /
-#: 617 µs, on 959 / 626, on with ``UNR_BWD_TILE_OUT`` 808 / 652 (extra memory 61.4 → 0.0 MB); under
-#: the profiler (off) the GPU was busy 371 µs of a 1020 µs iteration. The kernel time of the
-#: tile-store backward is not measured yet.
-GRAD_IN_INPUT_LAYOUT = False
+#: Write the istft gradient in the spectrum's own layout (see ``_IstftFunction``), so AccumulateGrad
+#: adopts it instead of copying it (160 µs of GPU time at 64×240000, and the 61.6 MB the harness
+#: counts as extra memory). On, with ``UNR_BWD_TILE_OUT``: H200 at 1e74c26 (istft forward+backward
+#: n_fft=20 hop=5 64×240000, torch.profiler, 10 iterations): GPU time per iteration 372.1 µs off
+#: (frame overlap-add 119.9, backward 89.6, AccumulateGrad copy 160.0, envelope 2.6) against 227.4 µs
+#: on with tile stores (backward 104.6, no copy) and 430.5 µs on with per-bin stores (backward 307.3);
+#: extra memory 61.6 → 0.0 MB. The wall-clock passes of that run are host-bound and do not separate
+#: them (off 880 / 723 / 802 µs, on 859 / 771 / 908; torch 2284 / 2162 / 2289).
+GRAD_IN_INPUT_LAYOUT = True
 #: istft backward into a frequency-fastest gradient (torch.stft's layout): one coalesced tile store
 #: per program row instead of F stores ``F·8`` bytes apart (one layout conversion through shared
-#: memory, 8-byte stores; see above for its measurements). Off with ``GRAD_IN_INPUT_LAYOUT``.
-UNR_BWD_TILE_OUT = False
+#: memory, 8-byte stores; measured above).
+UNR_BWD_TILE_OUT = True
 # The unrolled overlap-add sums ceil(n_fft/hop) frames per output row and unrolls over hop; beyond
 # these the code (and its compile time: ~80 s at n_fft=32, hop=1) grows too large, and the tiled
 # kernel takes the call.
