@@ -563,6 +563,43 @@ def _acc_band(
 
 
 @triton.jit
+def _row_tap(
+    hv, x_row, wx_row, k, ow, sxw, stride_w, left, W, wmask, rm, cmask, w_ts,
+    BOUNDARY: tl.constexpr, MAP_W: tl.constexpr,
+):  # fmt: skip
+    """``hv += wx[k] · x̃[row, w·sx + k - left]`` (columns mapped at the edges when ``MAP_W``)."""
+    col = ow * stride_w + (k - left)
+    if MAP_W:
+        col, cok = _map_index(col, W, BOUNDARY)
+        cm = wmask & cok
+    else:
+        cm = wmask
+    xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+    return hv + tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
+
+
+@triton.jit
+def _row_filter(
+    x_row, wx_row, ow, sxw, stride_w, left, W, wmask, rm, cmask, w_ts, like,
+    KW: tl.constexpr, BOUNDARY: tl.constexpr, MAP_W: tl.constexpr, UNROLL: tl.constexpr,
+):  # fmt: skip
+    """One band row filtered along the row: ``Σ_k wx[k] · x̃[row, w·sx + k - left]`` (``KW`` loads),
+    the taps unrolled at compile time with ``UNROLL``; float32, shaped like ``like``."""
+    hv = tl.zeros_like(like)
+    if UNROLL:
+        for k in tl.static_range(KW):
+            hv = _row_tap(
+                hv, x_row, wx_row, k, ow, sxw, stride_w, left, W, wmask, rm, cmask, w_ts, BOUNDARY, MAP_W
+            )
+    else:
+        for k in range(KW):
+            hv = _row_tap(
+                hv, x_row, wx_row, k, ow, sxw, stride_w, left, W, wmask, rm, cmask, w_ts, BOUNDARY, MAP_W
+            )
+    return hv
+
+
+@triton.jit
 def _sep_band(
     a0, a1, a2, a3, a4, a5, a6, a7, x_base, wy_ptr, wx_ptr, co, h0, ow, cmask, wmask, H, W, DIV, sxc, sxh,
     sxw, stride_w, top, left, w_ts,
@@ -580,39 +617,14 @@ def _sep_band(
         ridx, rok = _map_index(h0 * STRIDE_H + (d - top), H, BOUNDARY)
         x_row = x_base + c_off[:, None] + ridx.to(tl.int64) * sxh
         rm = cmask[:, None] & rok
-        hv = tl.zeros(a0.shape, dtype=tl.float32)
-        if UNROLL:
-            for k in tl.static_range(KW):
-                col = ow * stride_w + (k - left)
-                if MAP_W:
-                    col, cok = _map_index(col, W, BOUNDARY)
-                    cm = wmask & cok
-                else:
-                    cm = wmask
-                xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
-                hv += tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
-        else:
-            for k in range(KW):
-                col = ow * stride_w + (k - left)
-                if MAP_W:
-                    col, cok = _map_index(col, W, BOUNDARY)
-                    cm = wmask & cok
-                else:
-                    cm = wmask
-                xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
-                hv += tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
+        hv = _row_filter(
+            x_row, wx_row, ow, sxw, stride_w, left, W, wmask, rm, cmask, w_ts, a0, KW, BOUNDARY, MAP_W,
+            UNROLL,
+        )  # fmt: skip
         a0, a1, a2, a3, a4, a5, a6, a7 = _acc_band(
             a0, a1, a2, a3, a4, a5, a6, a7, hv, wy_row, d, cmask, w_ts, KH, STRIDE_H, ROWS
         )
     return a0, a1, a2, a3, a4, a5, a6, a7
-
-
-@triton.jit
-def _sep_static_tap(a, wy_row, hv, cmask, i: tl.constexpr, w_ts, KH: tl.constexpr):
-    """``a += wy[i] · hv`` when ``0 <= i < KH`` (decided at compile time)."""
-    if i >= 0 and i < KH:
-        a += tl.load(wy_row + i * w_ts, mask=cmask, other=0.0)[:, None] * hv
-    return a
 
 
 @triton.jit
@@ -634,27 +646,21 @@ def _sep_static_band(
         ridx, rok = _map_index(h0 * STRIDE_H + (d - top), H, BOUNDARY)
         x_row = x_base + c_off[:, None] + ridx.to(tl.int64) * sxh
         rm = cmask[:, None] & rok
-        hv = tl.zeros(a0.shape, dtype=tl.float32)
-        for k in tl.static_range(KW):
-            col = ow * stride_w + (k - left)
-            if MAP_W:
-                col, cok = _map_index(col, W, BOUNDARY)
-                cm = wmask & cok
-            else:
-                cm = wmask
-            xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
-            hv += tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
-        a0 = _sep_static_tap(a0, wy_row, hv, cmask, d, w_ts, KH)
+        hv = _row_filter(
+            x_row, wx_row, ow, sxw, stride_w, left, W, wmask, rm, cmask, w_ts, a0, KW, BOUNDARY, MAP_W,
+            True,
+        )  # fmt: skip
+        a0 = _static_tap(a0, wy_row, hv, cmask, d, 0, w_ts, KH, 1)
         if ROWS > 1:
-            a1 = _sep_static_tap(a1, wy_row, hv, cmask, d - STRIDE_H, w_ts, KH)
+            a1 = _static_tap(a1, wy_row, hv, cmask, d - STRIDE_H, 0, w_ts, KH, 1)
         if ROWS > 2:
-            a2 = _sep_static_tap(a2, wy_row, hv, cmask, d - 2 * STRIDE_H, w_ts, KH)
-            a3 = _sep_static_tap(a3, wy_row, hv, cmask, d - 3 * STRIDE_H, w_ts, KH)
+            a2 = _static_tap(a2, wy_row, hv, cmask, d - 2 * STRIDE_H, 0, w_ts, KH, 1)
+            a3 = _static_tap(a3, wy_row, hv, cmask, d - 3 * STRIDE_H, 0, w_ts, KH, 1)
         if ROWS > 4:
-            a4 = _sep_static_tap(a4, wy_row, hv, cmask, d - 4 * STRIDE_H, w_ts, KH)
-            a5 = _sep_static_tap(a5, wy_row, hv, cmask, d - 5 * STRIDE_H, w_ts, KH)
-            a6 = _sep_static_tap(a6, wy_row, hv, cmask, d - 6 * STRIDE_H, w_ts, KH)
-            a7 = _sep_static_tap(a7, wy_row, hv, cmask, d - 7 * STRIDE_H, w_ts, KH)
+            a4 = _static_tap(a4, wy_row, hv, cmask, d - 4 * STRIDE_H, 0, w_ts, KH, 1)
+            a5 = _static_tap(a5, wy_row, hv, cmask, d - 5 * STRIDE_H, 0, w_ts, KH, 1)
+            a6 = _static_tap(a6, wy_row, hv, cmask, d - 6 * STRIDE_H, 0, w_ts, KH, 1)
+            a7 = _static_tap(a7, wy_row, hv, cmask, d - 7 * STRIDE_H, 0, w_ts, KH, 1)
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
