@@ -618,17 +618,10 @@ def spectrogram(
 ) -> torch.Tensor:
     """``|scale · STFT(x)|^power`` onesided, ``(B, L)`` → ``(B, n_fft//2 + 1, T)`` float32: a view of a
     contiguous ``(B, T, F)`` buffer. ``power > 0``; ``supports(n_fft)`` must hold."""
-    device = check_launchable(x, *(() if window is None else (window,)))
-    n_frames = count_frames(x.shape[1], n_fft, hop, center)
-    n_bins = n_fft // 2 + 1
-    out = empty_output((x.shape[0], n_frames, n_bins), dtype=torch.float32, device=device)
-    if n_frames > 0:
-        _launch(
-            x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
-            center=center, pad_mode=pad_mode, scale=scale, power=power, n_frames=n_frames,
-            precision=_precision, config=_config,
-        )  # fmt: skip
-    return out.transpose(1, 2)
+    return _frame_major(
+        x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale, power=power,
+        complex_out=False, precision=_precision, config=_config,
+    )  # fmt: skip
 
 
 def stft(
@@ -650,14 +643,26 @@ def stft(
     >>> X = stft(torch.randn(2, 16000, device="cuda"), n_fft=400, hop=160, window=None, center=True,
     ...          pad_mode="reflect", scale=1.0)                                    # (2, 201, 101, 2)
     """
+    return _frame_major(
+        x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale, power=2.0,
+        complex_out=True, precision=_precision, config=_config,
+    )  # fmt: skip
+
+
+def _frame_major(
+    x, *, n_fft, hop, window, center, pad_mode, scale, power, complex_out, precision, config
+) -> torch.Tensor:
+    """The launch behind :func:`spectrogram` and :func:`stft`: a contiguous ``(B, T, F)`` buffer (``(B,
+    T, F, 2)`` interleaved with ``complex_out``), returned as its ``(B, F, T, ...)`` view."""
     device = check_launchable(x, *(() if window is None else (window,)))
     n_frames = count_frames(x.shape[1], n_fft, hop, center)
-    out = empty_output((x.shape[0], n_frames, n_fft // 2 + 1, 2), dtype=torch.float32, device=device)
+    shape = (x.shape[0], n_frames, n_fft // 2 + 1, *((2,) if complex_out else ()))
+    out = empty_output(shape, dtype=torch.float32, device=device)
     if n_frames > 0:
         _launch(
             x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
-            center=center, pad_mode=pad_mode, scale=scale, power=2.0, n_frames=n_frames,
-            precision=_precision, config=_config, complex_out=True,
+            center=center, pad_mode=pad_mode, scale=scale, power=power, n_frames=n_frames,
+            precision=precision, config=config, complex_out=complex_out,
         )  # fmt: skip
     return out.transpose(1, 2)
 
