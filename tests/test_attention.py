@@ -90,11 +90,9 @@ def test_bias_broadcast_and_scale(generator, device):
     assert_close(out, _naive(q, k, v, bias=bias, scale=0.3), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("online", [False, True], ids=["chunk-merge", "online-merge"])
 @pytest.mark.parametrize("backend", ["torch", "triton"])
-def test_empty_rows_give_zeros_not_nan(backend, online, generator, device, monkeypatch):
+def test_empty_rows_give_zeros_not_nan(backend, generator, device):
     # 3 splits of 64 per row: row 0 has no valid key in any split, row 2 none in splits 1 and 2.
-    monkeypatch.setattr(K, "ONLINE_MERGE", online)
     assert K.split_config(3, 1, 2, 130, 16, 16).n_splits == 3
     q = random_tensor((3, 2, 16), generator=generator, device=device)
     k = random_tensor((3, 1, 130, 16), generator=generator, device=device)
@@ -112,9 +110,7 @@ def _long_row(generator, device, dtype):
     return q, k, v
 
 
-@pytest.mark.parametrize("online", [False, True], ids=["chunk-merge", "online-merge"])
-def test_many_splits_and_determinism(online, generator, device, monkeypatch):
-    monkeypatch.setattr(K, "ONLINE_MERGE", online)
+def test_many_splits_and_determinism(generator, device):
     q, k, v = _long_row(generator, device, torch.float16)
     cfg = K.split_config(1, 1, 2, 1300, 32, 32)
     assert cfg.n_splits > 16  # many partials merged by the last program
@@ -123,24 +119,20 @@ def test_many_splits_and_determinism(online, generator, device, monkeypatch):
     assert_close(a, _naive(q, k, v), dtype=torch.float16)
 
 
-def test_merge_in_several_chunks(generator, device, monkeypatch):
+def test_merge_in_several_chunks(generator, device):
     # G=4, Dv=128: the merge takes 16 splits per chunk, and T=1300 has 21 splits of 64.
     q = random_tensor((1, 4, 128), generator=generator, device=device)
     k = random_tensor((1, 1, 1300, 128), generator=generator, device=device)
     v = random_tensor((1, 1, 1300, 128), generator=generator, device=device)
     assert K.split_config(1, 1, 4, 1300, 128, 128).n_splits == 21
     lengths = torch.tensor([1234], device=device)
-    for online in (False, True):  # chunks of 16 splits, or split by split with a running max
-        monkeypatch.setattr(K, "ONLINE_MERGE", online)
-        out = decode_attention(q, k, v, lengths=lengths, backend="triton")
-        assert_close(out, _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
-        assert torch.equal(out, decode_attention(q, k, v, lengths=lengths, backend="triton"))
+    out = decode_attention(q, k, v, lengths=lengths, backend="triton")
+    assert_close(out, _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
+    assert torch.equal(out, decode_attention(q, k, v, lengths=lengths, backend="triton"))
 
 
-@pytest.mark.parametrize("online", [False, True], ids=["chunk-merge", "online-merge"])
-def test_more_than_64_splits_explicit_config(online, generator, device, monkeypatch):
-    # 82 splits of 16 keys: the online merge loops instead of unrolling past 64 splits.
-    monkeypatch.setattr(K, "ONLINE_MERGE", online)
+def test_more_than_64_splits_explicit_config(generator, device):
+    # 82 splits of 16 keys (an explicit config: the automatic one stops at 64): six merge chunks.
     q, k, v = _long_row(generator, device, torch.float32)
     cfg = K.SplitConfig(split=16, n_splits=82, block_t=16, block_g=16, block_d=32, block_dv=32, num_warps=4)
     lengths = torch.tensor([1111], device=device)

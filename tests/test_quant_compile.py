@@ -15,7 +15,6 @@ from _sm90 import run_sm90_script
 pytest.importorskip("triton")
 
 SCRIPT = r"""
-import itertools
 from nbxsig.kernels import decode_attention as KA, int4_gemv as KG
 
 def build(kernel, pointers, constexprs, **options):
@@ -41,7 +40,7 @@ attn = {n: "*fp16" for n in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr", "out_ptr")}
 attn.update(len_ptr="*i32", acc_ptr="*fp32", count_ptr="*i32", qk_scale="fp32")
 shapes = [(1, 4096, 128, False, False, 2), (16, 4096, 128, True, True, 2), (1, 100, 129, True, False, 2),
           (3, 1000, 128, True, False, 4), (1, 24, 256, False, False, 4)]
-for (b, t, d, has_len, has_bias, size), online in itertools.product(shapes, (False, True)):
+for b, t, d, has_len, has_bias, size in shapes:
     cfg = KA.split_config(b, 8, 4, t, d, d)
     bs = triton.next_power_of_2(cfg.n_splits)
     fp32 = {n: "*fp32" for n in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr", "out_ptr")}
@@ -50,7 +49,7 @@ for (b, t, d, has_len, has_bias, size), online in itertools.product(shapes, (Fal
           dict(HAS_LEN=has_len, HAS_BIAS=has_bias, MASK_T=has_len or t % cfg.split != 0,
                EVEN_D=d == cfg.block_d, IEEE=size == 4, N_SPLITS=cfg.n_splits, SPLIT=cfg.split,
                BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
-               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16), ONLINE_MERGE=online),
+               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16)),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages if size == 2 else min(cfg.num_stages, 2))
 print("compiled")
 """

@@ -6,10 +6,9 @@ timing process then only loads them), then times each one as the ``quant`` suite
 in one CUDA graph" rows do: one graph of several calls over operand copies that together exceed
 L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows: the default
 config with the capture counter arena on and off (``_splitsum.CAPTURE_ARENA``; off = one memset
-node per call), the chunked or the online merge (``decode_attention.ONLINE_MERGE``), and split, tile
-and stage variants, each with its relative error against a float64 reference (GEMV: on the
-dequantized weight). Each row is printed as it is measured, so a time limit loses only the rows
-after it.
+node per call), and split, tile and stage variants, each with its relative error against a float64
+reference (GEMV: on the dequantized weight). Each row is printed as it is measured, so a time limit
+loses only the rows after it.
 """
 
 from __future__ import annotations
@@ -109,15 +108,14 @@ def _jobs():
     jobs = []
     for (b, t), variants in ATTN.items():
         for v in variants:
-            for online in (False, True) if b == 1 or v is None else (False,):
-                jobs.append(("attn", (b, t), v, online))
+            jobs.append(("attn", (b, t), v))
     for (k, n), variants in GEMV.items():
         for v in variants:
-            jobs.append(("gemv", (k, n), v, False))
+            jobs.append(("gemv", (k, n), v))
     return jobs
 
 
-def _call(kind, shape, v, online, ops):
+def _call(kind, shape, v, ops):
     """``fn()`` for one job on operands ``ops``."""
     from ..kernels import decode_attention as K
     from ..kernels import int4_gemv as G
@@ -126,20 +124,16 @@ def _call(kind, shape, v, online, ops):
         b, t = shape
         cfg = _split_config(b, t, v)
 
-        def fn(q, k, val):
-            K.ONLINE_MERGE = online  # read at launch: set before every call
-            return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
-
-        return fn
+        return lambda q, k, val: K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
     cfg = _gemv_config(v)
     return lambda x, w: G.int4_gemv(x, w.packed, w.scales, w.mins, 128, config=cfg)
 
 
 def _compile(jobs) -> None:
     device = torch.device("cuda")
-    for kind, shape, v, online in jobs:
+    for kind, shape, v in jobs:
         ops = _attn_operands(*shape, device) if kind == "attn" else _gemv_operands(*shape, device)
-        fn = _call(kind, shape, v, online, ops)
+        fn = _call(kind, shape, v, ops)
         fn(*ops)
         torch.cuda.synchronize()
 
@@ -163,7 +157,6 @@ def main(argv: list[str] | None = None) -> None:
     import triton.testing
 
     from ..kernels import _splitsum
-    from ..kernels import decode_attention as K
     from ..quant import Int4Weight, dequantize_int4
     from ..reference.attention import decode_attention as reference
     from .quant import _chain_copies, _tinygemm
@@ -198,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
 
     emit(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton.__version__}")
     emit("\n| case | variant | calls | µs/call | torch µs/call | rel. error |\n|---|---|---:|---:|---:|---:|")
-    default_online, default_arena = K.ONLINE_MERGE, _splitsum.CAPTURE_ARENA
+    default_arena = _splitsum.CAPTURE_ARENA
     for (b, t), variants in ATTN.items():
         q, k, v = _attn_operands(b, t, device)
         nbytes = 2 * (k.numel() + v.numel() + 2 * q.numel())
@@ -216,17 +209,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         torch_us = bench(sdpa, calls)
         name = f"attn B={b} T={t}"
-        rows = [
-            (v_, o, default_arena)
-            for v_ in variants
-            for o in ((False, True) if b == 1 or v_ is None else (False,))
-        ]
-        rows.insert(1, (None, default_online, not default_arena))
-        for var, online, arena in rows:
+        rows = [(v_, default_arena) for v_ in variants]
+        rows.insert(1, (None, not default_arena))
+        for var, arena in rows:
             label = "default" if var is None else "split {} bt{} w{} s{}".format(*var)
-            label += f"{' online merge' if online else ''}{' arena' if arena else ' memset'} counters"
+            label += f"{' arena' if arena else ' memset'} counters"
             try:
-                fn = _call("attn", (b, t), var, online, None)
+                fn = _call("attn", (b, t), var, None)
                 err = rel(fn(q, k, v), ref)
                 _splitsum.CAPTURE_ARENA = arena
                 replay = _graphed(
@@ -238,7 +227,6 @@ def main(argv: list[str] | None = None) -> None:
             except Exception as exc:  # one failing variant must not cost the others
                 _splitsum.CAPTURE_ARENA = default_arena
                 emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | |")
-        K.ONLINE_MERGE = default_online
         del caches, sdpa
         torch.cuda.empty_cache()
     for (kk, n), variants in GEMV.items():
@@ -261,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
             label = "default" if var is None else "R{} N{} w{} s{} split {}".format(*var)
             label += " arena counters" if arena else " memset counters"
             try:
-                fn = _call("gemv", (kk, n), var, False, None)
+                fn = _call("gemv", (kk, n), var, None)
                 err = rel(fn(x, qw), ref)
                 _splitsum.CAPTURE_ARENA = arena
                 replay = _graphed([lambda w=weights[i % copies], fn=fn, x=x: fn(x, w) for i in range(calls)])

@@ -11,11 +11,10 @@ with the guard ``m' = -inf → 0`` so an all-masked block yields p = 0 and no Na
 is normalised and stored. Otherwise each program stores its unnormalised ``(acc, m, l)`` and bumps
 the (row, KV head)'s arrival counter; the last program to arrive merges the splits of its ``G``
 heads: ``M = max m_s``, ``Σ acc_s·2^(m_s - M) / Σ l_s·2^(m_s - M)`` (zeros where the sum is 0: no
-valid key), in chunks of ``CHUNK`` splits, chunk 0 first -- or, with ``ONLINE_MERGE`` (opt-in,
-not yet timed on a GPU), split 0, 1, 2, ... with a running max (see ``_merge``). Which program
-arrives last never changes the arithmetic, and the split length is a pure function of the shape,
-so the same inputs give the same bits on every run. (One launch: a separate merge kernel cost a
-second launch on the host and a kernel boundary on the GPU.)
+valid key), in chunks of ``CHUNK`` splits, chunk 0 first. Which program arrives last never changes
+the arithmetic, and the split length is a pure function of the shape, so the same inputs give the
+same bits on every run. (One launch: a separate merge kernel cost a second launch on the host and a
+kernel boundary on the GPU.)
 
 K/V are read through their own strides (a view into a larger cache works without a copy); head
 dims that are not powers of two (127, 129, ...) are padded to one inside the kernel with masks,
@@ -37,7 +36,6 @@ LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
 _TARGET_PROGRAMS = 256  # ~2 per SM on a 132-SM H100/H200 (H200 sweep: 256 beat 512 and 1024)
 _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail short
-ONLINE_MERGE = False  # the split-by-split merge below; not yet timed on a GPU, so off
 
 
 @dataclass(frozen=True)
@@ -130,7 +128,6 @@ def _split_kernel(
     MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
-    ONLINE_MERGE: tl.constexpr,
 ):
     bh = tl.program_id(0)
     sp = tl.program_id(1)
@@ -211,15 +208,8 @@ def _split_kernel(
         # Partials laid out (B, Hq, N_SPLITS, ...) so a head's splits are contiguous.
         row = (b * Hkv * G + hq) * N_SPLITS + sp
         tl.store(acc_ptr + row[:, None] * BLOCK_DV + dv[None, :], acc, mask=g_mask[:, None])
-        if ONLINE_MERGE:
-            # m and l each stored 4 times ((m, m, m, m, l, l, l, l) per row): the merge then loads
-            # them with the 128-bit pattern of its partial outputs, into the same register layout.
-            c4 = tl.arange(0, 4)[None, :]
-            tl.store(ml_ptr + row[:, None] * 8 + c4, m_i[:, None] + 0.0 * c4, mask=g_mask[:, None])
-            tl.store(ml_ptr + row[:, None] * 8 + 4 + c4, l_i[:, None] + 0.0 * c4, mask=g_mask[:, None])
-        else:
-            tl.store(ml_ptr + row * 2, m_i, mask=g_mask)
-            tl.store(ml_ptr + row * 2 + 1, l_i, mask=g_mask)
+        tl.store(ml_ptr + row * 2, m_i, mask=g_mask)
+        tl.store(ml_ptr + row * 2 + 1, l_i, mask=g_mask)
         tl.debug_barrier()  # every thread's partial is stored before the (release) increment
         arrived = tl.atomic_add(count_ptr + bh, 1, sem="acq_rel", scope="gpu")
         if arrived == N_SPLITS - 1:
@@ -240,7 +230,6 @@ def _split_kernel(
                 MERGE_G,
                 BLOCK_S,
                 CHUNK,
-                ONLINE_MERGE,
             )
             tl.atomic_xchg(count_ptr + bh, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
@@ -263,23 +252,13 @@ def _merge(
     MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
-    ONLINE: tl.constexpr,
 ):
     """The ``G`` heads of one (row, KV head): merge their ``N_SPLITS`` partials in a fixed order.
 
-    Default: the global max ``M`` and normaliser from all splits' ``(m, l)`` first, then the partial
-    outputs in chunks of ``CHUNK`` splits, chunk 0 first -- three or more dependent L2 round trips
-    (``(m, l)``, then one per chunk) and cross-thread sums, on the critical path of the last program.
-
-    ``ONLINE``: split 0, 1, 2, ... one after another with a running max, as the split pass does
-    over keys (``m' = max(m, m_s)``, ``o = o·2^(m - m') + acc_s·2^(m_s - m')``, the same for
-    ``l``). Still a fixed order, so still deterministic; no split's loads wait for another's, so with
-    the loop unrolled (up to 64 splits) they are all in flight at once -- one L2 round trip -- and
-    everything is elementwise in the ``(MERGE_G, BLOCK_DV)`` layout (each split's ``m_s, l_s`` is
-    loaded broadcast into it), so no value crosses threads. The price is arithmetic on the critical
-    path: sm_90 SASS at 32 splits, G=4, Dv=128 has 96 128-bit loads and no barrier between splits,
-    but ~2.4k instructions per thread (128 of them exp2), ~1.3 µs of issue for one 4-warp program;
-    whether that beats the chunked merge's round trips is for a GPU run to say (``bench.quant_sweep``).
+    The global max ``M`` and normaliser from all splits' ``(m, l)`` first, then the partial outputs in
+    chunks of ``CHUNK`` splits, chunk 0 first. (A split-by-split merge with a running max -- one L2
+    round trip, more arithmetic -- was measured slower on the H200 in every row of
+    ``bench.quant_sweep`` at 1e74c26, e.g. 16.6 against 13.1 µs per call at B=1 T=4096, and removed.)
 
     Loads use ``.cg`` (L2): the partials were written by other SMs and L1 is not coherent."""
     g = tl.arange(0, MERGE_G)
@@ -287,72 +266,37 @@ def _merge(
     hq = h * G + g
     base = (b * Hkv * G + hq) * N_SPLITS  # (MERGE_G,) first partial row of each head
     dv = tl.arange(0, BLOCK_DV)
-    if ONLINE:
-        m_run = tl.full((MERGE_G, BLOCK_DV), float("-inf"), tl.float32)
-        l_run = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
-        o = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
-        if N_SPLITS <= 64:
-            for s in tl.static_range(N_SPLITS):
-                m_run, l_run, o = _merge_one(acc_ptr, ml_ptr, base, g_mask, dv, s, m_run, l_run, o, BLOCK_DV)
-        else:
-            for s in range(N_SPLITS):
-                m_run, l_run, o = _merge_one(acc_ptr, ml_ptr, base, g_mask, dv, s, m_run, l_run, o, BLOCK_DV)
-        out = tl.where(l_run > 0, o / tl.where(l_run > 0, l_run, 1.0), 0.0)  # l = 0: no valid key, zeros
-    else:
-        # The global max and normaliser over all splits at once.
-        s_all = tl.arange(0, BLOCK_S)
-        ms_mask = g_mask[:, None] & (s_all < N_SPLITS)[None, :]
-        ml_off = (base[:, None] + s_all[None, :]) * 2
-        m_all = tl.load(ml_ptr + ml_off, mask=ms_mask, other=float("-inf"), cache_modifier=".cg")
-        m_max = tl.max(m_all, axis=1)
-        m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)  # no valid key anywhere: weights 0, output 0
-        l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
-        l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe[:, None]), axis=1)
-        # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order.
-        o = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
-        for c in range(0, BLOCK_S, CHUNK):
-            sidx = c + tl.arange(0, CHUNK)
-            mask = g_mask[:, None] & (sidx < N_SPLITS)[None, :]
-            rows = base[:, None] + sidx[None, :]  # (MERGE_G, CHUNK)
-            w = tl.exp2(
-                tl.load(ml_ptr + rows * 2, mask=mask, other=float("-inf"), cache_modifier=".cg")
-                - m_safe[:, None]
-            )
-            a = tl.load(
-                acc_ptr + rows[:, :, None] * BLOCK_DV + dv[None, None, :],
-                mask=mask[:, :, None],
-                other=0.0,
-                cache_modifier=".cg",
-            )
-            o += tl.sum(a * w[:, :, None], axis=1)
-        out = tl.where(l_sum[:, None] > 0, o / tl.where(l_sum > 0, l_sum, 1.0)[:, None], 0.0)
+    # The global max and normaliser over all splits at once.
+    s_all = tl.arange(0, BLOCK_S)
+    ms_mask = g_mask[:, None] & (s_all < N_SPLITS)[None, :]
+    ml_off = (base[:, None] + s_all[None, :]) * 2
+    m_all = tl.load(ml_ptr + ml_off, mask=ms_mask, other=float("-inf"), cache_modifier=".cg")
+    m_max = tl.max(m_all, axis=1)
+    m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)  # no valid key anywhere: weights 0, output 0
+    l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
+    l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe[:, None]), axis=1)
+    # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order.
+    o = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
+    for c in range(0, BLOCK_S, CHUNK):
+        sidx = c + tl.arange(0, CHUNK)
+        mask = g_mask[:, None] & (sidx < N_SPLITS)[None, :]
+        rows = base[:, None] + sidx[None, :]  # (MERGE_G, CHUNK)
+        w = tl.exp2(
+            tl.load(ml_ptr + rows * 2, mask=mask, other=float("-inf"), cache_modifier=".cg") - m_safe[:, None]
+        )
+        a = tl.load(
+            acc_ptr + rows[:, :, None] * BLOCK_DV + dv[None, None, :],
+            mask=mask[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        o += tl.sum(a * w[:, :, None], axis=1)
+    out = tl.where(l_sum[:, None] > 0, o / tl.where(l_sum > 0, l_sum, 1.0)[:, None], 0.0)
     tl.store(
         out_ptr + b * stride_ob + hq[:, None] * stride_oh + dv[None, :] * stride_od,
         out.to(out_ptr.dtype.element_ty),
         mask=g_mask[:, None] & (dv[None, :] < DV),
     )
-
-
-@triton.jit
-def _merge_one(acc_ptr, ml_ptr, base, g_mask, dv, s, m_run, l_run, o, BLOCK_DV: tl.constexpr):
-    """Fold split ``s`` into the running ``(m, l, o)`` of the online merge (all ``(MERGE_G, BLOCK_DV)``)."""
-    rows = (base + s)[:, None]
-    mask = g_mask[:, None] & (dv[None, :] < BLOCK_DV)
-    # The head's m and l in every lane of its row, read 4 contiguous floats at a time like acc (the
-    # split pass stored each 4 times), so all three loads share one layout: no conversion, no barrier.
-    bcast = rows * 8 + dv[None, :] % 4
-    m_s = tl.load(ml_ptr + bcast, mask=mask, other=float("-inf"), cache_modifier=".cg")
-    l_s = tl.load(ml_ptr + bcast + 4, mask=mask, other=0.0, cache_modifier=".cg")
-    a_s = tl.load(acc_ptr + rows * BLOCK_DV + dv[None, :], mask=mask, other=0.0, cache_modifier=".cg")
-    m_new = tl.maximum(m_run, m_s)
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing valid yet: weight 0, no NaN
-    # One of the two weights 2^(m_run - m'), 2^(m_s - m') is 1: one exp2 per element, not two (the
-    # last program runs 4 per split and thread; the SFU does 16 a clock per SM).
-    e = tl.exp2(tl.minimum(m_run, m_s) - m_safe)
-    run_larger = m_run >= m_s
-    alpha = tl.where(run_larger, 1.0, e)
-    beta = tl.where(run_larger, e, 1.0)
-    return m_new, l_run * alpha + l_s * beta, o * alpha + a_s * beta
 
 
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
@@ -395,8 +339,7 @@ def decode_attention(
         # One scratch allocation for the partial outputs and (max, sum) pairs; every element the
         # merge reads is written first, so plain torch.empty is right here.
         n_acc = b * hq * n_splits * cfg.block_dv
-        n_ml = 8 if ONLINE_MERGE else 2  # floats of (max, sum) per partial row
-        scratch = torch.empty(n_acc + n_ml * b * hq * n_splits, dtype=torch.float32, device=device)
+        scratch = torch.empty(n_acc + 2 * b * hq * n_splits, dtype=torch.float32, device=device)
         counts = zeroed_counters(b * hkv, device)
     else:
         n_acc, scratch, counts = 0, out, out  # never touched with one split
@@ -438,7 +381,6 @@ def decode_attention(
         MERGE_G=merge_g,
         BLOCK_S=block_s,
         CHUNK=chunk,
-        ONLINE_MERGE=ONLINE_MERGE,
         num_warps=cfg.num_warps,
         # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
         num_stages=cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2),
