@@ -254,10 +254,7 @@ class _CachedLaunch:
             handle = handle.result() if hasattr(handle, "result") else handle  # async compile
             handles[key] = (handle, self._tail(len(args), constexprs))
             return
-        handle, tail = entry
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
-                   None, None, *args, *tail)  # fmt: skip
+        _run_handle(entry, device, grid, args)
 
     def _tail(self, n_args: int, constexprs: dict) -> tuple:
         # Triton's launcher takes every parameter after the runtime ones too, in signature order:
@@ -278,11 +275,17 @@ class _CachedLaunch:
         entry = handles.get((device, aligned))
         if entry is None:
             return False
-        handle, tail = entry
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None,
-                   None, None, *pointers, *tail)  # fmt: skip
+        _run_handle(entry, device, grid, pointers)
         return True
+
+
+def _run_handle(entry: tuple, device: int, grid, args: tuple) -> None:
+    # Triton's compiled launcher on the current stream: grid, stream, function, metadata, no launch
+    # metadata or hooks (``_direct`` checked), then every kernel parameter (see ``_tail``).
+    handle, tail = entry
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None, None, None,
+               *args, *tail)  # fmt: skip
 
 
 def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
