@@ -267,17 +267,31 @@ class SeqModel(nn.Module):
         with torch.cuda.graph(graph):
             static_y, _ = self.step(static_x, state)
         state.reset()
-        return CapturedStep(graph, static_x, static_y, state)
+        # The graph reads the weights by address: the step keeps these very tensors alive, so
+        # dropping the model, or replacing its layers (quantize), cannot free memory it reads.
+        weights = (*self.parameters(), *self.buffers())
+        return CapturedStep(graph, static_x, static_y, state, weights)
 
 
 class CapturedStep:
     """A CUDA-graph-captured :meth:`SeqModel.step` for a fixed batch (built by ``capture_step``).
 
     Calling it copies ``x_t`` into the graph's input, replays the graph and returns the graph's
-    output tensor, which the next call overwrites (``.clone()`` it to keep it)."""
+    output tensor, which the next call overwrites (``.clone()`` it to keep it). It keeps the weight
+    tensors the model had when it was captured alive and reads them: in-place changes to them
+    (``load_state_dict``, an optimizer step) reach it, layers replaced later (``quantize()``) do not
+    (capture again for those)."""
 
-    def __init__(self, graph: torch.cuda.CUDAGraph, x: torch.Tensor, y: torch.Tensor, state: KVCache) -> None:
+    def __init__(
+        self,
+        graph: torch.cuda.CUDAGraph,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        state: KVCache,
+        weights: tuple[torch.Tensor, ...],
+    ) -> None:
         self.graph, self._x, self._y, self.state = graph, x, y, state
+        self._weights = weights
 
     def __call__(self, x_t: torch.Tensor) -> torch.Tensor:
         if x_t.shape != self._x.shape:

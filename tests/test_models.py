@@ -124,3 +124,21 @@ def test_gpu_step_forward_and_graph_capture(generator, cuda_device):
     assert_close(graphed, eager, atol=1e-5, rtol=1e-5)
     step.reset()
     assert_close(step(x[:, 0]), eager[:, 0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_captured_step_outlives_its_model(generator, cuda_device):
+    # The graph reads the weights by address: a step captured from a model that is then dropped and
+    # whose memory the allocator hands out again must still compute with the captured weights.
+    model = _model(8, d_in=32, d_model=256, d_ff=512, n_heads=8, n_kv_heads=2, device=cuda_device)
+    model.quantize(group_size=128)
+    x = random_tensor((4, 6, 32), generator=generator, device=cuda_device)
+    eager = _stream(model, x)
+    step = model.capture_step(4)
+    del model
+    torch.cuda.empty_cache()
+    # Fill whatever memory was freed with values that would poison a stale read.
+    junk = [torch.full((1 << 20,), float("nan"), device=cuda_device) for _ in range(64)]
+    graphed = torch.stack([step(x[:, i]).clone() for i in range(x.shape[1])], dim=1)
+    del junk
+    assert_close(graphed, eager, atol=1e-5, rtol=1e-5)

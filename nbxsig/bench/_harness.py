@@ -61,6 +61,33 @@ def time_us(fn: Callable[[], object], *, warmup_ms: int = 25, rep_ms: int = 100)
     return 1e3 * triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
+class GraphReplay:
+    """``fn`` captured in a CUDA graph (after ``warmup`` eager calls on a side stream); calling the
+    object replays the graph, which times GPU work without Python's launch cost.
+
+    It holds ``fn``, and with it every tensor ``fn`` closes over, for as long as it lives: a graph
+    reads and writes its operands by address, so a replay after they were freed touches memory the
+    allocator has since handed out or given back. (At 8d98586 the back-to-back chains of
+    ``bench quant`` dropped their operand copies right after capture, and a later replay ended in an
+    illegal memory access.)
+    """
+
+    def __init__(self, fn: Callable[[], object], *, warmup: int = 2) -> None:
+        self.fn = fn
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compiles and sets up workspaces outside the capture
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            fn()
+
+    def __call__(self) -> None:
+        self.graph.replay()
+
+
 def copy_bandwidth_gbps(device: torch.device, *, nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()

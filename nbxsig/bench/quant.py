@@ -13,38 +13,28 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ._harness import Case
+from ._harness import Case, GraphReplay
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-def _graphed(fn):
-    """``fn`` captured in a CUDA graph; returns the replay. Timing replays measures GPU time without
-    Python launch overhead (which dominated the eager rows of single-token calls on the H200)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+def _graphed(fn) -> GraphReplay:
+    """``fn`` as a CUDA-graph replay: timing replays measures GPU time without Python launch
+    overhead (which dominated the eager rows of single-token calls on the H200)."""
+    return GraphReplay(fn)
 
 
 def _chain_copies(nbytes: int, device: torch.device) -> tuple[int, int]:
     """``(copies, calls)`` for a back-to-back graph: enough distinct operand copies that they do not
-    fit in L2 together (3× its size, up to 64 copies), so every call reads its operands from device
+    fit in L2 together (3× its size, up to 256 copies), so every call reads its operands from device
     memory as the layers of a decode step do, and at least 8 calls, so the graph's launch latency is
     amortised."""
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    # At most 64: the one 256-call chain run in the suite (1024×1024, 5335111) ended in an illegal
-    # memory access, which 16/64/256-call chains of either side run alone under CUDA_LAUNCH_BLOCKING=1
-    # did not reproduce; a 1024×1024 layer's 64 copies (36 MB) fit in L2, so that row reads from L2.
-    copies = max(1, min(64, -(-3 * l2 // nbytes)))
+    # At most 256 calls in one graph. (The earlier cap of 64 answered an illegal memory access that
+    # was the chains' operands being freed after capture; GraphReplay now holds them.)
+    copies = max(1, min(256, -(-3 * l2 // nbytes)))
     return copies, max(8, copies)
 
 
@@ -55,8 +45,9 @@ def _graphed_chain(fns: list) -> tuple:
     the H200: a 1024×1024 GEMV reads as 10 µs). Back to back, the calls show their device time, the
     figure a captured decode step is made of.
     """
-    replay = _graphed(lambda: [fn() for fn in fns])
-    return replay, len(fns)
+    # The replay holds the list, so every call's operands (the weight and KV copies) live as long
+    # as the graph that reads them.
+    return _graphed(lambda: [fn() for fn in fns]), len(fns)
 
 
 def _linear_call(x: torch.Tensor, weight: torch.Tensor):

@@ -19,6 +19,8 @@ import time
 
 import torch
 
+from ._harness import GraphReplay
+
 HQ, HKV, D = 32, 8, 128
 # (B, T) -> [(split, block_t, num_warps, num_stages)]; None = the shape's default (split_config).
 ATTN = {
@@ -138,19 +140,9 @@ def _compile(jobs) -> None:
         torch.cuda.synchronize()
 
 
-def _graphed(fns):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            for fn in fns:
-                fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for fn in fns:
-            fn()
-    return graph.replay
+def _graphed(fns) -> GraphReplay:
+    """The calls ``fns`` back to back in one CUDA graph; the replay holds them and their operands."""
+    return GraphReplay(lambda: [fn() for fn in fns])
 
 
 def main(argv: list[str] | None = None) -> None:
