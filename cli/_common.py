@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,8 +114,27 @@ def execute(
     *,
     extensions: Sequence[str],
     suffix: Callable[[Path], str],
+    started: threading.Thread | None = None,
 ) -> None:
-    """Discover, shard, plan, run, print the summary and exit 1 if any input failed."""
+    """Discover, shard, plan, run, print the summary and exit 1 if any input failed.
+
+    ``started``: a device start-up running meanwhile (:func:`nbxsig.batch.start_device`), joined before
+    the command returns."""
+    try:
+        _execute(inputs, opts, job, extensions=extensions, suffix=suffix)
+    finally:
+        while started is not None and started.is_alive():
+            started.join(0.1)  # short joins: Ctrl-C stays responsive
+
+
+def _execute(
+    inputs: Sequence[str],
+    opts: BatchOptions,
+    job: batch.Job,
+    *,
+    extensions: Sequence[str],
+    suffix: Callable[[Path], str],
+) -> None:
     try:
         found = batch.discover(inputs, extensions=extensions, glob=opts.glob)
         part = batch.shard(found, batch.parse_shard(opts.shard))

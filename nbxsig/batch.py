@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import math
 import mmap
@@ -293,6 +294,39 @@ def resolve_device(spec: str) -> Any:
             raise BatchUsageError(f"--device {spec}: torch sees {count} CUDA device(s), 0..{count - 1}")
         return torch.device(spec)
     raise BatchUsageError(f"--device must be auto, cpu, cuda or cuda:INDEX, got {spec!r}")
+
+
+def start_device(device: Any, *, modules: Sequence[str] = ()) -> threading.Thread | None:
+    """Start a CUDA device in a background thread -- its context (~0.3-0.5 s) and the imports of
+    ``modules`` (e.g. the kernels' modules) -- so that this overlaps input discovery and planning
+    instead of following them; the first batch (or :attr:`Job.warm_up`) then finds them done. Returns
+    the thread (join it before the process exits: a CUDA context half made at exit can hang), or None
+    on the CPU, where there is nothing to start.
+
+    Example::
+
+        started = batch.start_device(device, modules=["nbxsig.features"])
+        ...  # discover, plan, run
+        if started is not None:
+            started.join()
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+
+    def start() -> None:
+        # Errors are the first batch's to report, where they fail files rather than the run.
+        with contextlib.suppress(Exception):
+            torch.empty(1, device=device)
+            torch.cuda.synchronize(device)
+            for name in modules:
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=start, name="nbxsig-device-start", daemon=True)
+    thread.start()
+    return thread
 
 
 # --------------------------------------------------------------------------------------------
@@ -840,6 +874,12 @@ class _DecodePool:
         child.close()
         return _Worker(process, parent)
 
+    def start_all(self) -> None:
+        """Start every worker now rather than on first use."""
+        for i, worker in enumerate(self.workers):
+            if worker is None:
+                self.workers[i] = self._start()
+
     @property
     def queued(self) -> int:
         """Files sent to be decoded and not answered yet."""
@@ -1044,9 +1084,11 @@ class _Engine:
         # not the CPU, so more threads than cores help: their syncs share journal commits.
         saver = ThreadPoolExecutor(max_workers=_SAVE_THREADS, thread_name_prefix="nbxsig-save")
         self.saver = saver
-        if self.job.warm_up and self.todo:
-            self._start_warm_up(self.todo[0])
         try:
+            if self.jobs > 0:
+                self._start_pool()
+            if self.job.warm_up and self.todo:
+                self._start_warm_up(self.todo[0])
             if self.jobs == 0:
                 while self.todo:
                     task = self.todo.popleft()
@@ -1106,15 +1148,23 @@ class _Engine:
             if self.job.clock is not None:  # the device time of the files, not of the warm-up
                 self.clock_after_warm_up = self.job.clock.seconds
 
-    def _pump(self, saver: ThreadPoolExecutor) -> None:
+    def _start_pool(self) -> None:
+        """The arena and every worker process, started before the device warm-up: their start
+        (spawn, imports) then runs while the main process is still idle, not against the warm-up
+        for its GIL."""
         # Every decoded value holds its slot until its result is written: room for the most that
         # can be held at once (queued + buffered + one batch + pending writes), and during a device
         # warm-up for decoding ahead.
         slots = self.jobs * _PER_WORKER + self.max_buffered + 2 * self.batch_size + self.max_pending_saves
-        if self.warm_thread is not None:
+        if self.job.warm_up:
             slots = max(slots, _WARM_UP_SLOTS)
         self.arena = _Arena.make(slots)
-        self.pool = pool = _DecodePool(self.job.load, self.jobs, self.arena, self.job.save)
+        self.pool = _DecodePool(self.job.load, self.jobs, self.arena, self.job.save)
+        self.pool.start_all()
+
+    def _pump(self, saver: ThreadPoolExecutor) -> None:
+        pool = self.pool
+        assert pool is not None
         while self.todo or pool.queued or pool.decoded:
             pool.feed(self.todo)
             if not pool.queued and not pool.decoded:
