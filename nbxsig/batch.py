@@ -15,11 +15,14 @@ Guarantees (the CLI's contract):
 * decoding overlaps device work: ``jobs`` worker processes decode while the main process runs
   batches of files grouped by :attr:`Job.group_key` and by length (within ~9%), padded to the
   longest; ``process`` trims each result to its own length, so batching never changes a result;
-* decoded arrays reach the main process through shared memory (a fixed arena of slots, unlinked at
-  the end), not pickled through pipes; writer threads write the results while the next batches run.
+* decoded arrays reach the main process through shared memory (a fixed arena of slots, closed at
+  the end), not pickled through pipes; the results go back the same way to the decode workers, which
+  write them with the job's ``save`` while the next batches run (writer threads of the main process
+  where that cannot be: see :meth:`_DecodePool.save`).
 
-The main process's share per file is small (a ~100-byte message, bucketing, a manifest row): decode
-scales with ``jobs``, writing with the writer threads, and a crashing decoder fails only its file.
+The main process's share per file is small (two ~100-300-byte messages, a copy of the result,
+bucketing, a manifest row): decode and writing scale with ``jobs``, and a crashing decoder or writer
+fails only its file.
 """
 
 from __future__ import annotations
@@ -344,7 +347,8 @@ class Job:
         process: ``list[decoded] -> list[result]`` (main process, on the device). Items in one call
             share a :attr:`group_key` and have similar :attr:`length`.
         save: ``(decoded, result, output_path) -> None``; must write through :mod:`nbxsig.io`'s
-            atomic writers.
+            atomic writers. When it can be pickled (a module-level function or a ``functools.partial``
+            of one) the decode workers run it; otherwise writer threads of the main process do.
         group_key: items that may share a ``process`` call have equal keys (e.g. sample rate).
         length: the size that bucketing groups by (e.g. samples).
         warm_up: run ``process`` once, in a background thread, on copies of the first input while
