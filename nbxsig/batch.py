@@ -772,7 +772,8 @@ def _decode_worker(
     """A decode (and write) process. Messages, answered in order, until the pipe closes or ``None``
     arrives: ``("load", path, offset, capacity)`` → ``(ok, pickle | error, spans, seconds)``, the
     decoded value; ``("save", pickle, spans, output)`` → ``(ok, None | error, None, seconds)``, the
-    main process's ``(decoded, result)`` written with ``save``. Its first message says it started."""
+    main process's ``(decoded, result)`` written with ``save``. Its first message, ``("ready",
+    mapped)``, says it started and whether it maps the arena."""
     # Ctrl-C reaches the whole process group: the main process handles it and stops the workers;
     # a worker ignores it instead of printing a traceback. SIGTERM (the main process stopping a
     # worker that does not finish) unwinds the atomic writer, which deletes its temporary.
@@ -792,7 +793,7 @@ def _serve(
     if arena is not None:
         with contextlib.suppress(OSError):  # then every value goes through the pipe
             view = memoryview(_map_arena(*arena))
-    conn.send("ready")
+    conn.send(("ready", view is not None))  # whether results can reach it through the arena
     while True:
         try:
             message = conn.recv()
@@ -839,6 +840,7 @@ class _Worker:
     queued: deque[tuple[str, Any, int | None]] = field(default_factory=deque)
     loads: int = 0  # the "load" entries of ``queued``
     ready: bool = False
+    mapped: bool = False  # it maps the arena (so it can write results handed over there)
 
 
 class DecodeWorkerError(NbxsigError, RuntimeError):
@@ -922,7 +924,7 @@ class _DecodePool:
         (no arena, ``save`` not picklable, no room, no worker): the caller writes it."""
         if self.save_fn is None or self.arena is None:
             return False
-        live = [w for w in self.workers if w is not None and w.ready]
+        live = [w for w in self.workers if w is not None and w.mapped]
         if not live:
             return False
         arena = self.arena
@@ -960,8 +962,8 @@ class _DecodePool:
             try:
                 while worker.queued and conn.poll():  # every answer already there, not one per wait
                     reply = conn.recv()
-                    if reply == "ready":
-                        worker.ready = True
+                    if reply[0] == "ready":
+                        worker.ready, worker.mapped = True, reply[1]
                         continue
                     kind, item, slot = worker.queued.popleft()
                     ok, payload, spans, seconds = reply
