@@ -93,7 +93,15 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         opts = BatchOptions(**{name: kwargs.pop(name) for name in names})
-        return f(*args, opts=opts, **kwargs)
+        inputs = kwargs.get("inputs", ())
+        if len(inputs) > 1 or any(i.startswith("@") or os.path.isdir(i) for i in inputs):
+            # A batch: its decode workers start now, while the command imports torch and starts the
+            # device (not for a single file, which is decoded in the main process).
+            batch.prestart_workers(batch.default_jobs() if opts.jobs is None else opts.jobs)
+        try:
+            return f(*args, opts=opts, **kwargs)
+        finally:
+            batch.stop_spare_workers()
 
     for option in reversed(options):
         wrapper = option(wrapper)

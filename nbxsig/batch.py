@@ -27,6 +27,7 @@ fails only its file.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import importlib
@@ -548,6 +549,7 @@ def run(
     except KeyboardInterrupt:
         summary.interrupted, summary.signal = True, signal.SIGINT
     finally:
+        stop_spare_workers()  # those this run did not need
         _restore_sigterm(previous)
         reporter.close()
         summary.seconds = time.perf_counter() - start
@@ -766,20 +768,30 @@ def _stop_worker(signum: int, frame: Any) -> None:
 def _decode_worker(
     conn: Connection,
     arena: tuple[int, int, int] | None,
-    load: Callable[[Path], Any],
+    load: Callable[[Path], Any] | None,
     save: Callable[[Any, Any, Path], None] | None = None,
 ) -> None:
     """A decode (and write) process. Messages, answered in order, until the pipe closes or ``None``
     arrives: ``("load", path, offset, capacity)`` → ``(ok, pickle | error, spans, seconds)``, the
     decoded value; ``("save", pickle, spans, output)`` → ``(ok, None | error, None, seconds)``, the
     main process's ``(decoded, result)`` written with ``save``. Its first message, ``("ready",
-    mapped)``, says it started and whether it maps the arena."""
+    mapped)``, says it started and whether it maps the arena. A spare (``load`` None, see
+    :func:`prestart_workers`) first waits for ``("setup", arena, load, save)``."""
     # Ctrl-C reaches the whole process group: the main process handles it and stops the workers;
     # a worker ignores it instead of printing a traceback. SIGTERM (the main process stopping a
     # worker that does not finish) unwinds the atomic writer, which deletes its temporary.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_worker)
     with contextlib.suppress(_WorkerStop):
+        if load is None:
+            try:
+                setup = conn.recv()
+            except (EOFError, OSError):
+                return
+            if setup is None:
+                return
+            _, arena, load, save = setup
+        assert load is not None
         _serve(conn, arena, load, save)
 
 
@@ -868,6 +880,16 @@ class _DecodePool:
         self.written: deque[_Written] = deque()
 
     def _start(self) -> _Worker:
+        while _spares:  # one started earlier, already past its imports
+            process, parent = _spares.pop()
+            spec = self.arena.spec if self.arena is not None else None
+            try:
+                parent.send(("setup", spec, self.load, self.save_fn))
+            except OSError:
+                process.join(1.0)
+                parent.close()
+                continue
+            return _Worker(process, parent)
         parent, child = self.context.Pipe(duplex=True)
         spec = self.arena.spec if self.arena is not None else None
         process = self.context.Process(
@@ -1048,6 +1070,46 @@ class _DecodePool:
         nio.remove_stale_temps_of(it.task.output for it in lost if it.task.output is not None)
         self.workers = [None] * len(self.workers)
         return lost
+
+
+#: Workers started ahead of a run (:func:`prestart_workers`), waiting for their setup.
+_spares: list[tuple[Any, Connection]] = []
+_spares_cleanup: list[bool] = []  # whether the exit handler is registered
+
+
+def prestart_workers(count: int) -> None:
+    """Start ``count`` decode workers now, ahead of the run that will use them: a worker takes
+    ~0.3-0.5 s to start (a fresh interpreter importing numpy and the command's module), which then
+    overlaps what the main process does first (``import torch``: ~2 s; the device start; finding the
+    inputs) instead of following it. :func:`run` uses them as its workers and stops those it does
+    not need; whatever is left at exit is stopped then."""
+    if count <= 0:
+        return
+    if not _spares_cleanup:
+        atexit.register(stop_spare_workers)
+        _spares_cleanup.append(True)
+    context = multiprocessing.get_context("spawn")
+    for _ in range(count - len(_spares)):
+        parent, child = context.Pipe(duplex=True)
+        process = context.Process(
+            target=_decode_worker, args=(child, None, None, None), name="nbxsig-decode", daemon=True
+        )
+        process.start()
+        child.close()
+        _spares.append((process, parent))
+
+
+def stop_spare_workers() -> None:
+    """Stop the workers :func:`prestart_workers` started that no run took."""
+    while _spares:
+        process, conn = _spares.pop()
+        with contextlib.suppress(OSError):
+            conn.send(None)
+        process.join(1.0)
+        if process.is_alive():
+            process.terminate()
+            process.join(1.0)
+        conn.close()
 
 
 def _picklable(obj: Any) -> bool:

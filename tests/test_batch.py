@@ -740,3 +740,26 @@ def test_worker_writes_skip_existing_unless_overwrite(tmp_path: Path) -> None:
     summary = batch.run(_tasks(tmp_path), _worker_job(ToyJob()), batch_size=2, jobs=2, overwrite=True)
     assert (summary.ok, summary.skipped, summary.worker_saves) == (5, 0, 5)
     _check_doubled(tmp_path, [10, 20, 30, 40, 50])
+
+
+def test_workers_started_ahead_are_used_and_the_rest_stopped(tmp_path: Path) -> None:
+    import multiprocessing
+
+    _arrays(tmp_path / "in", [40, 41, 42, 43, 44, 45, 46, 47])
+    batch.prestart_workers(3)  # one more than the run takes
+    spares = {p.pid for p, _ in batch._spares}
+    assert len(spares) == 3 and {p.pid for p in multiprocessing.active_children()} >= spares
+    used: set[int] = set()
+    original = batch._DecodePool.close
+
+    def close(self):
+        used.update(w.process.pid for w in self.workers if w is not None)
+        return original(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batch._DecodePool, "close", close)
+        summary = batch.run(_tasks(tmp_path), _worker_job(ToyJob()), batch_size=2, jobs=2)
+    assert (summary.ok, summary.worker_saves) == (8, 8)
+    assert len(used) == 2 and used <= spares  # the spares, set up for this run
+    _check_doubled(tmp_path, [40, 41, 42, 43, 44, 45, 46, 47])
+    assert batch._spares == [] and not _arena_left() and _no_children_left()
