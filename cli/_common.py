@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,15 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         opts = BatchOptions(**{name: kwargs.pop(name) for name in names})
-        return f(*args, opts=opts, **kwargs)
+        inputs = kwargs.get("inputs", ())
+        if len(inputs) > 1 or any(i.startswith("@") or os.path.isdir(i) for i in inputs):
+            # A batch: its decode workers start now, while the command imports torch and starts the
+            # device (not for a single file, which is decoded in the main process).
+            batch.prestart_workers(batch.default_jobs() if opts.jobs is None else opts.jobs)
+        try:
+            return f(*args, opts=opts, **kwargs)
+        finally:
+            batch.stop_spare_workers()
 
     for option in reversed(options):
         wrapper = option(wrapper)
@@ -113,8 +122,27 @@ def execute(
     *,
     extensions: Sequence[str],
     suffix: Callable[[Path], str],
+    started: threading.Thread | None = None,
 ) -> None:
-    """Discover, shard, plan, run, print the summary and exit 1 if any input failed."""
+    """Discover, shard, plan, run, print the summary and exit 1 if any input failed.
+
+    ``started``: a device start-up running meanwhile (:func:`nbxsig.batch.start_device`), joined before
+    the command returns."""
+    try:
+        _execute(inputs, opts, job, extensions=extensions, suffix=suffix)
+    finally:
+        while started is not None and started.is_alive():
+            started.join(0.1)  # short joins: Ctrl-C stays responsive
+
+
+def _execute(
+    inputs: Sequence[str],
+    opts: BatchOptions,
+    job: batch.Job,
+    *,
+    extensions: Sequence[str],
+    suffix: Callable[[Path], str],
+) -> None:
     try:
         found = batch.discover(inputs, extensions=extensions, glob=opts.glob)
         part = batch.shard(found, batch.parse_shard(opts.shard))

@@ -181,6 +181,8 @@ def mel(
         raise click.BadParameter(f"--whisper takes 80 or 128 mels, got {n_mels}", param_hint="--n-mels")
     p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
     device = resolve_device(opts)
+    # The CUDA context and the kernels' modules while the inputs are found and planned.
+    started = batch.start_device(device, modules=["nbxsig.features"])
     clock = batch.DeviceClock()
     job = batch.Job(
         # PCM_16 stays int16 until it is on the device: half the bytes from the decode workers.
@@ -193,4 +195,11 @@ def mel(
         warm_up=device.type == "cuda",
         clock=clock,
     )
-    execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".npy")
+    execute(
+        inputs,
+        opts,
+        job,
+        extensions=(*nio.AUDIO_EXTENSIONS, ".npy"),
+        suffix=lambda path: ".npy",
+        started=started,
+    )

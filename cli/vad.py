@@ -212,6 +212,7 @@ def vad(
         pad_ms,
     )
     device = resolve_device(opts)
+    started = batch.start_device(device, modules=["nbxsig.features"])
     mel_p = features.MelParams(None, 0, 0, n_mels, 0.0, None, False, False)
     job = batch.Job(
         load=functools.partial(
@@ -223,4 +224,11 @@ def vad(
         length=lambda a: a.samples,
         warm_up=device.type == "cuda",
     )
-    execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".json")
+    execute(
+        inputs,
+        opts,
+        job,
+        extensions=(*nio.AUDIO_EXTENSIONS, ".npy"),
+        suffix=lambda path: ".json",
+        started=started,
+    )

@@ -15,17 +15,22 @@ Guarantees (the CLI's contract):
 * decoding overlaps device work: ``jobs`` worker processes decode while the main process runs
   batches of files grouped by :attr:`Job.group_key` and by length (within ~9%), padded to the
   longest; ``process`` trims each result to its own length, so batching never changes a result;
-* decoded arrays reach the main process through shared memory (a fixed arena of slots, unlinked at
-  the end), not pickled through pipes; writer threads write the results while the next batches run.
+* decoded arrays reach the main process through shared memory (a fixed arena of slots, closed at
+  the end), not pickled through pipes; the results go back the same way to the decode workers, which
+  write them with the job's ``save`` while the next batches run (writer threads of the main process
+  where that cannot be: see :meth:`_DecodePool.save`).
 
-The main process's share per file is small (a ~100-byte message, bucketing, a manifest row): decode
-scales with ``jobs``, writing with the writer threads, and a crashing decoder fails only its file.
+The main process's share per file is small (two ~100-300-byte messages, a copy of the result,
+bucketing, a manifest row): decode and writing scale with ``jobs``, and a crashing decoder or writer
+fails only its file.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import importlib
 import json
 import math
 import mmap
@@ -295,6 +300,39 @@ def resolve_device(spec: str) -> Any:
     raise BatchUsageError(f"--device must be auto, cpu, cuda or cuda:INDEX, got {spec!r}")
 
 
+def start_device(device: Any, *, modules: Sequence[str] = ()) -> threading.Thread | None:
+    """Start a CUDA device in a background thread -- its context (~0.3-0.5 s) and the imports of
+    ``modules`` (e.g. the kernels' modules) -- so that this overlaps input discovery and planning
+    instead of following them; the first batch (or :attr:`Job.warm_up`) then finds them done. Returns
+    the thread (join it before the process exits: a CUDA context half made at exit can hang), or None
+    on the CPU, where there is nothing to start.
+
+    Example::
+
+        started = batch.start_device(device, modules=["nbxsig.features"])
+        ...  # discover, plan, run
+        if started is not None:
+            started.join()
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+
+    def start() -> None:
+        # Errors are the first batch's to report, where they fail files rather than the run.
+        with contextlib.suppress(Exception):
+            torch.empty(1, device=device)
+            torch.cuda.synchronize(device)
+            for name in modules:
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=start, name="nbxsig-device-start", daemon=True)
+    thread.start()
+    return thread
+
+
 # --------------------------------------------------------------------------------------------
 # Running
 
@@ -310,7 +348,8 @@ class Job:
         process: ``list[decoded] -> list[result]`` (main process, on the device). Items in one call
             share a :attr:`group_key` and have similar :attr:`length`.
         save: ``(decoded, result, output_path) -> None``; must write through :mod:`nbxsig.io`'s
-            atomic writers.
+            atomic writers. When it can be pickled (a module-level function or a ``functools.partial``
+            of one) the decode workers run it; otherwise writer threads of the main process do.
         group_key: items that may share a ``process`` call have equal keys (e.g. sample rate).
         length: the size that bucketing groups by (e.g. samples).
         warm_up: run ``process`` once, in a background thread, on copies of the first input while
@@ -342,7 +381,11 @@ class Summary:
     audio_seconds: float = 0.0
     decode_seconds: float = 0.0  # summed over workers
     process_seconds: float = 0.0  # main process, inside Job.process (device work incl. transfers)
-    save_seconds: float = 0.0  # summed over writer threads
+    save_seconds: float = 0.0  # summed over writer threads (main process)
+    #: Writes done by the worker processes (results handed over through the arena), and their time
+    #: summed over the workers.
+    worker_saves: int = 0
+    worker_save_seconds: float = 0.0
     wait_seconds: float = 0.0  # main process idle, waiting for decoded files
     #: One-time device start-up (Job.warm_up: CUDA context, kernel compilation/autotuning), run in a
     #: background thread while files decode; ``startup_wait_seconds`` of it stalled the main process.
@@ -372,7 +415,9 @@ class Summary:
             f"{rate:.1f} files/s, {hours:.4f} audio-hours/s; "
             f"decode {self.decode_seconds:.1f} s (all decoders), "
             f"device {self.process_seconds:.2f} s in {self.batches} batches, "
-            f"write {self.save_seconds:.1f} s (threads), waiting for decode {self.wait_seconds:.1f} s"
+            f"write {self.save_seconds + self.worker_save_seconds:.1f} s "
+            f"({self.save_seconds:.1f} s threads, {self.worker_save_seconds:.1f} s workers: "
+            f"{self.worker_saves} files), waiting for decode {self.wait_seconds:.1f} s"
         )
         if self.piped:
             text += f"; {self.piped} decoded values through pipes (not shared memory)"
@@ -504,6 +549,7 @@ def run(
     except KeyboardInterrupt:
         summary.interrupted, summary.signal = True, signal.SIGINT
     finally:
+        stop_spare_workers()  # those this run did not need
         _restore_sigterm(previous)
         reporter.close()
         summary.seconds = time.perf_counter() - start
@@ -537,8 +583,16 @@ class _Loaded:
     task: Task
     value: Any
     decode_seconds: float
-    #: The arena slot holding the value's arrays (None: the value owns its memory).
+    #: The arena slot holding the value's arrays (None: the value owns its memory), and the bytes of
+    #: it they use.
     slot: int | None = None
+    used: int = 0
+    #: A second slot, holding the result while a worker writes it (None: none, or in ``slot``).
+    extra: int | None = None
+    #: Decode seconds plus its share of its batch, for the manifest.
+    seconds: float = 0.0
+    #: The result, while it is being written.
+    result: Any = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,6 +649,7 @@ class _Arena:
             os.close(self.fd)
             raise
         self.free = list(range(slots - 1, -1, -1))
+        self.base = _address(self.view)
 
     @classmethod
     def make(cls, slots: int) -> _Arena | None:
@@ -628,11 +683,56 @@ class _Arena:
     def unpack(self, head: bytes, spans: list[tuple[int, int]]) -> Any:
         return pickle.loads(head, buffers=[self.view[o : o + n] for o, n in spans])
 
+    def pack_save(self, value: Any, result: Any, offset: int, capacity: int) -> tuple[bytes, list] | None:
+        """``(value, result)`` pickled for a worker's write: arrays already in the arena (the decoded
+        input) are referred to where they are; the others are copied once into
+        ``view[offset : offset + capacity]`` (a result that is a strided view of its batch is made
+        C-contiguous on the way: the bytes every writer produces from it are the same). Returns the
+        pickle and the arrays' spans, or None when they do not fit (the caller writes in a thread)."""
+        pos, end = offset, offset + capacity
+        if (
+            isinstance(result, np.ndarray)
+            and not (result.flags.c_contiguous or result.flags.f_contiguous)
+            and not result.dtype.hasobject
+        ):
+            if result.nbytes > capacity:
+                return None
+            dense = np.ndarray(result.shape, result.dtype, buffer=self.view, offset=pos)
+            np.copyto(dense, result)
+            result, pos = dense, pos + _aligned(result.nbytes)
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps((value, result), protocol=5, buffer_callback=buffers.append)
+        spans = []
+        for buffer in buffers:
+            try:
+                raw = buffer.raw()
+            except BufferError:
+                return None
+            at = _address(raw) - self.base
+            if raw.nbytes and at >= 0 and at + raw.nbytes <= self.size:
+                spans.append((at, raw.nbytes))  # already shared: no copy
+                continue
+            if pos + raw.nbytes > end:
+                return None
+            self.view[pos : pos + raw.nbytes] = raw
+            spans.append((pos, raw.nbytes))
+            pos += _aligned(raw.nbytes)
+        return head, spans
+
     def close(self) -> None:
         """Close the descriptor (the mappings stay valid while they are used)."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _address(buffer: Any) -> int:
+    """The memory address of a buffer's first byte."""
+    return int(np.frombuffer(buffer, np.uint8).__array_interface__["data"][0])
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64  # for vector loads
 
 
 def _pack(value: Any, view: memoryview | None, offset: int, capacity: int) -> tuple[bytes, list | None]:
@@ -651,23 +751,61 @@ def _pack(value: Any, view: memoryview | None, offset: int, capacity: int) -> tu
                 break
             view[pos : pos + raw.nbytes] = raw
             spans.append((pos, raw.nbytes))
-            pos += -(-raw.nbytes // 64) * 64  # aligned for vector loads
+            pos += _aligned(raw.nbytes)
         else:
             return head, spans
     return pickle.dumps(value, protocol=5), None
 
 
-def _decode_worker(conn: Connection, arena: tuple[int, int, int] | None, load: Callable[[Path], Any]) -> None:
-    """A decode process: ``(path, offset, capacity)`` in, ``(ok, pickle | error, spans, seconds)``
-    out, in order, until the pipe closes or ``None`` arrives. Its first message says it started."""
+class _WorkerStop(KeyboardInterrupt):
+    """SIGTERM in a worker: unwinds a write in progress so that its temporary is removed."""
+
+
+def _stop_worker(signum: int, frame: Any) -> None:
+    raise _WorkerStop
+
+
+def _decode_worker(
+    conn: Connection,
+    arena: tuple[int, int, int] | None,
+    load: Callable[[Path], Any] | None,
+    save: Callable[[Any, Any, Path], None] | None = None,
+) -> None:
+    """A decode (and write) process. Messages, answered in order, until the pipe closes or ``None``
+    arrives: ``("load", path, offset, capacity)`` → ``(ok, pickle | error, spans, seconds)``, the
+    decoded value; ``("save", pickle, spans, output)`` → ``(ok, None | error, None, seconds)``, the
+    main process's ``(decoded, result)`` written with ``save``. Its first message, ``("ready",
+    mapped)``, says it started and whether it maps the arena. A spare (``load`` None, see
+    :func:`prestart_workers`) first waits for ``("setup", arena, load, save)``."""
     # Ctrl-C reaches the whole process group: the main process handles it and stops the workers;
-    # a worker ignores it instead of printing a traceback.
+    # a worker ignores it instead of printing a traceback. SIGTERM (the main process stopping a
+    # worker that does not finish) unwinds the atomic writer, which deletes its temporary.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_worker)
+    with contextlib.suppress(_WorkerStop):
+        if load is None:
+            try:
+                setup = conn.recv()
+            except (EOFError, OSError):
+                return
+            if setup is None:
+                return
+            _, arena, load, save = setup
+        assert load is not None
+        _serve(conn, arena, load, save)
+
+
+def _serve(
+    conn: Connection,
+    arena: tuple[int, int, int] | None,
+    load: Callable[[Path], Any],
+    save: Callable[[Any, Any, Path], None] | None,
+) -> None:
     view = None
     if arena is not None:
         with contextlib.suppress(OSError):  # then every value goes through the pipe
             view = memoryview(_map_arena(*arena))
-    conn.send("ready")
+    conn.send(("ready", view is not None))  # whether results can reach it through the arena
     while True:
         try:
             message = conn.recv()
@@ -675,29 +813,46 @@ def _decode_worker(conn: Connection, arena: tuple[int, int, int] | None, load: C
             return
         if message is None:
             return
-        path, offset, capacity = message
         start = time.perf_counter()
-        try:
-            head, spans = _pack(load(path), view, offset, capacity)
-            reply = (True, head, spans, time.perf_counter() - start)
-        except Exception as exc:
-            reply = (False, _error_text(path, exc), None, time.perf_counter() - start)
+        if message[0] == "save":
+            _, head, spans, output = message
+            try:
+                assert save is not None and view is not None
+                value, result = pickle.loads(head, buffers=[view[o : o + n] for o, n in spans])
+                save(value, result, output)
+                del value, result  # no view of the arena outlives the write
+                reply = (True, None, None, time.perf_counter() - start)
+            except Exception as exc:
+                reply = (False, _error_text(output, exc), None, time.perf_counter() - start)
+        else:
+            _, path, offset, capacity = message
+            try:
+                head, spans = _pack(load(path), view, offset, capacity)
+                reply = (True, head, spans, time.perf_counter() - start)
+            except Exception as exc:
+                reply = (False, _error_text(path, exc), None, time.perf_counter() - start)
         try:
             conn.send(reply)
         except OSError:  # the main process is gone
             return
 
 
-#: What the pool yields per file: (task, value, arena slot, decode seconds, error text or None).
-_Answer = tuple[Task, Any, "int | None", float, "str | None"]
+#: A decoded file: (task, value, arena slot, bytes of the slot it uses, decode seconds, error or None).
+_Answer = tuple[Task, Any, "int | None", int, float, "str | None"]
+#: A write a worker ended: (the file, seconds, error or None; ``redo``: its worker died before
+#: starting it, so the main process writes it itself).
+_Written = tuple["_Loaded", float, "str | None", bool]
 
 
 @dataclass
 class _Worker:
     process: Any
     conn: Connection
-    queued: deque[tuple[Task, int | None]] = field(default_factory=deque)
+    #: What it was sent, in order: ("load", task, slot) or ("save", loaded, None).
+    queued: deque[tuple[str, Any, int | None]] = field(default_factory=deque)
+    loads: int = 0  # the "load" entries of ``queued``
     ready: bool = False
+    mapped: bool = False  # it maps the arena (so it can write results handed over there)
 
 
 class DecodeWorkerError(NbxsigError, RuntimeError):
@@ -706,33 +861,68 @@ class DecodeWorkerError(NbxsigError, RuntimeError):
 
 class _DecodePool:
     """``jobs`` spawned decode processes (spawn, not fork: the main process may hold a CUDA context,
-    which a forked child cannot use), each fed through its own pipe. Started on first use."""
+    which a forked child cannot use), each fed through its own pipe. Started on first use.
 
-    def __init__(self, load: Callable[[Path], Any], jobs: int, arena: _Arena | None) -> None:
+    Once a file's result is ready the workers also write it (:meth:`save`), when the job's ``save``
+    can be pickled and an arena exists: the result goes into the arena, a worker runs ``save`` on it,
+    and the main process keeps only a message per file -- no encoding, copying or fsync under its
+    GIL, which the device start-up and the batches need."""
+
+    def __init__(
+        self, load: Callable[[Path], Any], jobs: int, arena: _Arena | None, save: Callable | None = None
+    ) -> None:
         self.load = load
         self.arena = arena
+        self.save_fn = save if arena is not None and save is not None and _picklable(save) else None
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[_Worker | None] = [None] * jobs
+        self.decoded: deque[_Answer] = deque()
+        self.written: deque[_Written] = deque()
 
     def _start(self) -> _Worker:
+        while _spares:  # one started earlier, already past its imports
+            process, parent = _spares.pop()
+            spec = self.arena.spec if self.arena is not None else None
+            try:
+                parent.send(("setup", spec, self.load, self.save_fn))
+            except OSError:
+                process.join(1.0)
+                parent.close()
+                continue
+            return _Worker(process, parent)
         parent, child = self.context.Pipe(duplex=True)
         spec = self.arena.spec if self.arena is not None else None
         process = self.context.Process(
-            target=_decode_worker, args=(child, spec, self.load), name="nbxsig-decode", daemon=True
+            target=_decode_worker,
+            args=(child, spec, self.load, self.save_fn),
+            name="nbxsig-decode",
+            daemon=True,
         )
         process.start()
         child.close()
         return _Worker(process, parent)
 
+    def start_all(self) -> None:
+        """Start every worker now rather than on first use."""
+        for i, worker in enumerate(self.workers):
+            if worker is None:
+                self.workers[i] = self._start()
+
     @property
     def queued(self) -> int:
-        return sum(len(w.queued) for w in self.workers if w is not None)
+        """Files sent to be decoded and not answered yet."""
+        return sum(w.loads for w in self.workers if w is not None)
+
+    @property
+    def saving(self) -> int:
+        """Writes sent and not answered yet."""
+        return sum(len(w.queued) - w.loads for w in self.workers if w is not None)
 
     def feed(self, todo: deque[Task]) -> None:
         """Queue files from ``todo`` until every worker has ``_PER_WORKER``, ``todo`` is empty or the
         arena has no free slot."""
         for i, worker in enumerate(self.workers):
-            while todo and (worker is None or len(worker.queued) < _PER_WORKER):
+            while todo and (worker is None or worker.loads < _PER_WORKER):
                 if self.arena is not None and not self.arena.free:
                     return  # every slot holds a file not yet written: wait for writes
                 if worker is None:
@@ -741,61 +931,112 @@ class _DecodePool:
                 slot = self.arena.take() if self.arena is not None else None
                 offset, capacity = (0, 0) if slot is None else self._span(slot)
                 try:
-                    worker.conn.send((task.input, offset, capacity))
-                except OSError:  # it died idle (killed from outside): replace it, retry the file
+                    worker.conn.send(("load", task.input, offset, capacity))
+                except OSError:  # it died (killed from outside): retry the file, the rest as if died
                     self._give(slot)
                     todo.appendleft(task)
-                    worker.process.join(1.0)
-                    worker.conn.close()
-                    worker = self.workers[i] = self._start()
+                    self._died(worker, todo, sent_last=False)
+                    worker = None
                     continue
-                worker.queued.append((task, slot))
+                worker.queued.append(("load", task, slot))
+                worker.loads += 1
 
-    def collect(self, todo: deque[Task]) -> Iterator[_Answer]:
-        """Wait until some workers answer; yield ``(task, value, slot, seconds, error)`` for each answer.
-        A worker that died fails the file it was decoding and gives its other files back to ``todo``."""
+    def save(self, loaded: _Loaded, result: Any) -> bool:
+        """Hand ``result`` to the least busy live worker to write; False when it cannot go that way
+        (no arena, ``save`` not picklable, no room, no worker): the caller writes it."""
+        if self.save_fn is None or self.arena is None:
+            return False
+        live = [w for w in self.workers if w is not None and w.mapped]
+        if not live:
+            return False
+        arena = self.arena
+        packed = None
+        if loaded.slot is not None:  # the rest of the input's own slot
+            start = loaded.slot * arena.slot_bytes + _aligned(loaded.used)
+            end = (loaded.slot + 1) * arena.slot_bytes
+            packed = arena.pack_save(loaded.value, result, start, end - start)
+        if packed is None and arena.free:  # a slot of its own
+            loaded.extra = arena.take()
+            assert loaded.extra is not None
+            packed = arena.pack_save(loaded.value, result, *self._span(loaded.extra))
+        if packed is None:
+            if loaded.extra is not None:
+                arena.give(loaded.extra)
+                loaded.extra = None
+            return False
+        worker = min(live, key=lambda w: len(w.queued))
+        try:
+            worker.conn.send(("save", packed[0], packed[1], loaded.task.output))
+        except OSError:  # it died: found at the next poll; this result is written in a thread
+            return False
+        worker.queued.append(("save", loaded, None))
+        return True
+
+    def poll(self, todo: deque[Task], timeout: float | None) -> None:
+        """Wait up to ``timeout`` (None: until some worker answers) and file every answer there into
+        :attr:`decoded` and :attr:`written`. A worker that died fails the file it was on (decoding
+        or writing) and gives its other files back (to ``todo``, or to the main process to write)."""
         by_conn = {w.conn: w for w in self.workers if w is not None and w.queued}
-        for conn in mp_connection.wait(list(by_conn)):
+        if not by_conn:
+            return
+        for conn in mp_connection.wait(list(by_conn), timeout):
             worker = by_conn[conn]  # type: ignore[index]
             try:
-                while conn.poll():  # every answer already there, not one per wait
+                while worker.queued and conn.poll():  # every answer already there, not one per wait
                     reply = conn.recv()
-                    if reply == "ready":
-                        worker.ready = True
+                    if reply[0] == "ready":
+                        worker.ready, worker.mapped = True, reply[1]
                         continue
-                    task, slot = worker.queued.popleft()
+                    kind, item, slot = worker.queued.popleft()
                     ok, payload, spans, seconds = reply
+                    if kind == "save":
+                        self.written.append((item, seconds, payload, False))
+                        continue
+                    worker.loads -= 1
                     if not ok:
                         self._give(slot)
-                        yield task, None, None, seconds, payload
+                        self.decoded.append((item, None, None, 0, seconds, payload))
                     elif spans is None:
                         self._give(slot)
-                        yield task, pickle.loads(payload), None, seconds, None
+                        self.decoded.append((item, pickle.loads(payload), None, 0, seconds, None))
                     else:
                         assert self.arena is not None
-                        yield task, self.arena.unpack(payload, spans), slot, seconds, None
-                    if not worker.queued:
-                        break
+                        used = max((o + n for o, n in spans), default=0) - self._span(slot)[0]
+                        value = self.arena.unpack(payload, spans)
+                        self.decoded.append((item, value, slot, used, seconds, None))
             except (EOFError, OSError):
-                yield from self._died(worker, todo)
+                self._died(worker, todo)
 
-    def _died(self, worker: _Worker, todo: deque[Task]) -> Iterator[_Answer]:
+    def _died(self, worker: _Worker, todo: deque[Task], *, sent_last: bool = True) -> None:
         self.workers[self.workers.index(worker)] = None
         worker.conn.close()
         worker.process.join(5)
+        if not worker.ready and not worker.queued and not sent_last:
+            return  # killed before it answered anything: nothing was lost
         if not worker.ready:
             raise DecodeWorkerError(
                 f"a decode worker process exited at start-up (exit code {worker.process.exitcode}); "
                 "run with -j 0 to decode in the main process and see the error"
             )
-        # A worker decodes its files in order: the first still queued is the one it died on; the
-        # others were never started and go back to the front of the queue.
-        task, slot = worker.queued.popleft()
-        self._give(slot)
-        for other, other_slot in reversed(worker.queued):
-            self._give(other_slot)
-            todo.appendleft(other)
-        yield task, None, None, 0.0, f"{task.input}: the decoder process crashed on this file"
+        # A worker handles its messages in order: the first still queued is the one it died on;
+        # the others were never started: files to decode go back to the front of the queue, results
+        # to write go back to the main process.
+        if worker.queued:
+            kind, item, slot = worker.queued.popleft()
+            if kind == "save":
+                nio.remove_stale_temps(item.task.output)  # what the dead writer left
+                self.written.append((item, 0.0, f"{item.task.output}: the writer process crashed", False))
+            else:
+                self._give(slot)
+                error = f"{item.input}: the decoder process crashed on this file"
+                self.decoded.append((item, None, None, 0, 0.0, error))
+        for kind, item, slot in reversed(worker.queued):
+            if kind == "save":
+                self.written.append((item, 0.0, None, True))
+            else:
+                self._give(slot)
+                todo.appendleft(item)
+        worker.queued.clear()
 
     def _span(self, slot: int) -> tuple[int, int]:
         assert self.arena is not None
@@ -805,20 +1046,78 @@ class _DecodePool:
         if slot is not None and self.arena is not None:
             self.arena.give(slot)
 
-    def close(self) -> None:
-        """Stop the workers: ask, wait a little, then terminate the ones still decoding."""
+    def close(self) -> list[_Loaded]:
+        """Stop the workers: ask (each ends what it was sent first, whose answers are filed), wait a
+        little, then terminate the ones still busy. Returns the files whose write was not answered
+        (their temporaries are removed)."""
         live = [w for w in self.workers if w is not None]
         for w in live:
             with contextlib.suppress(OSError):
                 w.conn.send(None)
         deadline = time.monotonic() + 2.0
+        while any(w.queued for w in live if not w.conn.closed) and time.monotonic() < deadline:
+            with contextlib.suppress(DecodeWorkerError):
+                self.poll(deque(), max(0.0, deadline - time.monotonic()))
+        lost: list[_Loaded] = []
         for w in live:
             w.process.join(max(0.0, deadline - time.monotonic()))
             if w.process.is_alive():
                 w.process.terminate()
                 w.process.join(1.0)
-            w.conn.close()
+            if not w.conn.closed:
+                w.conn.close()
+            lost.extend(item for kind, item, _ in w.queued if kind == "save")
+        nio.remove_stale_temps_of(it.task.output for it in lost if it.task.output is not None)
         self.workers = [None] * len(self.workers)
+        return lost
+
+
+#: Workers started ahead of a run (:func:`prestart_workers`), waiting for their setup.
+_spares: list[tuple[Any, Connection]] = []
+_spares_cleanup: list[bool] = []  # whether the exit handler is registered
+
+
+def prestart_workers(count: int) -> None:
+    """Start ``count`` decode workers now, ahead of the run that will use them: a worker takes
+    ~0.3-0.5 s to start (a fresh interpreter importing numpy and the command's module), which then
+    overlaps what the main process does first (``import torch``: ~2 s; the device start; finding the
+    inputs) instead of following it. :func:`run` uses them as its workers and stops those it does
+    not need; whatever is left at exit is stopped then."""
+    if count <= 0:
+        return
+    if not _spares_cleanup:
+        atexit.register(stop_spare_workers)
+        _spares_cleanup.append(True)
+    context = multiprocessing.get_context("spawn")
+    for _ in range(count - len(_spares)):
+        parent, child = context.Pipe(duplex=True)
+        process = context.Process(
+            target=_decode_worker, args=(child, None, None, None), name="nbxsig-decode", daemon=True
+        )
+        process.start()
+        child.close()
+        _spares.append((process, parent))
+
+
+def stop_spare_workers() -> None:
+    """Stop the workers :func:`prestart_workers` started that no run took."""
+    while _spares:
+        process, conn = _spares.pop()
+        with contextlib.suppress(OSError):
+            conn.send(None)
+        process.join(1.0)
+        if process.is_alive():
+            process.terminate()
+            process.join(1.0)
+        conn.close()
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        pickle.dumps(obj)
+    except Exception:
+        return False
+    return True
 
 
 class _Engine:
@@ -840,19 +1139,24 @@ class _Engine:
         self.max_pending_saves = max(4 * batch_size, 64)
         self.warm_thread: threading.Thread | None = None
         # Finished saves, queued by the writer threads' callbacks, reported by the main thread.
-        self.saves_done: queue.SimpleQueue[tuple[Future, _Loaded, float]] = queue.SimpleQueue()
+        self.saves_done: queue.SimpleQueue[tuple[Future, _Loaded]] = queue.SimpleQueue()
         self.saves_pending = 0
         self.arena: _Arena | None = None
         self.pool: _DecodePool | None = None
         self.clock_after_warm_up = 0.0
+        self.saver: ThreadPoolExecutor | None = None
+        self.closed = False  # the workers are stopped: a write they gave back is not redone
 
     def run(self) -> None:
         # Writes (encode + fsync) overlap each other and the device work. fsync waits on the disk,
         # not the CPU, so more threads than cores help: their syncs share journal commits.
         saver = ThreadPoolExecutor(max_workers=_SAVE_THREADS, thread_name_prefix="nbxsig-save")
-        if self.job.warm_up and self.todo:
-            self._start_warm_up(self.todo[0])
+        self.saver = saver
         try:
+            if self.jobs > 0:
+                self._start_pool()
+            if self.job.warm_up and self.todo:
+                self._start_warm_up(self.todo[0])
             if self.jobs == 0:
                 while self.todo:
                     task = self.todo.popleft()
@@ -873,6 +1177,7 @@ class _Engine:
         finally:
             if self.pool is not None:
                 self.pool.close()
+                self.closed = True
             saver.shutdown(wait=True, cancel_futures=True)
             # Saves that ran before an interruption still count.
             self._drain_saves(block=False)
@@ -911,18 +1216,26 @@ class _Engine:
             if self.job.clock is not None:  # the device time of the files, not of the warm-up
                 self.clock_after_warm_up = self.job.clock.seconds
 
-    def _pump(self, saver: ThreadPoolExecutor) -> None:
+    def _start_pool(self) -> None:
+        """The arena and every worker process, started before the device warm-up: their start
+        (spawn, imports) then runs while the main process is still idle, not against the warm-up
+        for its GIL."""
         # Every decoded value holds its slot until its result is written: room for the most that
         # can be held at once (queued + buffered + one batch + pending writes), and during a device
         # warm-up for decoding ahead.
         slots = self.jobs * _PER_WORKER + self.max_buffered + 2 * self.batch_size + self.max_pending_saves
-        if self.warm_thread is not None:
+        if self.job.warm_up:
             slots = max(slots, _WARM_UP_SLOTS)
         self.arena = _Arena.make(slots)
-        self.pool = pool = _DecodePool(self.job.load, self.jobs, self.arena)
-        while self.todo or pool.queued:
+        self.pool = _DecodePool(self.job.load, self.jobs, self.arena, self.job.save)
+        self.pool.start_all()
+
+    def _pump(self, saver: ThreadPoolExecutor) -> None:
+        pool = self.pool
+        assert pool is not None
+        while self.todo or pool.queued or pool.decoded:
             pool.feed(self.todo)
-            if not pool.queued:
+            if not pool.queued and not pool.decoded:
                 # Every slot holds a file waiting for its batch or its write: run a batch, then
                 # wait for a write to end.
                 if self.buckets:
@@ -930,15 +1243,18 @@ class _Engine:
                     self._flush(max(self.buckets, key=lambda k: len(self.buckets[k])), saver)
                 self._drain_saves(block=True, keep=max(0, self.saves_pending - 1))
                 continue
-            t0 = time.perf_counter()
-            answers = list(pool.collect(self.todo))
-            self.summary.wait_seconds += time.perf_counter() - t0
-            for task, value, slot, seconds, error in answers:
+            if not pool.decoded:
+                t0 = time.perf_counter()
+                pool.poll(self.todo, None)
+                self.summary.wait_seconds += time.perf_counter() - t0
+            # Popped one at a time: a batch run from _add may file more answers meanwhile.
+            while pool.decoded:
+                task, value, slot, used, seconds, error = pool.decoded.popleft()
                 if error is not None:
                     self.reporter.row(task, "failed", error=error, seconds=seconds)
                 else:
                     self.summary.piped += slot is None
-                    self._add(_Loaded(task, value, seconds, slot), saver)
+                    self._add(_Loaded(task, value, seconds, slot, used), saver)
             self._drain_saves(block=False)
 
     def _warming_up(self) -> bool:
@@ -1016,10 +1332,15 @@ class _Engine:
                 self.reporter.row(it.task, "failed", error=error, seconds=it.decode_seconds + share)
                 self._release(it)
                 continue
-            entry_seconds = it.decode_seconds + share
-            fut = saver.submit(self._save, it, result)
+            it.seconds, it.result = it.decode_seconds + share, result
             self.saves_pending += 1
-            fut.add_done_callback(lambda f, it=it, s=entry_seconds: self.saves_done.put((f, it, s)))
+            # A worker writes it where it can (off the main process's GIL), else a writer thread.
+            if self.pool is None or not self.pool.save(it, result):
+                self._save_in_thread(it, result, saver)
+
+    def _save_in_thread(self, it: _Loaded, result: Any, saver: ThreadPoolExecutor) -> None:
+        fut = saver.submit(self._save, it, result)
+        fut.add_done_callback(lambda f, it=it: self.saves_done.put((f, it)))
 
     def _save(self, loaded: _Loaded, result: Any) -> float:
         t0 = time.perf_counter()
@@ -1028,24 +1349,39 @@ class _Engine:
         return time.perf_counter() - t0
 
     def _release(self, loaded: _Loaded) -> None:
-        """The value is done with: its arena slot may take the next file."""
-        loaded.value = None
-        if loaded.slot is not None and self.arena is not None:
-            self.arena.give(loaded.slot)
-            loaded.slot = None
+        """The value is done with: its arena slots may take the next files."""
+        loaded.value = loaded.result = None
+        if self.arena is not None:
+            for slot in (loaded.slot, loaded.extra):
+                if slot is not None:
+                    self.arena.give(slot)
+        loaded.slot = loaded.extra = None
 
     def _drain_saves(self, *, block: bool, keep: int = 0) -> None:
-        """Report finished saves; with ``block``, wait until at most ``keep`` are pending."""
+        """Report finished saves (threads' and workers'); with ``block``, wait until at most ``keep``
+        are pending."""
+        while True:
+            done = self._drain_once()
+            if not block or self.saves_pending <= keep:
+                return
+            if done:
+                continue
+            # Wait a little (Ctrl-C stays responsive) for a worker's or a thread's answer.
+            if self.pool is not None and self.pool.saving:
+                self.pool.poll(self.todo, 0.1)
+            else:
+                with contextlib.suppress(queue.Empty):
+                    self.saves_done.put(self.saves_done.get(timeout=0.1))
+
+    def _drain_once(self) -> int:
+        """Report the saves that have ended; returns how many."""
+        count = 0
         while True:
             try:
-                fut, it, seconds = self.saves_done.get_nowait()
+                fut, it = self.saves_done.get_nowait()
             except queue.Empty:
-                if not block or self.saves_pending <= keep:
-                    return
-                try:
-                    fut, it, seconds = self.saves_done.get(timeout=0.1)  # Ctrl-C stays responsive
-                except queue.Empty:
-                    continue
+                break
+            count += 1
             self.saves_pending -= 1
             if not fut.cancelled():
                 try:
@@ -1055,8 +1391,26 @@ class _Engine:
                     self.reporter.row(it.task, "failed", error=error)
                 else:
                     self.summary.save_seconds += save_seconds
-                    self.reporter.row(it.task, "ok", seconds=seconds + save_seconds, value=it.value)
+                    self.reporter.row(it.task, "ok", seconds=it.seconds + save_seconds, value=it.value)
             self._release(it)
+        while self.pool is not None and self.pool.written:
+            it, save_seconds, error, redo = self.pool.written.popleft()
+            count += 1
+            if redo and not self.closed:  # its worker died first: the main process writes it
+                assert self.saver is not None
+                self._save_in_thread(it, it.result, self.saver)
+                continue
+            self.saves_pending -= 1
+            if redo:
+                pass  # stopped before it was written: not reported, like a cancelled thread write
+            elif error is not None:
+                self.reporter.row(it.task, "failed", error=error)
+            else:
+                self.summary.worker_saves += 1
+                self.summary.worker_save_seconds += save_seconds
+                self.reporter.row(it.task, "ok", seconds=it.seconds + save_seconds, value=it.value)
+            self._release(it)
+        return count
 
 
 # --------------------------------------------------------------------------------------------

@@ -628,3 +628,138 @@ def test_pending_writes_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     summary = batch.run(_tasks(tmp_path), job, batch_size=1, jobs=0)
     assert summary.ok == 12
     assert peak[0] <= 3  # 12 without the bound: the 20 ms writes fall behind
+
+
+# --------------------------------------------------------------------------------------------
+# writes in the decode workers
+
+
+def _worker_job(toy: ToyJob, save=None) -> batch.Job:
+    from test_batch_crashloader import save_npy
+
+    job = toy.job()
+    job.save = save or save_npy  # picklable: the workers write
+    return job
+
+
+def _temporaries(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if nio.is_temp_name(p.name)]
+
+
+def test_a_result_written_by_a_worker_is_byte_identical_to_a_thread_write(tmp_path: Path) -> None:
+    # Two channels of different lengths in one batch: each result is a strided view of the batch,
+    # which the hand-over makes contiguous.
+    rng = np.random.default_rng(1)
+    (tmp_path / "in").mkdir()
+    lengths = [300, 310, 305, 320, 299, 315]
+    for i, n in enumerate(lengths):
+        np.save(tmp_path / f"in/x{i:02d}.npy", rng.standard_normal((2, n)).astype(np.float32))
+    toy = ToyJob()
+    results: list[np.ndarray] = []
+    process = toy.process
+    toy.process = lambda items: [results.append(r) or r for r in process(items)]  # type: ignore[method-assign]
+    by_workers = batch.run(_tasks(tmp_path, out="w"), _worker_job(toy), batch_size=3, jobs=2)
+    assert (by_workers.ok, by_workers.worker_saves) == (6, 6) and by_workers.save_seconds == 0
+    assert any(not r.flags.c_contiguous for r in results)  # the case the hand-over must handle
+    by_threads = batch.run(_tasks(tmp_path, out="t"), _worker_job(ToyJob()), batch_size=3, jobs=0)
+    assert (by_threads.ok, by_threads.worker_saves) == (6, 0)
+    for i in range(len(lengths)):
+        name = f"x{i:02d}.npy"
+        assert (tmp_path / "w" / name).read_bytes() == (tmp_path / "t" / name).read_bytes()
+    assert "6 files" in by_workers.details() and "workers" in by_workers.details()
+    assert not _arena_left() and _no_children_left()
+
+
+def test_an_unpicklable_save_stays_in_threads(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [40, 41, 42, 43])
+    summary = batch.run(_tasks(tmp_path), ToyJob().job(), batch_size=2, jobs=2)  # a lambda
+    assert (summary.ok, summary.worker_saves) == (4, 0)
+    _check_doubled(tmp_path, [40, 41, 42, 43])
+
+
+def test_results_too_large_for_the_arena_are_written_in_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 KiB slots: a 1000-sample input (4 KB) and its result fit one slot together, or the result
+    # takes a free slot of its own; a 1900-sample one fits its slot alone, its result goes to a
+    # second slot; a 3000-sample one does not fit: piped in, written in a thread.
+    monkeypatch.setattr(batch, "_SLOT_BYTES", 8192)
+    monkeypatch.setattr(batch, "_MIN_SLOT_BYTES", 8192)
+    lengths = [1000, 1900, 3000, 1001, 1901, 3001]
+    _arrays(tmp_path / "in", lengths)
+    summary = batch.run(_tasks(tmp_path), _worker_job(ToyJob()), batch_size=2, jobs=2)
+    assert (summary.ok, summary.failed) == (6, 0)
+    assert summary.worker_saves == 4 and summary.save_seconds > 0
+    _check_doubled(tmp_path, lengths)
+    assert not _arena_left() and _no_children_left()
+
+
+def test_a_worker_that_dies_while_writing_fails_only_that_file(tmp_path: Path) -> None:
+    from test_batch_crashloader import crashing_save
+
+    lengths = [30 + i for i in range(12)]
+    _arrays(tmp_path / "in", lengths)
+    np.save(tmp_path / "in/crash.npy", np.ones((1, 33), np.float32))
+    stream = stdio.StringIO()
+    manifest = tmp_path / "m.jsonl"
+    summary = batch.run(
+        _tasks(tmp_path),
+        _worker_job(ToyJob(), crashing_save),
+        batch_size=3,
+        jobs=2,
+        stream=stream,
+        manifest=manifest,
+    )
+    assert (summary.ok, summary.failed) == (len(lengths), 1), stream.getvalue()
+    assert "crash.npy: the writer process crashed" in stream.getvalue()
+    rows = {Path(r["input"]).name: r["status"] for r in _rows(manifest)}
+    assert rows.pop("crash.npy") == "failed" and set(rows.values()) == {"ok"}
+    assert not (tmp_path / "out/crash.npy").exists() and _temporaries(tmp_path / "out") == []
+    _check_doubled(tmp_path, lengths)
+    assert not _arena_left() and _no_children_left()
+
+
+def test_a_failed_write_in_a_worker_is_a_failed_file(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 20, 30, 40])
+    (tmp_path / "blocker").write_text("a regular file where a folder should be")
+    stream = stdio.StringIO()
+    summary = batch.run(
+        _tasks(tmp_path, out="blocker/out"), _worker_job(ToyJob()), batch_size=2, jobs=2, stream=stream
+    )
+    assert (summary.ok, summary.failed, summary.worker_saves) == (0, 4, 0)
+    assert stream.getvalue().count("nbxsig: failed: ") == 4 and "blocker" in stream.getvalue()
+
+
+def test_worker_writes_skip_existing_unless_overwrite(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 20, 30, 40, 50])
+    (tmp_path / "out").mkdir()
+    np.save(tmp_path / "out/x01.npy", np.zeros(1))
+    summary = batch.run(_tasks(tmp_path), _worker_job(ToyJob()), batch_size=2, jobs=2)
+    assert (summary.ok, summary.skipped, summary.worker_saves) == (4, 1, 4)
+    assert np.load(tmp_path / "out/x01.npy").shape == (1,)
+    summary = batch.run(_tasks(tmp_path), _worker_job(ToyJob()), batch_size=2, jobs=2, overwrite=True)
+    assert (summary.ok, summary.skipped, summary.worker_saves) == (5, 0, 5)
+    _check_doubled(tmp_path, [10, 20, 30, 40, 50])
+
+
+def test_workers_started_ahead_are_used_and_the_rest_stopped(tmp_path: Path) -> None:
+    import multiprocessing
+
+    _arrays(tmp_path / "in", [40, 41, 42, 43, 44, 45, 46, 47])
+    batch.prestart_workers(3)  # one more than the run takes
+    spares = {p.pid for p, _ in batch._spares}
+    assert len(spares) == 3 and {p.pid for p in multiprocessing.active_children()} >= spares
+    used: set[int] = set()
+    original = batch._DecodePool.close
+
+    def close(self):
+        used.update(w.process.pid for w in self.workers if w is not None)
+        return original(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batch._DecodePool, "close", close)
+        summary = batch.run(_tasks(tmp_path), _worker_job(ToyJob()), batch_size=2, jobs=2)
+    assert (summary.ok, summary.worker_saves) == (8, 8)
+    assert len(used) == 2 and used <= spares  # the spares, set up for this run
+    _check_doubled(tmp_path, [40, 41, 42, 43, 44, 45, 46, 47])
+    assert batch._spares == [] and not _arena_left() and _no_children_left()

@@ -32,3 +32,18 @@ def _never_called(path: Path, *, marker: object) -> nio.Audio:
 
 #: A load function whose worker dies while starting (as a broken installation would).
 unloadable_load = functools.partial(_never_called, marker=_Unpicklable())
+
+
+def save_npy(item: nio.Audio, result: object, output: Path) -> None:
+    """A picklable save (the decode workers can run it, so they write the results)."""
+    nio.write_npy(output, result)
+
+
+def crashing_save(item: nio.Audio, result: object, output: Path) -> None:
+    """Dies mid-write (its temporary half written) on outputs named ``crash*``."""
+    if output.name.startswith("crash"):
+        with nio.atomic_open(output) as f:
+            f.write(b"\x93NUMPY partial")
+            f.flush()
+            os._exit(3)
+    nio.write_npy(output, result)

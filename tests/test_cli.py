@@ -574,3 +574,58 @@ def test_mel_batch_width_aligns_frames_and_samples(n_fft: int, hop: int) -> None
         frames = 1 + (aligned - n_fft) // hop
         assert aligned >= width and aligned % 16 == 0 and frames % 16 == 0
         assert aligned - width < 16 * hop + 16  # at most 16 frames of padding
+
+
+def _unstamped(path: Path) -> bytes:
+    """A file's bytes, less the time stamp libsndfile writes into a float WAV's PEAK chunk (chunk id,
+    size, version, then 4 bytes of time): the one part of two writes of the same data that differs."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PEAK") if data[:4] == b"RIFF" else -1
+    if at >= 0:
+        data[at + 12 : at + 16] = b"\0\0\0\0"
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["mel"], ["filter", "--lowpass", "2000"], ["resample", "--rate", "8000"], ["stft", "--n-fft", "64"]],
+    ids=["mel", "filter", "resample", "stft"],
+)
+def test_outputs_written_by_decode_workers_equal_main_process_writes(tmp_path: Path, args: list[str]) -> None:
+    src = make_folder(tmp_path)
+    # -j 2: the decode workers write the results; -j 0: the main process's writer threads. One file
+    # per batch: which files share a batch depends on the order decodes end, and a batch's padded
+    # width may change a result's last bits (the outputs must differ only by who wrote them).
+    by_workers = invoke(*args, src, "-o", tmp_path / "w", "-j", "2", "--batch-size", "1", "-v")
+    by_threads = invoke(*args, src, "-o", tmp_path / "t", "-j", "0", "--batch-size", "1", "-v")
+    assert by_workers.exit_code == by_threads.exit_code == 1  # the bad files
+    assert "workers: 0 files" not in by_workers.stderr and "workers: 0 files" in by_threads.stderr
+    written = sorted(p.relative_to(tmp_path / "t") for p in (tmp_path / "t").rglob("*") if p.is_file())
+    assert written == sorted(
+        p.relative_to(tmp_path / "w") for p in (tmp_path / "w").rglob("*") if p.is_file()
+    )
+    for rel in written:
+        if rel.suffix == ".npz":  # zip members carry the time of writing: compare the arrays
+            a, b = np.load(tmp_path / "w" / rel), np.load(tmp_path / "t" / rel)
+            assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+        elif rel.name != "manifest.jsonl":
+            assert _unstamped(tmp_path / "w" / rel) == _unstamped(tmp_path / "t" / rel), rel
+    if args[0] == "stft":  # and istft's wav outputs, from those .npz
+        for where, jobs in (("iw", "2"), ("it", "0")):
+            result = invoke(
+                "istft",
+                tmp_path / "w",
+                "--glob",
+                "*.npz",
+                "-o",
+                tmp_path / where,
+                "-j",
+                jobs,
+                "--batch-size",
+                "1",
+            )
+            assert result.exit_code == 0, result.output
+        wavs = sorted((tmp_path / "iw").rglob("*.wav"))
+        assert len(wavs) == len(GOOD)
+        for p in wavs:
+            assert _unstamped(p) == _unstamped(tmp_path / "it" / p.relative_to(tmp_path / "iw"))

@@ -218,3 +218,34 @@ def test_the_cli_and_its_workers_import_no_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_killed_mid_run_with_worker_writes_then_resumed(tmp_path: Path) -> None:
+    """The decode workers write the outputs: the whole process group killed mid-run leaves only complete
+    files (and at most hidden temporaries, which the resumed run removes)."""
+    n = 80
+    src = _folder(tmp_path, n)
+    before = _hashes(src)
+    out = tmp_path / "out"
+    cmd = [*NBXSIG, "stft", str(src), "-o", str(out), "--n-fft", "64", "-j", "2", "--batch-size", "1", "-v"]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and len(list(out.rglob("*.npz"))) < 5:
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGKILL)  # the main process and its workers, mid-write
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    first = _check_outputs(out)
+    assert 5 <= len(first) < n
+    assert all(
+        p.name.endswith((".npz", ".jsonl")) or nio.is_temp_name(p.name) for p in out.rglob("*") if p.is_file()
+    )
+    result = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, result.stderr
+    assert f"{n - len(first)} ok, 0 failed, {len(first)} skipped" in result.stderr
+    assert f"workers: {n - len(first)} files" in result.stderr  # the workers wrote them
+    assert len(_check_outputs(out)) == n
+    assert [p for p in out.rglob("*") if p.is_file() and not p.name.endswith((".npz", ".jsonl"))] == []
+    assert _hashes(src) == before

@@ -15,10 +15,11 @@ child's own clock from its first file to its last output, imports excluded, devi
   a second pass in the same process is *warm* (the loop's steady state);
 * **nbxsig mel**: ``nbxsig mel DIR -o OUT --device cuda -j JOBS --batch-size B -v`` (decode in worker
   processes handing the samples over in shared memory, similar-length files batched on the GPU,
-  atomic writes in threads): on an empty Triton cache (*cold*, once), then on that cache for each
-  ``--jobs``, and once with ``NBXSIG_FSYNC=0`` (the loop's durability). Its ``-v`` summary gives the
-  decode (summed over workers) / device (main process, inside the batches) / write (summed over writer
-  threads) split.
+  atomic writes by the decode workers, the results handed over in shared memory too): on an empty
+  Triton cache (*cold*, once), then on that cache for each ``--jobs``, and once with
+  ``NBXSIG_FSYNC=0`` (the loop's durability). Its ``-v`` summary gives the decode (summed over
+  workers) / device (main process, inside the batches) / write split: in the main process (writer
+  threads, summed) and in the decode workers (summed), with the files the workers wrote.
 
 **GPU busy** is given two ways: *events*: the summed intervals between CUDA events recorded around
 each batch's device work (first copy in → last copy out; for the loop, around each file's) ÷ run s,
@@ -228,8 +229,14 @@ def run_cli(
         "busy": re.search(rf"device busy {num} s", text),
         "startup": re.search(rf"start-up {num} s", text),
         "stalled": re.search(rf"stalled {num} s", text),
+        # The write split: main process (writer threads) vs decode workers.
+        "write_main": re.search(rf"write {num} s \({num} s threads", text),
+        "write_workers": re.search(rf"s threads, {num} s workers", text),
+        "worker_files": re.search(r"s workers: ([0-9]+) files", text),
     }
     stats: dict[str, Any] = {k: float(m.group(1)) if m else float("nan") for k, m in found.items()}
+    if found["write_main"]:
+        stats["write_main"] = float(found["write_main"].group(2))
     stats["process_wall"], stats["util"], stats["log"] = wall, util, text.strip()
     return stats
 
@@ -317,8 +324,9 @@ def main(argv: list[str] | None = None) -> str:
         f"nbxsig --batch-size {args.batch_size}; {os.cpu_count()} CPUs; {shm_text}; loop decoder: "
         f"{loop['decoder']}. *run s*: the process's own clock, first file → last output (device start-up "
         "inside, imports outside); *process s*: the whole child process (the loop's less its warm pass). "
-        "decode and write s of nbxsig are "
-        "summed over its workers and writer threads; the loop's columns are serial.",
+        "decode and write s of nbxsig are summed over its workers and writer threads (write: main "
+        "process's threads + decode workers, and the files the workers wrote); the loop's columns are "
+        "serial.",
         "",
         "| method | run s | process s | files/s (run) | audio-h/s (run) | decode s | device s | write s "
         "| start-up s | GPU busy | notes |",
@@ -336,9 +344,15 @@ def main(argv: list[str] | None = None) -> str:
             f"(in run s) | {busy(r['busy'], r['wall'], util)} | serial; no fsync, no rename; {note} |"
         )
     for name, r, note in runs:
+        split = (
+            f" ({fmt(r['write_main'])} main + {fmt(r['write_workers'])} workers: "
+            f"{r['worker_files']:.0f} files)"
+            if r["worker_files"] == r["worker_files"]
+            else ""
+        )
         lines.append(
             f"| {name} | {fmt(r['wall'])} | {fmt(r['process_wall'])} | {n / r['wall']:.0f} | "
-            f"{hours / r['wall']:.3f} | {fmt(r['decode'])} | {fmt(r['gpu'])} | {fmt(r['write'])} | "
+            f"{hours / r['wall']:.3f} | {fmt(r['decode'])} | {fmt(r['gpu'])} | {fmt(r['write'])}{split} | "
             f"{fmt(r['startup'])} (stalled {fmt(r['stalled'])}) | {busy(r['busy'], r['wall'], r['util'])} | "
             f"{note}; waited {fmt(r['wait'])} s for decode |"
         )
