@@ -25,6 +25,9 @@ class Case:
         check: optional ``() -> float`` returning the relative error of ``run`` against a reference.
         calls: how many op calls one ``run``/``baseline`` invocation makes (a CUDA graph of several
             back-to-back calls); the times are reported per call.
+        latency: time each call on the host's clock from the call to its result being ready on the
+            device (call + synchronize, :func:`latency_us`) instead of with CUDA events. For rows
+            whose target is a latency, such as a streaming push.
     """
 
     name: str
@@ -35,6 +38,7 @@ class Case:
     check: Callable[[], float] | None = None
     notes: str = ""
     calls: int = 1
+    latency: bool = False
 
 
 @dataclass
@@ -88,6 +92,25 @@ class GraphReplay:
         self.graph.replay()
 
 
+def latency_us(fn: Callable[[], object], *, device: torch.device, reps: int = 200) -> float:
+    """Median wall time in microseconds from calling ``fn`` to its work being done on ``device``
+    (``fn()`` then ``torch.cuda.synchronize``), over ``reps`` calls after a warm-up. Unlike
+    :func:`time_us` it counts the host's time to launch, which a caller waiting for the result sees."""
+    import statistics
+    import time
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize(device)
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize(device)
+        samples.append(time.perf_counter() - start)
+    return 1e6 * statistics.median(samples)
+
+
 def copy_bandwidth_gbps(device: torch.device, *, nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
@@ -111,8 +134,9 @@ def peak_extra_mb(fn: Callable[[], object], device: torch.device) -> float:
 
 
 def measure(case: Case, *, device: torch.device, copy_gbps: float) -> Result:
-    ours = time_us(case.run) / case.calls
-    base = time_us(case.baseline) / case.calls if case.baseline is not None else None
+    timer = (lambda fn: latency_us(fn, device=device)) if case.latency else time_us
+    ours = timer(case.run) / case.calls
+    base = timer(case.baseline) / case.calls if case.baseline is not None else None
     gbps = case.bytes_moved / (ours * 1e-6) / 1e9 if case.bytes_moved else 0.0
     return Result(
         name=case.name,

@@ -225,6 +225,16 @@ def _streaming_cases(device: torch.device, gen: torch.Generator) -> list[Case]:
             check=push_check,
         )
     )
+    out.append(
+        Case(
+            name="streaming iSTFT push, wall latency (push + synchronize, median of 200)",
+            run=lambda: stream.push(chunk),
+            baseline=lambda: torch.istft(chunk, 20, 5, window=hann),
+            bytes_moved=chunk.numel() * 8 + streams * frames * 5 * 4,
+            target="≤ 40 µs per push",
+            latency=True,
+        )
+    )
     # The same push replayed from a CUDA graph: the kernel's own time, without Python's launch cost.
     try:
         graphed = StreamingISTFT(20, 5, window=hann, backend="triton")
