@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ._runtime import check_launchable, empty_output
-from .stft import _CachedLaunch
+from .stft import _CachedLaunch, _cdiv, _p2
 
 
 @triton.jit
@@ -125,13 +125,13 @@ def istft_push(
     if new.numel() == 0:
         new = out.view(1, 1, -1, 1)[:, :, :1]
     hist_in, hist_out = (history, history_out) if history.numel() else (out, out)
-    block = min(256, max(16, triton.next_power_of_2(n_out)))
-    grid = (batch, triton.cdiv(n_out, block))
+    # Plain-Python rounding: Triton's next_power_of_2/cdiv are slow calls on this per-push path.
+    block = min(256, _p2(n_out, 16))
+    grid = (batch, _cdiv(n_out, block))
     last = frames_before + n_new - 1
     args = (new, *new.stride(), hist_in, hist_out, basis[0], basis[1], w2, out,
             n_new, n_out, frames_before, last, hop, n_fft, n_freq)  # fmt: skip
-    constexprs = dict(H=H, R=R, F_PAD=max(16, triton.next_power_of_2(n_freq)),
-                      H_PAD=max(2, triton.next_power_of_2(max(H, 1))), BLOCK_S=block)  # fmt: skip
+    constexprs = dict(H=H, R=R, F_PAD=_p2(n_freq, 16), H_PAD=_p2(H, 2), BLOCK_S=block)  # fmt: skip
     # Through the compiled handle: a push is a small launch whose eager cost is host time.
     _push_launch(grid, args, constexprs, 4)
     return out
