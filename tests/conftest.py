@@ -44,3 +44,33 @@ def cuda_device() -> torch.device:
     if not torch.cuda.is_available():
         pytest.fail("this test needs a CUDA device; run it with `make gpu-test` on the GPU machine")
     return torch.device("cuda")
+
+
+@pytest.fixture
+def record_cached_launch(monkeypatch: pytest.MonkeyPatch):
+    """Run a ``_CachedLaunch`` down its GPU-only cached path on CPU tensors with Triton stubbed out.
+
+    ``record_cached_launch(launcher)`` returns ``(compiles, runs)``: the ``(args, keywords)`` of each
+    launch that went through (stubbed) Triton -- the first of each argument class -- and the
+    arguments each later launch passed to the compiled launcher's ``run``.
+    """
+    from nbxsig.bench.host_overhead import _NoLaunch
+    from nbxsig.kernels import stft as K
+
+    def record(launcher):
+        compiles, runs = [], []
+
+        class Recording:
+            def __getitem__(self, grid):
+                return lambda *args, **keywords: (compiles.append((args, keywords)), _NoLaunch())[1]
+
+        monkeypatch.setattr(launcher, "kernel", Recording())
+        monkeypatch.setattr(launcher, "handles", {})
+        monkeypatch.setattr(launcher, "interpreted", False)
+        monkeypatch.setattr(K, "CACHED_LAUNCH", True)
+        monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
+        monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
+        monkeypatch.setattr(_NoLaunch, "run", lambda self, *args: runs.append(args))
+        return compiles, runs
+
+    return record

@@ -255,6 +255,26 @@ def test_gpu_fused_gemv_bit_exact_large(m, generator, cuda_device):
     assert torch.equal(fused, oracle), f"max diff {(fused - oracle).abs().max().item():.3e}"
     ref = x.double() @ Q.dequantize_int4(qw).double().t()
     assert_close(fused, ref, dtype="float32", rel_error=1e-5)
+    # Later calls launch through the cached compiled handle: the same bits, also for an input of
+    # another alignment class (a view 4 bytes into its storage) and back.
+    shifted = torch.empty(m * k + 1, device=cuda_device)[1:].view(m, k).copy_(x)
+    for inp in (x, shifted, x):
+        assert torch.equal(K.int4_gemv(inp, qw.packed, qw.scales, qw.mins, gs), fused)
+
+
+def test_gemv_cached_launch_passes_options_and_every_parameter(record_cached_launch, generator):
+    # The GPU-only cached path, Triton stubbed: the first call of an argument class compiles with the
+    # GEMV's compile options (no FMA contraction: the bit-exact contract), later calls pass every
+    # kernel parameter to the compiled launcher.
+    compiles, runs = record_cached_launch(K._gemv_launch)
+    qw = Q.quantize_int4(random_tensor((40, 256), generator=generator), 128)
+    x = random_tensor((1, 256), generator=generator)
+    for _ in range(3):
+        K.int4_gemv(x, qw.packed, qw.scales, qw.mins, 128)
+    assert len(compiles) == 1 and len(runs) == 2
+    options = compiles[0][1]
+    assert options["enable_fp_fusion"] is False and options["num_stages"] >= 1
+    assert all(len(args) - 9 == len(K._gemv_launch.params) for args in runs)
 
 
 def test_directed_fp16_rounding_matches_nextafter(generator):

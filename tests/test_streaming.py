@@ -158,6 +158,23 @@ def test_gpu_streaming_istft_many_streams(cuda_device, generator):
     assert_close(got, torch.istft(spec, 20, 5, window=window), **STREAM_TOL)
 
 
+def test_streaming_istft_push_cached_launch(record_cached_launch, generator):
+    # The GPU-only cached launch of the push kernel, Triton stubbed: pushes of one size compile once
+    # and then go through the compiled launcher with every kernel parameter; the flush (no new
+    # frame: the input borrows the output's pointer) is its own argument class.
+    from nbxsig.kernels import streaming as KS
+
+    compiles, runs = record_cached_launch(KS._push_launch)
+    window = torch.hann_window(20)
+    spec = torch.stft(random_tensor((3, 600), generator=generator), 20, 5, window=window, return_complex=True)
+    stream = StreamingISTFT(20, 5, window=window, backend="triton")
+    for i in range(0, 96, 24):
+        stream.push(spec[..., i : i + 24])
+    stream.flush()
+    assert len(compiles) + len(runs) == 5 and len(runs) >= 2
+    assert all(len(args) - 9 == len(KS._push_launch.params) for args in runs)
+
+
 def test_public_homes():
     """The issue's API: the STFT streams live in nbxsig.stft, the mel stream in nbxsig.features."""
     import nbxsig.features

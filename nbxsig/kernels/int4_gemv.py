@@ -30,6 +30,7 @@ import triton.language as tl
 
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
+from .stft import _CachedLaunch
 
 MAX_GEMV_ROWS = 8
 _TARGET_PROGRAMS = 1024  # ~8 per SM on a 132-SM H100/H200: enough loads in flight, short tails
@@ -333,6 +334,9 @@ def dequantize_kn(
     return out
 
 
+_gemv_launch = _CachedLaunch(_int4_gemv_kernel)
+
+
 def int4_gemv(
     x: torch.Tensor,
     packed: torch.Tensor,
@@ -355,42 +359,20 @@ def int4_gemv(
         counts = zeroed_counters(tiles, device)
     else:
         part = counts = out  # never read with one split
-    _int4_gemv_kernel[(tiles, n_splits)](
-        x,
-        packed,
-        scales,
-        mins,
-        bias if bias is not None else out,  # never read without HAS_BIAS
-        out,
-        part,
-        counts,
-        m,
-        n,
-        x.stride(0),
-        x.stride(1),
-        packed.stride(0),
-        packed.stride(1),
-        scales.stride(0),
-        scales.stride(1),
-        out.stride(0),
-        out.stride(1),
-        0x4B000000,  # the exponent bits of 2^23 (see _nibble)
-        # K is a constexpr: a model has a handful of distinct K, a known trip count lets the compiler
-        # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
-        N_ROWS=k // 8,
-        GROUP_ROWS=group_size // 8,
-        SPLIT_ROWS=split_rows,
-        N_SPLITS=n_splits,
-        HAS_BIAS=bias is not None,
-        EVEN_N=n % cfg.block_n == 0,
-        BLOCK_M=cfg.block_m,
-        BLOCK_R=cfg.block_r,
-        BLOCK_N=cfg.block_n,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-        # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
-        enable_fp_fusion=False,
-    )
+    # bias stands in as out where there is none (never read without HAS_BIAS); 0x4B000000 is the
+    # exponent bits of 2^23 (see _nibble).
+    args = (x, packed, scales, mins, bias if bias is not None else out, out, part, counts, m, n,
+            *x.stride(), *packed.stride(), *scales.stride(), *out.stride(), 0x4B000000)  # fmt: skip
+    # K is a constexpr: a model has a handful of distinct K, a known trip count lets the compiler
+    # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
+    constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, SPLIT_ROWS=split_rows, N_SPLITS=n_splits,
+                      HAS_BIAS=bias is not None, EVEN_N=n % cfg.block_n == 0, BLOCK_M=cfg.block_m,
+                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n)  # fmt: skip
+    # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
+    options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False)
+    # Through the compiled handle: one token's GEMV is a few µs of GPU time, and Triton's own launch
+    # path costs more than that on the host.
+    _gemv_launch((tiles, n_splits), args, constexprs, cfg.num_warps, options=options)
     return out
 
 

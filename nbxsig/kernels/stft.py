@@ -236,21 +236,23 @@ class _CachedLaunch:
         *,
         handles: dict | None = None,
         aligned: tuple[bool, ...] = (),
+        options: dict | None = None,
     ) -> None:
+        options = options or {}  # other compile options (num_stages, enable_fp_fusion, ...)
         if not self._direct():
-            self.kernel[grid](*args, **constexprs, num_warps=num_warps)
+            self.kernel[grid](*args, **constexprs, num_warps=num_warps, **options)
             return
         # Set up by the first launch, which went through Triton (torch.cuda.current_device would
         # check CUDA's initialisation on every call).
         device = torch._C._cuda_getDevice()
         if handles is None:
             handles = self.handles
-            key = (device, num_warps, *constexprs.items(), *map(_arg_class, args))
+            key = (device, num_warps, *constexprs.items(), *options.items(), *map(_arg_class, args))
         else:
             key = (device, aligned)
         entry = handles.get(key)
         if entry is None:
-            handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps)
+            handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps, **options)
             handle = handle.result() if hasattr(handle, "result") else handle  # async compile
             handles[key] = (handle, self._tail(len(args), constexprs))
             return
