@@ -83,6 +83,14 @@ def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, tupl
     w = torch.hann_window(n_fft)
     spec = torch.stft(x, n_fft, hop, window=w, return_complex=True)  # (1, 11, 48001) complex64
     n_frames = spec.shape[-1]
+    spec_g = spec.clone().requires_grad_()
+    gy = torch.randn(1, length, generator=g)
+
+    def istft_backward():
+        # The benchmark's forward+backward row (nbxsig.bench.spectral), batch 1.
+        spec_g.grad = None
+        S.istft(spec_g, n_fft, hop, window=w, length=length, backend="triton").backward(gy)
+
     return {
         f"istft n_fft={n_fft} hop={hop}, 1×{length}": (
             lambda: S.istft(spec, n_fft, hop, window=w, length=length, backend="triton"),
@@ -91,6 +99,14 @@ def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, tupl
         f"stft n_fft={n_fft} hop={hop}, 1×{length}": (
             lambda: S.stft(x, n_fft, hop, window=w, backend="triton"),
             lambda: torch.empty((1, n_fft // 2 + 1, n_frames, 2), dtype=torch.float32, device=x.device),
+        ),
+        f"backward: istft forward+backward n_fft={n_fft} hop={hop}, 1×{length}": (
+            istft_backward,
+            # The output and the gradient (its layout is the spectrum's).
+            lambda: (
+                torch.empty((1, length)),
+                torch.empty_strided(spec_g.shape, spec_g.stride(), dtype=spec_g.dtype),
+            ),
         ),
     }
 
@@ -113,7 +129,9 @@ def time_calls(fns: list[Callable[[], object]], *, calls: int = 2000, repeats: i
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("which", nargs="*", help="istft and/or stft (default both)")
+    parser.add_argument(
+        "which", nargs="*", help="istft, stft and/or backward (istft forward+backward; default all three)"
+    )
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed block")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries too")
     args = parser.parse_args(argv)
@@ -124,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     with stubbed_launches():
         for name, (fn, alloc) in cases().items():
-            if name.split()[0] not in (args.which or ("istft", "stft")):
+            mode, _, name = name.rpartition(": ")
+            if (mode or name.split()[0]) not in (args.which or ("istft", "stft", "backward")):
                 continue
             call_t, alloc_t = time_calls([fn, alloc], calls=args.calls)
             med, low = statistics.median(call_t), min(call_t)
