@@ -1023,11 +1023,12 @@ def test_host_overhead_bench_runs(monkeypatch, capsys):
     from nbxsig.bench import host_overhead
 
     monkeypatch.setenv("NBXSIG_POISON_OUTPUTS", "1")  # main() drops it; restored afterwards
-    host_overhead.main(["istft", "stft", "--calls", "3"])
+    host_overhead.main(["istft", "stft", "backward", "--calls", "3"])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "istft n_fft=20 hop=5, 1×240000",
         "stft n_fft=20 hop=5, 1×240000",
+        "istft forward+backward n_fft=20 hop=5, 1×240000",
     ]
     assert all("nbxsig's host work" in line for line in lines)
     assert not K._ola_launch.handles and not S._ISTFT_PLANS  # the stubs are gone
