@@ -488,7 +488,12 @@ class _IstftPlan:
         self.out_shape = None if self.launch is None or len(lead) == 1 else (*lead, self.launch.n_out)
 
     def __call__(self, input: torch.Tensor) -> torch.Tensor:
-        if self.launch is None or (input.requires_grad and torch.is_grad_enabled()):
+        if self.launch is None:
+            spec = torch.view_as_real(input) if self.complex else input
+            return _istft_run(input, spec, "triton", self.kwargs)
+        if input.requires_grad and torch.is_grad_enabled():
+            if self.shape3 is None and self.launch.backward is not None:
+                return self.launch.apply(input)  # both directions prepared
             spec = torch.view_as_real(input) if self.complex else input
             return _istft_run(input, spec, "triton", self.kwargs)
         if self.shape3 is None:

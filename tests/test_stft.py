@@ -848,6 +848,106 @@ def test_istft_plan_gradient_and_retune(plans, generator, monkeypatch):
     assert len(plans) == 1 and not next(iter(plans.values())).launch.constexprs["PAIRED"]
 
 
+def _istft_grad_ref(spec, n_fft, hop, window, length, grad):
+    ref = spec.detach().to(torch.complex128 if spec.is_complex() else torch.float64).requires_grad_()
+    c = ref if ref.is_complex() else torch.view_as_complex(ref)
+    torch.istft(c, n_fft, hop, window=window.double(), length=length).backward(grad.double())
+    return ref.grad
+
+
+@pytest.mark.parametrize("layout", ["complex", "real", "real-bfloat16", "unbatched"])
+def test_istft_planned_gradient(layout, plans, generator, device, monkeypatch):
+    # A planned call whose input requires grad runs both directions through the plan's prepared
+    # launches (_PlannedIstftFunction): the envelope of the backward is computed once per plan, the
+    # gradient is right on every call, in the leaf's own dtype.
+    calls = []
+    envelope = K._inv_envelope
+    monkeypatch.setattr(K, "_inv_envelope", lambda *args: calls.append(args) or envelope(*args))
+    x = random_tensor((2, 163), generator=generator)
+    w = torch.hann_window(20) + 0.05
+    spec = torch.stft(x, 20, 5, window=w, return_complex=True)
+    if layout.startswith("real"):
+        spec = torch.view_as_real(spec)
+    if layout == "unbatched":
+        spec = spec[0]
+    dtype = torch.bfloat16 if layout == "real-bfloat16" else spec.dtype
+    leaf = spec.to(device, dtype).requires_grad_()
+    g = random_tensor((2, 163) if layout != "unbatched" else (163,), generator=generator)
+    ref = _istft_grad_ref(leaf, 20, 5, w, 163, g)
+    for _ in range(3):
+        leaf.grad = None
+        S.istft(leaf, 20, 5, window=w.to(device), length=163, backend="triton").backward(g.to(device))
+        assert leaf.grad.dtype == dtype
+        tol = dict(dtype="bfloat16") if dtype == torch.bfloat16 else dict(dtype="float32", rel_error=2e-6)
+        assert_close(leaf.grad, ref, **tol)
+    (plan,) = plans.values()
+    prepared = plan.launch is not None and plan.launch.backward is not None and plan.shape3 is None
+    assert prepared == (layout != "unbatched")  # the unbatched input goes the general way
+    assert len(calls) == (1 if prepared else 3)
+    if prepared:  # an expanded gradient (of a sum) takes istft_backward, with its own envelope
+        leaf.grad = None
+        S.istft(leaf, 20, 5, window=w.to(device), length=163, backend="triton").sum().backward()
+        assert_close(leaf.grad, _istft_grad_ref(leaf, 20, 5, w, 163, torch.ones(2, 163)), **tol)
+        assert len(calls) == 2
+
+
+def test_istft_planned_gradient_follows_the_window(plans, generator, device):
+    # The envelope a plan keeps is its window's: an in-place change of the window makes a new plan
+    # (the key holds its version) with a new envelope, and a change between forward and backward
+    # raises, as for any tensor autograd saved.
+    x = random_tensor((1, 120), generator=generator)
+    w = (torch.hann_window(12) + 0.1).to(device)
+    spec = torch.stft(x, 12, 3, window=w.cpu(), return_complex=True)
+    leaf = spec.to(device).requires_grad_()
+    g = random_tensor((1, 120), generator=generator)
+    for _ in range(2):
+        leaf.grad = None
+        S.istft(leaf, 12, 3, window=w, length=120, backend="triton").backward(g.to(device))
+        assert_close(
+            leaf.grad, _istft_grad_ref(spec, 12, 3, w.cpu(), 120, g), dtype="float32", rel_error=2e-6
+        )
+        w.mul_(torch.linspace(0.5, 1.5, 12, device=device))
+    assert len(plans) == 2
+    y = S.istft(leaf, 12, 3, window=w, length=120, backend="triton")
+    w.add_(0.1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward(g.to(device))
+
+
+@pytest.mark.gpu
+def test_cuda_planned_istft_gradient_across_streams_and_graph_capture(plans, generator, cuda_device):
+    # The prepared backward keeps its envelope for one stream (another stream recomputes it) and
+    # never inside a CUDA-graph capture; eager calls on two streams and a captured forward+backward
+    # replayed all give the float64 gradient.
+    x = random_tensor((2, 1003), generator=generator)
+    w = torch.hann_window(20)
+    spec = torch.stft(x, 20, 5, window=w, return_complex=True)
+    g = random_tensor((2, 1003), generator=generator)
+    ref = _istft_grad_ref(spec, 20, 5, w, 1003, g)
+    leaf, wc, gc = spec.to(cuda_device).requires_grad_(), w.to(cuda_device), g.to(cuda_device)
+    side = torch.cuda.Stream()
+    for stream in (torch.cuda.current_stream(), side, torch.cuda.current_stream(), side):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            leaf.grad = None
+            S.istft(leaf, 20, 5, window=wc, length=1003).backward(gc)
+        torch.cuda.current_stream().wait_stream(stream)
+        assert_close(leaf.grad.cpu(), ref, dtype="float32", rel_error=2e-6)
+    (plan,) = plans.values()
+    kept = plan.launch.backward.envelope
+    assert kept is not None and kept[0] == side.cuda_stream
+    graph = torch.cuda.CUDAGraph()
+    leaf.grad = None
+    with torch.cuda.graph(graph):
+        S.istft(leaf, 20, 5, window=wc, length=1003).backward(gc)
+    assert plan.launch.backward.envelope is kept
+    captured = leaf.grad
+    captured.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(captured.cpu(), ref, dtype="float32", rel_error=2e-6)
+
+
 def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator, monkeypatch):
     # The cached compiled-kernel path (CACHED_LAUNCH, GPU only) with Triton stubbed out: the first
     # call of each plan and alignment class goes through Triton, later ones through the cached
@@ -906,24 +1006,29 @@ def test_cached_launches_pass_every_kernel_parameter(tile_out, generator, monkey
         for _ in range(2):  # the first call of each kernel goes through (stubbed) Triton
             S.stft(x, 12, 3, window=w, backend="triton")  # the unrolled stft kernel
             y = S.istft(spec, 12, 3, window=w, length=160, backend="triton")  # overlap-add
-            y.backward(torch.ones_like(y))  # envelope, unrolled kernel with MODE_SCALED
+            # The planned backward: unrolled kernel with MODE_SCALED (the envelope once per plan) ...
+            y.backward(torch.ones_like(y))
+            # ... and the general one (an expanded gradient): envelope, then the same kernel.
+            S.istft(spec, 12, 3, window=w, length=160, backend="triton").sum().backward()
             spec.grad = None
         kernels = {len(c.params) for c in launchers}
     # run(grid x, grid y, grid z, stream, function, metadata, launch metadata, 2 hooks, *parameters)
-    assert len(runs) >= 4 and all(len(args) - 9 in kernels for args in runs)
+    assert len(runs) >= 6 and all(len(args) - 9 in kernels for args in runs)
     stft_params = len(K._stft_unrolled_launch.params)
-    assert sum(len(args) - 9 == stft_params for args in runs) >= 2  # stft forward and istft backward
+    assert sum(len(args) - 9 == stft_params for args in runs) >= 3  # stft forward, both istft backwards
+    assert any(len(args) - 9 == len(K._envelope_launch.params) for args in runs)
 
 
 def test_host_overhead_bench_runs(monkeypatch, capsys):
     from nbxsig.bench import host_overhead
 
     monkeypatch.setenv("NBXSIG_POISON_OUTPUTS", "1")  # main() drops it; restored afterwards
-    host_overhead.main(["istft", "stft", "--calls", "3"])
+    host_overhead.main(["istft", "stft", "backward", "--calls", "3"])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "istft n_fft=20 hop=5, 1×240000",
         "stft n_fft=20 hop=5, 1×240000",
+        "istft forward+backward n_fft=20 hop=5, 1×240000",
     ]
     assert all("nbxsig's host work" in line for line in lines)
     assert not K._ola_launch.handles and not S._ISTFT_PLANS  # the stubs are gone

@@ -1,4 +1,4 @@
-"""``python -m nbxsig.bench [SUITE ...] [--quick] [--markdown FILE]`` (also ``nbxsig bench``)."""
+"""``python -m nbxsig.bench [SUITE ...] [--quick] [--match TEXT] [--markdown FILE]`` (or ``nbxsig bench``)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ device memory beyond the output, and the relative error against the baseline.
 """
 
 
-def run(suites: list[str], *, quick: bool = False, markdown: str | None = None) -> str:
-    """Run the named suites on the current CUDA device and return the report (Markdown)."""
+def run(
+    suites: list[str], *, quick: bool = False, markdown: str | None = None, match: str | None = None
+) -> str:
+    """Run the named suites on the current CUDA device and return the report (Markdown); ``match``:
+    only the cases whose name contains it (e.g. "istft forward+backward")."""
     import torch
 
     from ._harness import Environment, copy_bandwidth_gbps, format_environment, format_table, measure
@@ -39,6 +42,8 @@ def run(suites: list[str], *, quick: bool = False, markdown: str | None = None) 
         module = importlib.import_module(SUITES[name])
         results = []
         for case in module.cases(quick=quick):
+            if match is not None and match not in case.name:
+                continue
             # Each row is printed as it is measured, so a run stopped by a time limit keeps what it got;
             # a case that raises is reported and the suite goes on.
             try:
@@ -66,9 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nbxsig.bench", description=__doc__)
     parser.add_argument("suites", nargs="*", default=["all"], help=f"any of {sorted(SUITES)} or 'all'")
     parser.add_argument("--quick", action="store_true", help="fewer and smaller cases")
+    parser.add_argument("--match", help="only the cases whose name contains this text")
     parser.add_argument("--markdown", help="also write the report to this file")
     args = parser.parse_args(argv)
-    print(run(args.suites, quick=args.quick, markdown=args.markdown).splitlines()[0])
+    print(run(args.suites, quick=args.quick, markdown=args.markdown, match=args.match).splitlines()[0])
 
 
 if __name__ == "__main__":

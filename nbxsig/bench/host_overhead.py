@@ -9,11 +9,17 @@ path (key, handle lookup, stream query) up to the compiled launcher's ``run``, w
 Not included: the launcher's own C code and the driver call (``cuLaunchKernel``), and the CUDA
 caching allocator (a CPU ``torch.empty`` stands in for it).
 
+The ``backward`` mode times the spectral benchmark's istft forward+backward row at batch 1
+(``istft(spec).backward(grad)``, the spectrum requiring grad) against the same calls of an
+``autograd.Function`` that only allocates the output and the gradient: the difference is nbxsig's
+share, the rest is autograd's (``Function.apply``, ``Tensor.backward``, the engine) and paid by
+torch.istft's backward as well. On a GPU the engine also hands the backward to its device thread.
+
 Prints the median per-call time over repeated blocks of calls, and with ``--profile`` the cProfile
 hot spots. Example::
 
-    python -m nbxsig.bench.host_overhead                 # istft and stft, 1×240000, n_fft=20, hop=5
-    python -m nbxsig.bench.host_overhead --profile istft
+    python -m nbxsig.bench.host_overhead                 # istft, stft, istft forward+backward
+    python -m nbxsig.bench.host_overhead --profile backward
 """
 
 from __future__ import annotations
@@ -73,9 +79,25 @@ def stubbed_launches() -> Iterator[None]:
         K.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream = saved_globals
 
 
-def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, tuple[Callable, Callable]]:
-    """The timed calls -- the public functions with the issue's arguments, batch 1 -- each with the
-    allocation of its output alone (a CPU ``torch.empty`` of the output's shape)."""
+class _AllocOnly(torch.autograd.Function):
+    """The forward+backward floor: autograd with the allocations of the istft's output and gradient."""
+
+    @staticmethod
+    def forward(ctx, spec, length):
+        ctx.layout = (spec.shape, spec.stride(), spec.dtype)
+        return torch.empty((spec.shape[0], length))
+
+    @staticmethod
+    def backward(ctx, grad):
+        shape, strides, dtype = ctx.layout  # the spectrum's own layout, as nbxsig's backward writes it
+        return torch.empty_strided(shape, strides, dtype=dtype), None
+
+
+def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, tuple[Callable, Callable, str]]:
+    """The timed calls -- the public functions with the issue's arguments, batch 1 -- each with what
+    is not nbxsig's work: the allocation of its output alone (a CPU ``torch.empty`` of the output's
+    shape); for the forward+backward, autograd itself (an ``autograd.Function`` that only allocates
+    the output and the gradient, called and differentiated the same way)."""
     from .. import stft as S
 
     g = torch.Generator().manual_seed(0)
@@ -83,14 +105,33 @@ def cases(length: int = 240000, n_fft: int = 20, hop: int = 5) -> dict[str, tupl
     w = torch.hann_window(n_fft)
     spec = torch.stft(x, n_fft, hop, window=w, return_complex=True)  # (1, 11, 48001) complex64
     n_frames = spec.shape[-1]
+    spec_g = spec.clone().requires_grad_()
+    gy = torch.randn(1, length, generator=g)
+
+    def istft_backward():
+        # The benchmark's forward+backward row (nbxsig.bench.spectral), batch 1.
+        spec_g.grad = None
+        S.istft(spec_g, n_fft, hop, window=w, length=length, backend="triton").backward(gy)
+
+    def floor():
+        spec_g.grad = None
+        _AllocOnly.apply(spec_g, length).backward(gy)
+
     return {
         f"istft n_fft={n_fft} hop={hop}, 1×{length}": (
             lambda: S.istft(spec, n_fft, hop, window=w, length=length, backend="triton"),
             lambda: torch.empty((1, length), dtype=torch.float32, device=x.device),
+            "the output's allocation",
         ),
         f"stft n_fft={n_fft} hop={hop}, 1×{length}": (
             lambda: S.stft(x, n_fft, hop, window=w, backend="triton"),
             lambda: torch.empty((1, n_fft // 2 + 1, n_frames, 2), dtype=torch.float32, device=x.device),
+            "the output's allocation",
+        ),
+        f"backward: istft forward+backward n_fft={n_fft} hop={hop}, 1×{length}": (
+            istft_backward,
+            floor,
+            "autograd with the two allocations",
         ),
     }
 
@@ -113,7 +154,9 @@ def time_calls(fns: list[Callable[[], object]], *, calls: int = 2000, repeats: i
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("which", nargs="*", help="istft and/or stft (default both)")
+    parser.add_argument(
+        "which", nargs="*", help="istft, stft and/or backward (istft forward+backward; default all three)"
+    )
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed block")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries too")
     args = parser.parse_args(argv)
@@ -123,15 +166,16 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.pop("NBXSIG_POISON_OUTPUTS", None)
     torch.set_num_threads(1)
     with stubbed_launches():
-        for name, (fn, alloc) in cases().items():
-            if name.split()[0] not in (args.which or ("istft", "stft")):
+        for name, (fn, alloc, what) in cases().items():
+            mode, _, name = name.rpartition(": ")
+            if (mode or name.split()[0]) not in (args.which or ("istft", "stft", "backward")):
                 continue
             call_t, alloc_t = time_calls([fn, alloc], calls=args.calls)
             med, low = statistics.median(call_t), min(call_t)
             amed, alow = statistics.median(alloc_t), min(alloc_t)
             print(
                 f"{name}: {med:.2f} µs per call (median of {len(call_t)} blocks; fastest block {low:.2f}), "
-                f"of which the output's allocation {amed:.2f} ({alow:.2f}): nbxsig's host work "
+                f"of which {what} {amed:.2f} ({alow:.2f}): nbxsig's host work "
                 f"{med - amed:.2f} µs ({low - alow:.2f})"
             )
             if args.profile:

@@ -31,14 +31,23 @@ def check_launchable(*tensors: torch.Tensor) -> torch.device:
     )
 
 
-def empty_output(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Allocate a kernel's output.
+def empty_output(
+    shape: tuple[int, ...],
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    strides: tuple[int, ...] | None = None,
+) -> torch.Tensor:
+    """Allocate a kernel's output (contiguous, or with ``strides``: a dense layout of the caller's).
 
     With ``NBXSIG_POISON_OUTPUTS=1`` (the test-suite sets it) floating outputs are filled with NaN
     first, so an element a kernel forgets to write fails every comparison instead of passing on a
     lucky zero.
     """
-    out = torch.empty(shape, dtype=dtype, device=device)
+    if strides is None:
+        out = torch.empty(shape, dtype=dtype, device=device)
+    else:
+        out = torch.empty_strided(shape, strides, dtype=dtype, device=device)
     if os.environ.get(POISON_ENV) == "1" and (out.is_floating_point() or out.is_complex()):
         out.fill_(float("nan"))
     return out

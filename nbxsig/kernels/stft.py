@@ -298,21 +298,31 @@ def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
     return block
 
 
-def _launch_stft_unrolled(src, strides, L, pad, hop, T, window, inv, out, out_strides, scale, power, *,
-                          n_fft, n_bins, kind, mode, output, tile_out=False):  # fmt: skip
-    block = _unrolled_block(UNR_FWD_BLOCK, T, src.shape[0], UNR_FWD_WARPS)
-    grid = (_cdiv(T, block), src.shape[0])
-    win = window if window is not None else out
-    # A complex output's strides go in complex units (see the kernel); it is our own contiguous
-    # (B, F, T, 2) allocation, so every real stride but the last is even.
-    so = out_strides[:3] if output else tuple(s // 2 for s in out_strides[:3])
-    args = (src, strides[0], strides[1], L, pad, hop, T, win, inv if inv is not None else win, out,
-            so[0], so[1], so[2], scale, power)  # fmt: skip
-    constexprs = dict(N=n_fft, F=n_bins, KIND=kind, MODE=mode, HAS_WINDOW=window is not None, OUTPUT=output,
+def _stft_unrolled_config(n_batch, T, out_strides, *, n_fft, n_bins, kind, mode, output, has_window,
+                          tile_out):  # fmt: skip
+    """The unrolled stft kernel's launch: ``(grid, output strides as passed, constexprs, warps)``."""
+    block = _unrolled_block(UNR_FWD_BLOCK, T, n_batch, UNR_FWD_WARPS)
+    grid = (_cdiv(T, block), n_batch)
+    # A complex output's strides go in complex units (see the kernel); it is our own (B, F, T, 2)
+    # allocation with (re, im) pairs innermost, so every real stride but the last is even.
+    so = tuple(out_strides[:3]) if output else tuple(s // 2 for s in out_strides[:3])
+    constexprs = dict(N=n_fft, F=n_bins, KIND=kind, MODE=mode, HAS_WINDOW=has_window, OUTPUT=output,
                       BLOCK_T=block)  # fmt: skip
     if tile_out:
         constexprs.update(TILE_OUT=True, F_P2=_p2(n_bins), LOG2_F=_p2(n_bins).bit_length() - 1)
-    _stft_unrolled_launch(grid, args, constexprs, UNR_FWD_WARPS)
+    return grid, so, constexprs, UNR_FWD_WARPS
+
+
+def _launch_stft_unrolled(src, strides, L, pad, hop, T, window, inv, out, out_strides, scale, power, *,
+                          n_fft, n_bins, kind, mode, output, tile_out=False):  # fmt: skip
+    grid, so, constexprs, warps = _stft_unrolled_config(
+        src.shape[0], T, out_strides, n_fft=n_fft, n_bins=n_bins, kind=kind, mode=mode, output=output,
+        has_window=window is not None, tile_out=tile_out,
+    )  # fmt: skip
+    win = window if window is not None else out
+    args = (src, strides[0], strides[1], L, pad, hop, T, win, inv if inv is not None else win, out,
+            *so, scale, power)  # fmt: skip
+    _stft_unrolled_launch(grid, args, constexprs, warps)
 
 
 @lru_cache(maxsize=64)
@@ -1440,11 +1450,7 @@ def istft_backward(
     inv = _inv_envelope(window, n_fft, hop, T, device)
     win = window if window is not None else inv
     if use_dense(n_fft):
-        shape = (n_batch, n_bins_in, T, 2)
-        if strides is None:
-            out = empty_output(shape, dtype=torch.float32, device=device)
-        else:
-            out = torch.empty_strided(shape, strides, dtype=torch.float32, device=device)
+        out = empty_output((n_batch, n_bins_in, T, 2), dtype=torch.float32, device=device, strides=strides)
         if n_bins_in > n_bins:
             out[:, n_bins:].zero_()  # bins a two-sided input carries but istft ignores
         scale = math.sqrt(n_fft) if normalized else 1.0
@@ -1723,27 +1729,30 @@ class IstftLaunch:
 
     Call it with a real-layout spectrum ``(B, F_in, T, 2)`` of the planned shape, strides and
     dtype, or the complex64 ``(B, F_in, T)`` whose ``view_as_real`` that is; returns
-    ``(B, n_out)`` float32, as :func:`istft_forward`.
+    ``(B, n_out)`` float32, as :func:`istft_forward`. :meth:`apply` is the same call under autograd,
+    its backward prepared as well (``backward``: an :class:`_IstftBackwardLaunch`, or None where
+    the gradient takes :func:`istft_backward`'s general path).
     """
 
     __slots__ = (
-        "constexprs", "device", "grid", "handles", "launcher", "n_out", "shape", "strides", "tail", "warps",
-        "window",
+        "backward", "constexprs", "device", "grid", "handles", "launcher", "n_out", "shape", "strides",
+        "tail", "warps", "window",
     )  # fmt: skip
 
-    def __init__(self, spec, window, config, n_out) -> None:
+    def __init__(self, spec, window, config, n_out, backward) -> None:
         self.launcher, self.grid, self.strides, tail, self.constexprs, self.warps = config
         self.tail = (n_out, *tail)  # the output's row stride, then the scalars
         self.window, self.device, self.n_out = window, spec.device, n_out
         self.shape = (spec.shape[0], n_out)
         self.handles: dict = {}  # compiled kernels by device and alignment (see _CachedLaunch)
+        self.backward = backward
 
     @staticmethod
     def prepare(spec, window, *, n_fft, hop, center, normalized, length) -> IstftLaunch | None:
         """The prepared launch for ``spec``'s signature, or None where the call takes another path
         (the fft or tiled kernels, an empty output): call :func:`istft_forward` then."""
         check_launchable(spec, *(() if window is None else (window,)))
-        n_batch, _, T = spec.shape[:3]
+        n_batch, n_bins_in, T = spec.shape[:3]
         start, _, n_out = istft_range(n_fft, hop, T, center, None if length < 0 else length)
         if not (use_dense(n_fft) and _unrolled_ola(n_fft, hop)) or n_out == 0:
             return None
@@ -1752,7 +1761,13 @@ class IstftLaunch:
             spec.stride(), n_batch, n_fft, n_fft // 2 + 1, hop, T, start, n_out, scale,
             has_window=window is not None, kind=1, divide=True,
         )  # fmt: skip
-        return IstftLaunch(spec, window, config, n_out)
+        # A two-sided input's upper bins get zero gradient: istft_backward's general path.
+        backward = None
+        if n_bins_in == n_fft // 2 + 1:
+            backward = _IstftBackwardLaunch(
+                spec, window, n_fft=n_fft, hop=hop, center=center, normalized=normalized, n_out=n_out
+            )
+        return IstftLaunch(spec, window, config, n_out, backward)
 
     def __call__(self, spec: torch.Tensor) -> torch.Tensor:
         out = empty_output(self.shape, dtype=torch.float32, device=self.device)
@@ -1765,6 +1780,102 @@ class IstftLaunch:
             args = (real, *self.strides, window, out, *self.tail)
             self.launcher(self.grid, args, self.constexprs, self.warps, handles=self.handles, aligned=aligned)
         return out
+
+    def apply(self, spec: torch.Tensor) -> torch.Tensor:
+        """``self(spec)`` differentiable in ``spec`` (``backward`` must not be None)."""
+        return _PlannedIstftFunction.apply(spec, self.window, self)
+
+
+class _IstftBackwardLaunch:
+    """:func:`istft_backward` prepared for a planned istft (the unrolled stft kernel with MODE_SCALED,
+    the gradient in the spectrum's layout with ``GRAD_IN_INPUT_LAYOUT``): the launch, its handle
+    cache, and the window envelope ``1/OLA(w²)``. The envelope depends only on the window, n_fft, hop
+    and the frame count, which the plan fixes (its key holds the window's version), so the first
+    backward computes it and later ones reuse it: a backward is then an allocation and one launch.
+    The envelope is kept for one stream (another stream's first backward recomputes it rather than
+    read a buffer another stream may still be writing) and never inside a CUDA-graph capture (the
+    graph would read it by address after the plan dropped it); it lives as long as the plan
+    (``n_fft + hop·(T - 1)`` floats; the plan cache is bounded).
+
+    Call it with the incoming gradient ``(B, n_out)``; a gradient with other strides than
+    contiguous (an expanded one) takes :func:`istft_backward`.
+    """
+
+    __slots__ = (
+        "args", "constexprs", "device", "envelope", "framing", "grid", "handles", "head", "layout",
+        "out_shape", "out_strides", "row", "tail", "warps", "window",
+    )  # fmt: skip
+
+    def __init__(self, spec, window, *, n_fft, hop, center, normalized, n_out) -> None:
+        n_batch, n_bins, T = spec.shape[:3]
+        self.window, self.device = window, spec.device
+        self.args = (n_bins, n_fft, hop, center, normalized, T)  # istft_backward's, after grad and window
+        self.framing = (n_fft, hop, T)  # the envelope's
+        self.layout = _grad_strides(spec) if GRAD_IN_INPUT_LAYOUT else None
+        self.out_shape = (n_batch, n_bins, T, 2)
+        self.out_strides = self.layout or (n_bins * T * 2, T * 2, 2, 1)
+        self.grid, so, self.constexprs, self.warps = _stft_unrolled_config(
+            n_batch, T, self.out_strides, n_fft=n_fft, n_bins=n_bins, kind=1, mode=_MODE_SCALED, output=0,
+            has_window=window is not None, tile_out=UNR_BWD_TILE_OUT and self.out_strides[1] == 2,
+        )  # fmt: skip
+        self.row = (n_out, 1)  # the incoming gradient's strides this launch is prepared for
+        start = n_fft // 2 if center else 0
+        # The kernel's arguments between the gradient and the window (its strides, length, padding,
+        # hop, frames) and after the output (its strides, the scale, power).
+        self.head = (n_out, 1, n_out, start, hop, T)
+        self.tail = (*so, math.sqrt(n_fft) if normalized else 1.0, -1.0)
+        self.handles: dict = {}
+        self.envelope: tuple | None = None  # (stream, 1/envelope)
+
+    def _inv_envelope(self) -> torch.Tensor:
+        stream = None
+        if self.device.type == "cuda":
+            if torch._C._cuda_isCurrentStreamCapturing():
+                return _inv_envelope(self.window, *self.framing, self.device)
+            stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+        cached = self.envelope
+        if cached is None or cached[0] != stream:
+            cached = self.envelope = (stream, _inv_envelope(self.window, *self.framing, self.device))
+        return cached[1]
+
+    def __call__(self, grad: torch.Tensor) -> torch.Tensor:
+        if grad.stride() != self.row:
+            return istft_backward(grad, self.window, *self.args, strides=self.layout)
+        inv = self._inv_envelope()
+        out = empty_output(self.out_shape, dtype=torch.float32, device=self.device, strides=self.out_strides)
+        window = out if self.window is None else self.window
+        p_grad, p_window, p_inv, p_out = grad.data_ptr(), window.data_ptr(), inv.data_ptr(), out.data_ptr()
+        aligned = (p_grad & 15 == 0, p_window & 15 == 0, p_inv & 15 == 0, p_out & 15 == 0)
+        pointers = (p_grad, *self.head, p_window, p_inv, p_out, *self.tail)
+        if not _stft_unrolled_launch.launch_cached(self.handles, aligned, self.grid, pointers):
+            args = (grad, *self.head, window, inv, out, *self.tail)
+            _stft_unrolled_launch(
+                self.grid, args, self.constexprs, self.warps, handles=self.handles, aligned=aligned
+            )
+        return out
+
+
+class _PlannedIstftFunction(torch.autograd.Function):
+    """``_IstftFunction`` for a planned call (:meth:`IstftLaunch.apply`): both directions launch
+    through the plan's prepared launches, none of the per-call arithmetic, checks and dispatch."""
+
+    @staticmethod
+    def forward(ctx, spec, window, launch):
+        # Saved for its version check only: the backward reads the window, so an in-place change
+        # between forward and backward must raise, as it does for every saved tensor.
+        ctx.save_for_backward(window)
+        ctx.launch, ctx.spec_dtype = launch, spec.dtype
+        return launch(spec)
+
+    @staticmethod
+    def backward(ctx, grad):
+        _ = ctx.saved_tensors  # raises if the window changed in place since the forward
+        g = ctx.launch.backward(grad)
+        if ctx.spec_dtype == torch.complex64:
+            g = torch.view_as_complex(g)
+        elif ctx.spec_dtype != torch.float32:
+            g = g.to(ctx.spec_dtype)
+        return g, None, None
 
 
 class _Tunable(types.ModuleType):
