@@ -3,8 +3,8 @@
 The interpreter accepts code the compiler refuses (``other=`` without ``mask=``, mixed layouts), so
 the suite also compiles the real kernels ahead of time with Triton's bundled ptxas, in a child
 process (this suite's ``TRITON_INTERPRET=1`` swaps Triton's JIT for the interpreter). The variants
-are the ones the launchers pick for the benchmark shapes, plus the masked edge paths, and both
-decode-attention merges.
+are the ones the launchers pick for the benchmark shapes, plus the masked edge paths, and decode
+attention with its launch switches (``Q_IN_LOOP``, ``ONE_TRIP_MERGE``, ``PDL``) on.
 """
 
 from __future__ import annotations
@@ -38,9 +38,12 @@ build(KG._dequant_kernel, deq, dict(N_ROWS=512, GROUP_ROWS=16, BLOCK_R=16, BLOCK
 
 attn = {n: "*fp16" for n in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr", "out_ptr")}
 attn.update(len_ptr="*i32", acc_ptr="*fp32", count_ptr="*i32", qk_scale="fp32")
-shapes = [(1, 4096, 128, False, False, 2), (16, 4096, 128, True, True, 2), (1, 100, 129, True, False, 2),
-          (3, 1000, 128, True, False, 4), (1, 24, 256, False, False, 4)]
-for b, t, d, has_len, has_bias, size in shapes:
+# (B, T, D, lengths, bias, element size, decode attention's launch switches on)
+shapes = [(1, 4096, 128, False, False, 2, False), (16, 4096, 128, True, True, 2, False),
+          (1, 100, 129, True, False, 2, False), (3, 1000, 128, True, False, 4, False),
+          (1, 24, 256, False, False, 4, False), (1, 4096, 128, False, False, 2, True),
+          (1, 100, 129, True, True, 2, True)]
+for b, t, d, has_len, has_bias, size, switches in shapes:
     cfg = KA.split_config(b, 8, 4, t, d, d)
     bs = triton.next_power_of_2(cfg.n_splits)
     fp32 = {n: "*fp32" for n in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr", "out_ptr")}
@@ -49,7 +52,8 @@ for b, t, d, has_len, has_bias, size in shapes:
           dict(HAS_LEN=has_len, HAS_BIAS=has_bias, MASK_T=has_len or t % cfg.split != 0,
                EVEN_D=d == cfg.block_d, IEEE=size == 4, N_SPLITS=cfg.n_splits, SPLIT=cfg.split,
                BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
-               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16)),
+               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16), Q_IN_LOOP=switches, ONE_TRIP=switches,
+               PDL=switches),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages if size == 2 else min(cfg.num_stages, 2))
 print("compiled")
 """

@@ -36,6 +36,18 @@ LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
 _TARGET_PROGRAMS = 256  # ~2 per SM on a 132-SM H100/H200 (H200 sweep: 256 beat 512 and 1024)
 _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail short
+# Launch-time switches, read on every call (the benchmark sweep times both settings in one process):
+# Q_IN_LOOP: load q inside the key loop, so the compiler cannot hoist it above the pipeline's
+#   prologue. Hoisted, each program's first K/V loads waited a full DRAM round trip for q (the
+#   sm_90 SASS stores q to shared memory, which waits for it, before the first LDGSTS).
+# ONE_TRIP_MERGE: the merging program issues the first chunk's partial loads together with the
+#   (max, sum) loads, so a merge of at most CHUNK splits takes one L2 round trip instead of two.
+# PDL: launch with programmatic dependent launch (Hopper): the next launch's programs may be
+#   scheduled while this one finishes; each program still waits (griddepcontrol.wait) for the
+#   previous grid before its first memory access, so data dependences are kept.
+Q_IN_LOOP = False
+ONE_TRIP_MERGE = False
+PDL = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ def _split_kernel(
     ml_offset,
     out_ptr,
     count_ptr,
+    q_step,
     T,
     D,
     DV,
@@ -128,7 +141,13 @@ def _split_kernel(
     MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
+    Q_IN_LOOP: tl.constexpr,
+    ONE_TRIP: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # the previous grid's writes are visible after this; the next grid may launch now
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     bh = tl.program_id(0)
     sp = tl.program_id(1)
     ml_ptr = acc_ptr + ml_offset  # the (max, sum) pairs follow the partial outputs in one buffer
@@ -139,11 +158,10 @@ def _split_kernel(
     d = tl.arange(0, BLOCK_D)
     dv = tl.arange(0, BLOCK_DV)
     hq = h * G + g  # query heads of this KV head
-    q = tl.load(
-        q_ptr + b * stride_qb + hq[:, None] * stride_qh + d[None, :] * stride_qd,
-        mask=g_mask[:, None] & (d[None, :] < D),
-        other=0.0,
-    )
+    q_ptrs = q_ptr + b * stride_qb + hq[:, None] * stride_qh + d[None, :] * stride_qd
+    q_mask = g_mask[:, None] & (d[None, :] < D)
+    if not Q_IN_LOOP:
+        q = tl.load(q_ptrs, mask=q_mask, other=0.0)
     length = T
     if HAS_LEN:
         length = tl.minimum(tl.maximum(tl.load(len_ptr + b).to(tl.int32), 0), T)
@@ -155,6 +173,8 @@ def _split_kernel(
     for j in range(SPLIT // BLOCK_T):
         t = sp * SPLIT + j * BLOCK_T + tl.arange(0, BLOCK_T)
         t_mask = t < length
+        if Q_IN_LOOP:  # q_step is 0: the address depends on j only so that it is not hoisted
+            q = tl.load(q_ptrs + j * q_step, mask=q_mask, other=0.0)
         t64 = t.to(tl.int64)
         k_ptrs = k_base + t64[:, None] * stride_kt + d[None, :] * stride_kd
         v_ptrs = v_base + t64[:, None] * stride_vt + dv[None, :] * stride_vd
@@ -230,6 +250,7 @@ def _split_kernel(
                 MERGE_G,
                 BLOCK_S,
                 CHUNK,
+                ONE_TRIP,
             )
             tl.atomic_xchg(count_ptr + bh, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
@@ -252,13 +273,17 @@ def _merge(
     MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
+    ONE_TRIP: tl.constexpr,
 ):
     """The ``G`` heads of one (row, KV head): merge their ``N_SPLITS`` partials in a fixed order.
 
     The global max ``M`` and normaliser from all splits' ``(m, l)`` first, then the partial outputs in
-    chunks of ``CHUNK`` splits, chunk 0 first. (A split-by-split merge with a running max -- one L2
-    round trip, more arithmetic -- was measured slower on the H200 in every row of
-    ``bench.quant_sweep`` at 1e74c26, e.g. 16.6 against 13.1 µs per call at B=1 T=4096, and removed.)
+    chunks of ``CHUNK`` splits, chunk 0 first. With ``ONE_TRIP`` chunk 0's loads are written before
+    the max/sum arithmetic (the compiler does not move them there itself), so they share the (max,
+    sum) loads' L2 round trip; the arithmetic and its order are unchanged. (A split-by-split merge
+    with a running max -- one L2 round trip, more arithmetic -- was measured slower on the H200 in
+    every row of ``bench.quant_sweep`` at 1e74c26, e.g. 16.6 against 13.1 µs per call at B=1
+    T=4096, and removed.)
 
     Loads use ``.cg`` (L2): the partials were written by other SMs and L1 is not coherent."""
     g = tl.arange(0, MERGE_G)
@@ -266,18 +291,30 @@ def _merge(
     hq = h * G + g
     base = (b * Hkv * G + hq) * N_SPLITS  # (MERGE_G,) first partial row of each head
     dv = tl.arange(0, BLOCK_DV)
+    if ONE_TRIP:
+        rows0 = base[:, None] + tl.arange(0, CHUNK)[None, :]  # (MERGE_G, CHUNK)
+        mask0 = g_mask[:, None] & (tl.arange(0, CHUNK) < N_SPLITS)[None, :]
+        m0 = tl.load(ml_ptr + rows0 * 2, mask=mask0, other=float("-inf"), cache_modifier=".cg")
+        a0 = tl.load(
+            acc_ptr + rows0[:, :, None] * BLOCK_DV + dv[None, None, :],
+            mask=mask0[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
     # The global max and normaliser over all splits at once.
     s_all = tl.arange(0, BLOCK_S)
     ms_mask = g_mask[:, None] & (s_all < N_SPLITS)[None, :]
     ml_off = (base[:, None] + s_all[None, :]) * 2
     m_all = tl.load(ml_ptr + ml_off, mask=ms_mask, other=float("-inf"), cache_modifier=".cg")
+    l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
     m_max = tl.max(m_all, axis=1)
     m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)  # no valid key anywhere: weights 0, output 0
-    l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
     l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe[:, None]), axis=1)
     # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order.
     o = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
-    for c in range(0, BLOCK_S, CHUNK):
+    if ONE_TRIP:
+        o += tl.sum(a0 * tl.exp2(m0 - m_safe[:, None])[:, :, None], axis=1)
+    for c in range(CHUNK if ONE_TRIP else 0, BLOCK_S, CHUNK):
         sidx = c + tl.arange(0, CHUNK)
         mask = g_mask[:, None] & (sidx < N_SPLITS)[None, :]
         rows = base[:, None] + sidx[None, :]  # (MERGE_G, CHUNK)
@@ -300,6 +337,8 @@ def _merge(
 
 
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
+# Launch options per PDL setting (the interpreter's launcher takes no ``launch_pdl``).
+_PDL_LAUNCH = {False: {}, True: {"launch_pdl": True}}
 
 
 def _plan(b: int, hkv: int, g: int, t: int, d: int, dv: int, config: SplitConfig | None) -> tuple:
@@ -356,6 +395,7 @@ def decode_attention(
         n_acc,
         out,
         counts,
+        0,  # q_step
         t,
         d,
         dv,
@@ -381,6 +421,10 @@ def decode_attention(
         MERGE_G=merge_g,
         BLOCK_S=block_s,
         CHUNK=chunk,
+        Q_IN_LOOP=Q_IN_LOOP,
+        ONE_TRIP=ONE_TRIP_MERGE,
+        PDL=PDL,
+        **_PDL_LAUNCH[PDL],
         num_warps=cfg.num_warps,
         # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
         num_stages=cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2),
