@@ -41,7 +41,8 @@ _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail sho
 #   prologue. Hoisted, each program's first K/V loads waited a full DRAM round trip for q (the
 #   sm_90 SASS stores q to shared memory, which waits for it, before the first LDGSTS).
 # ONE_TRIP_MERGE: the merging program issues the first chunk's partial loads together with the
-#   (max, sum) loads, so a merge of at most CHUNK splits takes one L2 round trip instead of two.
+#   (max, sum) loads instead of after the max/sum arithmetic (sm_90 SASS at 32 splits: three
+#   dependent L2 round trips become two; ptxas still places part of the loads behind a wait).
 # PDL: launch with programmatic dependent launch (Hopper): the next launch's programs may be
 #   scheduled while this one finishes; each program still waits (griddepcontrol.wait) for the
 #   previous grid before its first memory access, so data dependences are kept.
@@ -279,8 +280,8 @@ def _merge(
 
     The global max ``M`` and normaliser from all splits' ``(m, l)`` first, then the partial outputs in
     chunks of ``CHUNK`` splits, chunk 0 first. With ``ONE_TRIP`` chunk 0's loads are written before
-    the max/sum arithmetic (the compiler does not move them there itself), so they share the (max,
-    sum) loads' L2 round trip; the arithmetic and its order are unchanged. (A split-by-split merge
+    the max/sum arithmetic (the compiler does not move them there itself), so most of them share the
+    (max, sum) loads' L2 round trip; the arithmetic and its order are unchanged. (A split-by-split merge
     with a running max -- one L2 round trip, more arithmetic -- was measured slower on the H200 in
     every row of ``bench.quant_sweep`` at 1e74c26, e.g. 16.6 against 13.1 µs per call at B=1
     T=4096, and removed.)
