@@ -5,11 +5,12 @@ compiles every candidate in parallel worker processes (Triton's on-disk cache is
 timing process then only loads them), then times each one as the ``quant`` suite's "back to back
 in one CUDA graph" rows do: one graph of several calls over operand copies that together exceed
 L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows: the default
-config with the capture counter arena on and off (``_splitsum.CAPTURE_ARENA``; off = one memset
-node per call), and split, tile and stage variants, each with its relative error against a float64
-reference (GEMV: on the dequantized weight). Attention rows also set decode attention's launch
-switches (``Q_IN_LOOP``, ``ONE_TRIP_MERGE``, ``PDL``; letters q, m, p in the label); the default row
-is timed again at the end of each shape to show drift, and the PDL rows come last. Each row is
+config and split, tile and stage variants, each with its relative error against a float64
+reference (GEMV: on the dequantized weight; its default also with the capture counter arena off,
+``_splitsum.CAPTURE_ARENA``, one memset node per call). Attention rows also set decode attention's
+launch switches (``Q_IN_LOOP``, ``ONE_TRIP_MERGE``, ``PDL``; letters q, m, p in the label, "-" for
+none) and say whether a default-config row gave the default's bits; the default row is timed
+again at the end of each shape to show drift, and the PDL rows come last. Each row is
 printed as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv``
 limits the sweep to one kernel.
 """
@@ -149,12 +150,22 @@ def _jobs(only=None):
     return jobs
 
 
-def _set_switches(letters: str) -> None:
-    """Decode attention's launch switches: on where ``letters`` names them, off otherwise."""
+def _set_switches(letters: str) -> dict:
+    """Decode attention's launch switches on where ``letters`` names them, off otherwise; returns
+    the previous settings (for :func:`_restore_switches`)."""
     from ..kernels import decode_attention as K
 
+    before = {name: getattr(K, name) for name in _SWITCHES.values()}
     for letter, name in _SWITCHES.items():
         setattr(K, name, letter in letters)
+    return before
+
+
+def _restore_switches(before: dict) -> None:
+    from ..kernels import decode_attention as K
+
+    for name, value in before.items():
+        setattr(K, name, value)
 
 
 def _call(kind, shape, v, ops):
@@ -168,11 +179,11 @@ def _call(kind, shape, v, ops):
         cfg, switches = _split_config(b, t, v[0]), v[1]
 
         def attn(q, k, val):
-            _set_switches(switches)
+            before = _set_switches(switches)
             try:
                 return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
             finally:
-                _set_switches("")
+                _restore_switches(before)
 
         return attn
     cfg = _gemv_config(v)
