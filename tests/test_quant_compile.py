@@ -4,7 +4,7 @@ The interpreter accepts code the compiler refuses (``other=`` without ``mask=``,
 the suite also compiles the real kernels ahead of time with Triton's bundled ptxas, in a child
 process (this suite's ``TRITON_INTERPRET=1`` swaps Triton's JIT for the interpreter). The variants
 are the ones the launchers pick for the benchmark shapes, plus the masked edge paths, and decode
-attention with its launch switches (``Q_IN_LOOP``, ``ONE_TRIP_MERGE``, ``PDL``) on.
+attention with its launch switches (``Q_IN_LOOP``, ``PDL``) on.
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ for b, t, d, has_len, has_bias, size, switches in shapes:
           dict(HAS_LEN=has_len, HAS_BIAS=has_bias, MASK_T=has_len or t % cfg.split != 0,
                EVEN_D=d == cfg.block_d, IEEE=size == 4, N_SPLITS=cfg.n_splits, SPLIT=cfg.split,
                BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
-               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16), Q_IN_LOOP=switches, ONE_TRIP=switches,
-               PDL=switches),
+               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16), Q_IN_LOOP=switches, PDL=switches),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages if size == 2 else min(cfg.num_stages, 2))
 print("compiled")
 """

@@ -8,9 +8,9 @@ L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows:
 config and split, tile and stage variants, each with its relative error against a float64
 reference (GEMV: on the dequantized weight; its default also with the capture counter arena off,
 ``_splitsum.CAPTURE_ARENA``, one memset node per call). Attention rows also set decode attention's
-launch switches (``Q_IN_LOOP``, ``ONE_TRIP_MERGE``, ``PDL``; letters q, m, p in the label, "-" for
-none) and say whether a default-config row gave the default's bits; the default row is timed
-again at the end of each shape to show drift, and the PDL rows come last. Each row is
+launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the label, "-" for none) and say whether
+a default-config row gave the first row's bits; each shape's first row is timed again at its end
+to show drift. Each row is
 printed as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv``
 limits the sweep to one kernel.
 """
@@ -27,63 +27,31 @@ from ._harness import GraphReplay
 
 HQ, HKV, D = 32, 8, 128
 # (B, T) -> [((split, block_t, num_warps, num_stages) or None, switches)]; None = the shape's default
-# (split_config); switches: q = Q_IN_LOOP, m = ONE_TRIP_MERGE, p = PDL, "" = all off (the default).
+# (split_config); switches: the launch switches on (q = Q_IN_LOOP, p = PDL), the others off; the
+# defaults are "p". The rows left open at 80a29e2: Q_IN_LOOP and BLOCK_T=128 at the 128-program
+# splits (only timed together with the since-removed merge switch), and the splits around them.
 ATTN = {
     (1, 4096): [
+        (None, "p"),
         (None, ""),
-        (None, "q"),
-        (None, "m"),
-        (None, "qm"),
-        ((256, 64, 4, 4), ""),
-        ((256, 64, 4, 3), ""),
-        ((256, 64, 4, 4), "qm"),
-        ((256, 64, 4, 3), "qm"),
-        ((256, 64, 4, 5), "qm"),
-        ((256, 64, 8, 3), "qm"),
-        ((256, 64, 8, 4), "qm"),
-        ((128, 64, 8, 4), "qm"),
-        ((128, 32, 4, 4), "qm"),
-        ((256, 32, 4, 6), "qm"),
-        ((256, 128, 8, 3), "qm"),
-        ((256, 128, 4, 3), "qm"),
-        ((512, 64, 4, 4), "qm"),
+        (None, "qp"),
+        ((256, 64, 4, 4), "p"),
+        ((256, 128, 4, 3), "p"),
+        ((128, 64, 4, 3), "p"),
     ],
     (1, 32768): [
+        (None, "p"),
         (None, ""),
-        (None, "q"),
-        (None, "m"),
-        (None, "qm"),
-        ((2048, 64, 4, 4), ""),
-        ((2048, 64, 4, 4), "qm"),
-        ((2048, 64, 4, 3), "qm"),
-        ((2048, 64, 4, 5), "qm"),
-        ((1024, 64, 4, 3), "qm"),
-        ((1024, 64, 4, 5), "qm"),
-        ((1024, 64, 8, 4), "qm"),
-        ((1024, 32, 4, 6), "qm"),
-        ((2048, 128, 8, 3), "qm"),
-        ((2048, 128, 4, 3), "qm"),
-        ((4096, 64, 4, 4), "qm"),
+        (None, "qp"),
+        ((2048, 128, 4, 3), "p"),
+        ((2048, 128, 4, 3), "qp"),
+        ((2048, 64, 4, 5), "p"),
+        ((1024, 64, 4, 4), "p"),
     ],
-    (16, 4096): [
-        (None, ""),
-        (None, "qm"),
-        ((4096, 64, 4, 4), ""),
-        ((4096, 64, 4, 4), "qm"),
-        ((4096, 64, 4, 5), "qm"),
-        ((4096, 64, 4, 3), "qm"),
-        ((4096, 64, 8, 4), "qm"),
-    ],
-    (64, 2048): [(None, ""), (None, "qm"), ((2048, 64, 4, 5), "qm"), ((2048, 64, 8, 4), "qm")],
+    (16, 4096): [(None, "p"), (None, ""), (None, "qp"), ((4096, 64, 4, 5), "p"), ((2048, 64, 4, 4), "p")],
+    (64, 2048): [(None, "p"), (None, ""), (None, "qp")],
 }
-# Timed after every shape above (programmatic dependent launch, the riskiest to capture).
-ATTN_PDL = {
-    (1, 4096): [(None, "p"), (None, "qmp"), ((256, 64, 4, 4), "qmp")],
-    (1, 32768): [(None, "p"), (None, "qmp"), ((2048, 64, 4, 4), "qmp")],
-    (16, 4096): [(None, "p"), (None, "qmp"), ((4096, 64, 4, 4), "qmp")],
-    (64, 2048): [(None, "p"), (None, "qmp")],
-}
-_SWITCHES = {"q": "Q_IN_LOOP", "m": "ONE_TRIP_MERGE", "p": "PDL"}
+_SWITCHES = {"q": "Q_IN_LOOP", "p": "PDL"}
 # (K, N) -> [(block_r, block_n, num_warps, num_stages, split_rows)]; None = gemv_config's default.
 GEMV = {
     (4096, 11008): [
@@ -139,10 +107,9 @@ def _gemv_operands(k, n, device):
 def _jobs(only=None):
     jobs = []
     if only in (None, "attn"):
-        for table in (ATTN, ATTN_PDL):
-            for (b, t), variants in table.items():
-                for v in variants:
-                    jobs.append(("attn", (b, t), v))
+        for (b, t), variants in ATTN.items():
+            for v in variants:
+                jobs.append(("attn", (b, t), v))
     if only in (None, "gemv"):
         for (k, n), variants in GEMV.items():
             for v in variants:
@@ -252,14 +219,11 @@ def main(argv: list[str] | None = None) -> None:
     default_arena = _splitsum.CAPTURE_ARENA
     attn_passes = []
     if args.only in (None, "attn"):
-        # Each shape's default again at the end of its rows (drift), then the PDL rows of every shape.
+        # Each shape's default again at the end of its rows: the drift within the process.
         attn_passes = [
-            (
-                shape,
-                [(*v, default_arena) for v in variants] + [(None, "", default_arena)],
-            )
+            (shape, [(*v, default_arena) for v in variants] + [(*variants[0], default_arena)])
             for shape, variants in ATTN.items()
-        ] + [(shape, [(*v, default_arena) for v in variants]) for shape, variants in ATTN_PDL.items()]
+        ]
     for (b, t), rows in attn_passes:
         q, k, v = _attn_operands(b, t, device)
         nbytes = 2 * (k.numel() + v.numel() + 2 * q.numel())
