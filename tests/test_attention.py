@@ -140,6 +140,43 @@ def test_more_than_64_splits_explicit_config(generator, device):
     assert_close(out, _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
 
 
+def test_q_in_loop_gives_the_default_bits(generator, device, monkeypatch):
+    """The ``Q_IN_LOOP`` switch moves a load, never arithmetic: the same bits as with it off."""
+    # Two merge chunks (G=4, Dv=128, 21 splits) with lengths; odd D with lengths, bias and an empty
+    # row; a mask-free one-split row.
+    q = random_tensor((2, 4, 128), generator=generator, dtype=torch.float16, device=device)
+    k = random_tensor((2, 1, 1300, 128), generator=generator, dtype=torch.float16, device=device)
+    v = random_tensor((2, 1, 1300, 128), generator=generator, dtype=torch.float16, device=device)
+    lengths = torch.tensor([1234, 700], device=device)
+    q2 = random_tensor((3, 6, 127), generator=generator, device=device)
+    k2 = random_tensor((3, 2, 70, 127), generator=generator, device=device)
+    v2 = random_tensor((3, 2, 70, 127), generator=generator, device=device)
+    lengths2, bias2 = (
+        torch.tensor([0, 70, 33], device=device),
+        random_tensor((3, 70), generator=generator, device=device),
+    )
+    q3 = random_tensor((1, 8, 64), generator=generator, device=device)
+    k3 = random_tensor((1, 2, 64, 64), generator=generator, device=device)
+    v3 = random_tensor((1, 2, 64, 64), generator=generator, device=device)
+
+    def outputs():
+        return (
+            decode_attention(q, k, v, lengths=lengths, backend="triton"),
+            decode_attention(q2, k2, v2, lengths=lengths2, bias=bias2, backend="triton"),
+            decode_attention(q3, k3, v3, backend="triton"),
+        )
+
+    monkeypatch.setattr(K, "Q_IN_LOOP", False)
+    want = outputs()
+    monkeypatch.setattr(K, "Q_IN_LOOP", True)
+    got = outputs()
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert_close(got[0], _naive(q, k, v, lengths), dtype=torch.float16)
+    assert_close(got[1], _naive(q2, k2, v2, lengths2, bias2), atol=1e-5, rtol=1e-5)
+    assert_close(got[2], _naive(q3, k3, v3), atol=1e-5, rtol=1e-5)
+
+
 def test_mask_free_path(generator, device):
     # T a multiple of the split, no lengths, power-of-two head dims: no masks compiled in; bias -inf
     # on a whole split of one row still gives finite, correct outputs.
@@ -228,3 +265,26 @@ def test_gpu_decode_attention_large(b, t, generator, cuda_device):
     assert torch.equal(out, decode_attention(q, k, v, lengths=lengths, backend="triton"))
     out32 = decode_attention(q.float(), k.float(), v.float(), lengths=lengths, backend="triton")
     assert_close(out32, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,t", [(1, 4096), (1, 32768)], ids=lambda v: str(v))
+def test_gpu_kernel_switches_give_the_default_bits(b, t, generator, cuda_device, monkeypatch):
+    hq, hkv, d = 32, 8, 128
+    q = random_tensor((b, hq, d), generator=generator, dtype=torch.float16, device=cuda_device)
+    k = random_tensor((b, hkv, t, d), generator=generator, dtype=torch.float16, device=cuda_device)
+    v = random_tensor((b, hkv, t, d), generator=generator, dtype=torch.float16, device=cuda_device)
+    lengths = torch.tensor([t - 5], device=cuda_device)
+    want = [
+        decode_attention(q, k, v, backend="triton"),
+        decode_attention(q, k, v, lengths=lengths, backend="triton"),
+    ]
+    assert K.PDL and K._pdl(q.device)  # the default on an H100/H200
+    for name, value in (("PDL", False), ("Q_IN_LOOP", True)):  # each launch switch away from its default
+        monkeypatch.setattr(K, name, value)
+        got = [
+            decode_attention(q, k, v, backend="triton"),
+            decode_attention(q, k, v, lengths=lengths, backend="triton"),
+        ]
+        for a, w in zip(got, want, strict=True):
+            assert torch.equal(a, w)

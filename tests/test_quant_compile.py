@@ -3,8 +3,8 @@
 The interpreter accepts code the compiler refuses (``other=`` without ``mask=``, mixed layouts), so
 the suite also compiles the real kernels ahead of time with Triton's bundled ptxas, in a child
 process (this suite's ``TRITON_INTERPRET=1`` swaps Triton's JIT for the interpreter). The variants
-are the ones the launchers pick for the benchmark shapes, plus the masked edge paths, and both
-decode-attention merges.
+are the ones the launchers pick for the benchmark shapes, plus the masked edge paths, and decode
+attention with its launch switches (``Q_IN_LOOP``, ``PDL``) on.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ pytest.importorskip("triton")
 SCRIPT = r"""
 from nbxsig.kernels import decode_attention as KA, int4_gemv as KG
 
-def build(kernel, pointers, constexprs, **options):
-    compiled = compile_sm90(kernel, pointers, constexprs, **options)  # from _sm90.PRELUDE
+def build(kernel, pointers, constexprs, attrs=None, **options):
+    compiled = compile_sm90(kernel, pointers, constexprs, attrs=attrs, **options)  # from _sm90.PRELUDE
     # An H100/H200 block gets at most 227 KB of shared memory (checked only at launch otherwise).
     assert compiled.metadata.shared <= 227 * 1024, (kernel.__name__, constexprs, compiled.metadata.shared)
 
@@ -38,19 +38,35 @@ build(KG._dequant_kernel, deq, dict(N_ROWS=512, GROUP_ROWS=16, BLOCK_R=16, BLOCK
 
 attn = {n: "*fp16" for n in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr", "out_ptr")}
 attn.update(len_ptr="*i32", acc_ptr="*fp32", count_ptr="*i32", qk_scale="fp32")
-shapes = [(1, 4096, 128, False, False, 2), (16, 4096, 128, True, True, 2), (1, 100, 129, True, False, 2),
-          (3, 1000, 128, True, False, 4), (1, 24, 256, False, False, 4)]
-for b, t, d, has_len, has_bias, size in shapes:
+# (B, T, D, lengths, bias, element size, decode attention's launch switches on)
+shapes = [(1, 4096, 128, False, False, 2, False), (16, 4096, 128, True, True, 2, False),
+          (1, 100, 129, True, False, 2, False), (3, 1000, 128, True, False, 4, False),
+          (1, 24, 256, False, False, 4, False), (1, 4096, 128, False, False, 2, True),
+          (1, 100, 129, True, True, 2, True)]
+for b, t, d, has_len, has_bias, size, switches in shapes:
     cfg = KA.split_config(b, 8, 4, t, d, d)
     bs = triton.next_power_of_2(cfg.n_splits)
     fp32 = {n: "*fp32" for n in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr", "out_ptr")}
     ptrs = attn if size == 2 else {**attn, **fp32}
+    # Integer arguments as the launcher passes them for contiguous (B, 32, d) / (B, 8, t, d) tensors,
+    # specialised as Triton's JIT does: 1 becomes a constexpr, multiples of 16 get the divisibility
+    # attribute, pointers are 16-byte aligned. (Without them the kernel compiles unpipelined, with
+    # 2-byte loads and a fraction of the real shared memory.)
+    ints = dict(stride_qb=32 * d, stride_qh=d, stride_qd=1, stride_kb=8 * t * d, stride_kh=t * d,
+                stride_kt=d, stride_kd=1, stride_vb=8 * t * d, stride_vh=t * d, stride_vt=d, stride_vd=1,
+                stride_biasb=t if has_bias else 0, stride_biast=1 if has_bias else 0, stride_ob=32 * d,
+                stride_oh=d, stride_od=1, T=t, D=d, DV=d, G=4, Hkv=8, q_step=0,
+                ml_offset=b * 32 * cfg.n_splits * cfg.block_dv)
+    names = KA._split_kernel.arg_names
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if n in ptrs and ptrs[n].startswith("*") or ints.get(n, 1) % 16 == 0}
     build(KA._split_kernel, ptrs,
-          dict(HAS_LEN=has_len, HAS_BIAS=has_bias, MASK_T=has_len or t % cfg.split != 0,
+          dict(**{n: 1 for n, v in ints.items() if v == 1},
+               HAS_LEN=has_len, HAS_BIAS=has_bias, MASK_T=has_len or t % cfg.split != 0,
                EVEN_D=d == cfg.block_d, IEEE=size == 4, N_SPLITS=cfg.n_splits, SPLIT=cfg.split,
                BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
-               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16)),
-          num_warps=cfg.num_warps, num_stages=cfg.num_stages if size == 2 else min(cfg.num_stages, 2))
+               MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16), Q_IN_LOOP=switches, PDL=switches),
+          attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages if size == 2 else min(cfg.num_stages, 2))
 print("compiled")
 """
 

@@ -7,6 +7,7 @@ import torch
 
 from nbxsig.attention import decode_attention
 from nbxsig.kernels import _splitsum
+from nbxsig.kernels import decode_attention as KA
 from nbxsig.quant import int4_linear, quantize_int4
 from nbxsig.testing import random_tensor
 
@@ -24,12 +25,20 @@ def _capture(fn):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("arena", [True, False], ids=["arena", "memset"])
-def test_gpu_captured_split_kernels_match_eager(arena, generator, cuda_device, monkeypatch):
+@pytest.mark.parametrize(
+    "arena,switches",
+    [(True, {}), (False, {}), (True, {"PDL": False, "Q_IN_LOOP": True})],
+    ids=["arena", "memset", "arena-attention-switches"],
+)
+def test_gpu_captured_split_kernels_match_eager(arena, switches, generator, cuda_device, monkeypatch):
     """Several split launches in one graph, two graphs replayed in turn and on two streams at once:
     every replay equals the eager result bit for bit (a counter left non-zero, or shared by two
-    launches, would pick the wrong last program and break this)."""
+    launches, would pick the wrong last program and break this). With decode attention's ``PDL``
+    (on by default on an H100/H200) the captured launches depend on each other programmatically;
+    the third case turns it off and ``Q_IN_LOOP`` on."""
     monkeypatch.setattr(_splitsum, "CAPTURE_ARENA", arena)
+    for name, value in switches.items():
+        monkeypatch.setattr(KA, name, value)
     q = random_tensor((1, 32, 128), generator=generator, dtype=torch.float16, device=cuda_device)
     k = random_tensor((1, 8, 4096, 128), generator=generator, dtype=torch.float16, device=cuda_device)
     v = random_tensor((1, 8, 4096, 128), generator=generator, dtype=torch.float16, device=cuda_device)

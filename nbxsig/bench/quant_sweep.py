@@ -5,10 +5,14 @@ compiles every candidate in parallel worker processes (Triton's on-disk cache is
 timing process then only loads them), then times each one as the ``quant`` suite's "back to back
 in one CUDA graph" rows do: one graph of several calls over operand copies that together exceed
 L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows: the default
-config with the capture counter arena on and off (``_splitsum.CAPTURE_ARENA``; off = one memset
-node per call), and split, tile and stage variants, each with its relative error against a float64
-reference (GEMV: on the dequantized weight). Each row is printed as it is measured, so a time limit
-loses only the rows after it.
+config and split, tile and stage variants, each with its relative error against a float64
+reference (GEMV: on the dequantized weight; its default also with the capture counter arena off,
+``_splitsum.CAPTURE_ARENA``, one memset node per call). Attention rows also set decode attention's
+launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the label, "-" for none) and say whether
+a default-config row gave the first row's bits; each shape's first row is timed again at its end
+to show drift. Each row is
+printed as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv``
+limits the sweep to one kernel.
 """
 
 from __future__ import annotations
@@ -22,38 +26,32 @@ import torch
 from ._harness import GraphReplay
 
 HQ, HKV, D = 32, 8, 128
-# (B, T) -> [(split, block_t, num_warps, num_stages)]; None = the shape's default (split_config).
+# (B, T) -> [((split, block_t, num_warps, num_stages) or None, switches)]; None = the shape's default
+# (split_config); switches: the launch switches on (q = Q_IN_LOOP, p = PDL), the others off; the
+# defaults are "p". The rows left open at 80a29e2: Q_IN_LOOP and BLOCK_T=128 at the 128-program
+# splits (only timed together with the since-removed merge switch), and the splits around them.
 ATTN = {
     (1, 4096): [
-        None,
-        (128, 64, 4, 2),
-        (128, 64, 4, 3),
-        (64, 64, 4, 2),
-        (256, 64, 4, 2),
-        (256, 64, 4, 3),
-        (256, 64, 4, 4),
-        (256, 64, 8, 3),
-        (128, 32, 4, 3),
-        (128, 32, 4, 4),
-        (256, 32, 4, 4),
-        (512, 64, 4, 3),
+        (None, "p"),
+        (None, ""),
+        (None, "qp"),
+        ((256, 64, 4, 4), "p"),
+        ((256, 128, 4, 3), "p"),
+        ((128, 64, 4, 3), "p"),
     ],
     (1, 32768): [
-        None,
-        (1024, 64, 4, 3),
-        (1024, 64, 4, 2),
-        (2048, 64, 4, 3),
-        (2048, 64, 4, 4),
-        (512, 64, 4, 3),
-        (512, 64, 4, 4),
-        (1024, 32, 4, 4),
-        (1024, 64, 8, 3),
-        (2048, 128, 8, 2),
-        (2048, 64, 4, 2),
+        (None, "p"),
+        (None, ""),
+        (None, "qp"),
+        ((2048, 128, 4, 3), "p"),
+        ((2048, 128, 4, 3), "qp"),
+        ((2048, 64, 4, 5), "p"),
+        ((1024, 64, 4, 4), "p"),
     ],
-    (16, 4096): [None, (2048, 64, 4, 3), (1024, 64, 4, 3), (4096, 64, 4, 4), (4096, 64, 4, 3)],
-    (64, 2048): [None, (2048, 64, 4, 3)],
+    (16, 4096): [(None, "p"), (None, ""), (None, "qp"), ((4096, 64, 4, 5), "p"), ((2048, 64, 4, 4), "p")],
+    (64, 2048): [(None, "p"), (None, ""), (None, "qp")],
 }
+_SWITCHES = {"q": "Q_IN_LOOP", "p": "PDL"}
 # (K, N) -> [(block_r, block_n, num_warps, num_stages, split_rows)]; None = gemv_config's default.
 GEMV = {
     (4096, 11008): [
@@ -106,27 +104,55 @@ def _gemv_operands(k, n, device):
     return x, qw
 
 
-def _jobs():
+def _jobs(only=None):
     jobs = []
-    for (b, t), variants in ATTN.items():
-        for v in variants:
-            jobs.append(("attn", (b, t), v))
-    for (k, n), variants in GEMV.items():
-        for v in variants:
-            jobs.append(("gemv", (k, n), v))
+    if only in (None, "attn"):
+        for (b, t), variants in ATTN.items():
+            for v in variants:
+                jobs.append(("attn", (b, t), v))
+    if only in (None, "gemv"):
+        for (k, n), variants in GEMV.items():
+            for v in variants:
+                jobs.append(("gemv", (k, n), v))
     return jobs
 
 
+def _set_switches(letters: str) -> dict:
+    """Decode attention's launch switches on where ``letters`` names them, off otherwise; returns
+    the previous settings (for :func:`_restore_switches`)."""
+    from ..kernels import decode_attention as K
+
+    before = {name: getattr(K, name) for name in _SWITCHES.values()}
+    for letter, name in _SWITCHES.items():
+        setattr(K, name, letter in letters)
+    return before
+
+
+def _restore_switches(before: dict) -> None:
+    from ..kernels import decode_attention as K
+
+    for name, value in before.items():
+        setattr(K, name, value)
+
+
 def _call(kind, shape, v, ops):
-    """``fn()`` for one job on operands ``ops``."""
+    """``fn()`` for one job on operands ``ops`` (attention: ``v`` is ``(config, switches)``; the
+    switches are set around every call, so they also hold while a graph captures it)."""
     from ..kernels import decode_attention as K
     from ..kernels import int4_gemv as G
 
     if kind == "attn":
         b, t = shape
-        cfg = _split_config(b, t, v)
+        cfg, switches = _split_config(b, t, v[0]), v[1]
 
-        return lambda q, k, val: K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
+        def attn(q, k, val):
+            before = _set_switches(switches)
+            try:
+                return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
+            finally:
+                _restore_switches(before)
+
+        return attn
     cfg = _gemv_config(v)
     return lambda x, w: G.int4_gemv(x, w.packed, w.scales, w.mins, 128, config=cfg)
 
@@ -136,8 +162,11 @@ def _compile(jobs) -> None:
     for kind, shape, v in jobs:
         ops = _attn_operands(*shape, device) if kind == "attn" else _gemv_operands(*shape, device)
         fn = _call(kind, shape, v, ops)
-        fn(*ops)
-        torch.cuda.synchronize()
+        try:
+            fn(*ops)
+            torch.cuda.synchronize()
+        except Exception as exc:  # reported again, per row, by the timing pass
+            print(f"compile failed: {kind} {shape} {v}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
 
 
 def _graphed(fns) -> GraphReplay:
@@ -157,8 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=12, help="parallel compile processes (0: none)")
     parser.add_argument("--compile-only", action="store_true", help="compile every variant, time nothing")
     parser.add_argument("--markdown", help="append the rows to this file")
+    parser.add_argument("--only", choices=["attn", "gemv"], help="sweep one kernel only")
     args = parser.parse_args(argv)
-    jobs = _jobs()
+    jobs = _jobs(args.only)
     t0 = time.time()
     if args.jobs > 1:
         ctx = mp.get_context("spawn")
@@ -182,9 +212,19 @@ def main(argv: list[str] | None = None) -> None:
         return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
     emit(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton.__version__}")
-    emit("\n| case | variant | calls | µs/call | torch µs/call | rel. error |\n|---|---|---:|---:|---:|---:|")
+    emit(
+        "\n| case | variant | calls | µs/call | torch µs/call | rel. error | default's bits |"
+        "\n|---|---|---:|---:|---:|---:|---|"
+    )
     default_arena = _splitsum.CAPTURE_ARENA
-    for (b, t), variants in ATTN.items():
+    attn_passes = []
+    if args.only in (None, "attn"):
+        # Each shape's default again at the end of its rows: the drift within the process.
+        attn_passes = [
+            (shape, [(*v, default_arena) for v in variants] + [(*variants[0], default_arena)])
+            for shape, variants in ATTN.items()
+        ]
+    for (b, t), rows in attn_passes:
         q, k, v = _attn_operands(b, t, device)
         nbytes = 2 * (k.numel() + v.numel() + 2 * q.numel())
         copies, calls = _chain_copies(nbytes, device)
@@ -201,27 +241,31 @@ def main(argv: list[str] | None = None) -> None:
         )
         torch_us = bench(sdpa, calls)
         name = f"attn B={b} T={t}"
-        rows = [(v_, default_arena) for v_ in variants]
-        rows.insert(1, (None, not default_arena))
-        for var, arena in rows:
-            label = "default" if var is None else "split {} bt{} w{} s{}".format(*var)
-            label += f"{' arena' if arena else ' memset'} counters"
+        default_out = None  # the default's output: the switches must not change a bit of it
+        for cfg, switches, arena in rows:
+            label = "default" if cfg is None else "split {} bt{} w{} s{}".format(*cfg)
+            label += f" {switches or '-'}{' arena' if arena else ' memset'} counters"
+            var = (cfg, switches)
             try:
                 fn = _call("attn", (b, t), var, None)
-                err = rel(fn(q, k, v), ref)
+                out = fn(q, k, v)
+                err = rel(out, ref)
+                if cfg is None and default_out is None:
+                    default_out = out
+                same = "—" if cfg is not None or default_out is None else str(torch.equal(out, default_out))
                 _splitsum.CAPTURE_ARENA = arena
                 replay = _graphed(
                     [lambda kv=caches[i % copies], fn=fn, q=q: fn(q, *kv) for i in range(calls)]
                 )
                 _splitsum.CAPTURE_ARENA = default_arena
                 us = bench(replay, calls)
-                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} |")
+                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} | {same} |")
             except Exception as exc:  # one failing variant must not cost the others
                 _splitsum.CAPTURE_ARENA = default_arena
-                emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | |")
+                emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | | |")
         del caches, sdpa
         torch.cuda.empty_cache()
-    for (kk, n), variants in GEMV.items():
+    for (kk, n), variants in GEMV.items() if args.only in (None, "gemv") else ():
         x, qw = _gemv_operands(kk, n, device)
         nbytes = qw.nbytes() + 2 * kk + 2 * n
         copies, calls = _chain_copies(nbytes, device)
@@ -247,10 +291,10 @@ def main(argv: list[str] | None = None) -> None:
                 replay = _graphed([lambda w=weights[i % copies], fn=fn, x=x: fn(x, w) for i in range(calls)])
                 _splitsum.CAPTURE_ARENA = default_arena
                 us = bench(replay, calls)
-                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} |")
+                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} | — |")
             except Exception as exc:
                 _splitsum.CAPTURE_ARENA = default_arena
-                emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | |")
+                emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | | |")
         del weights, tiny
         torch.cuda.empty_cache()
     print(f"sweep done in {time.time() - t0:.0f} s", flush=True)

@@ -34,8 +34,24 @@ from ._splitsum import zeroed_counters
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
-_TARGET_PROGRAMS = 256  # ~2 per SM on a 132-SM H100/H200 (H200 sweep: 256 beat 512 and 1024)
+_TARGET_PROGRAMS = 128  # ~1 per SM on a 132-SM H100/H200 (H200 sweeps: see split_config)
 _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail short
+# Launch-time switches, read on every call (bench.quant_sweep times both settings in one process):
+# PDL (on; NVIDIA sm_90+ only): launch with programmatic dependent launch. The next launch's
+#   programs may be scheduled while this one finishes; each program still waits
+#   (griddepcontrol.wait) for the previous grid before its first memory access, so data
+#   dependences are kept. H200 at 80a29e2, back-to-back graph chains of these calls (each releases
+#   the next at its start), µs per call at the then-default splits, off → on: B=1 T=4096 11.81 →
+#   11.27, B=1 T=32768 40.45 → 39.87, B=16 T=4096 68.32 → 68.05, B=64 T=2048 127.50 → 127.07 (and
+#   0.6-0.8 µs at the 128-program splits). After a kernel that does not release its dependents
+#   early, the gain is only the launch that overlaps its end.
+# Q_IN_LOOP (off): load q inside the key loop, so the compiler cannot hoist it above the
+#   pipeline's prologue (hoisted, the sm_90 SASS stores q to shared memory, which waits a DRAM
+#   round trip for it, before the first K/V LDGSTS). Measured at 80a29e2: no gain at the default
+#   splits of B=1 (11.87 vs 11.81 µs at T=4096, 40.84 vs 40.45 at T=32768) and slower with one
+#   long split (B=16 T=4096: 69.26 vs 65.74 µs): the per-tile q reload costs more than it saves.
+PDL = True
+Q_IN_LOOP = False
 
 
 @dataclass(frozen=True)
@@ -55,13 +71,17 @@ def split_config(
 ) -> SplitConfig:
     """Split length and tiles (pure: a function of the shape only, never of the GPU).
 
-    Aims for ``_TARGET_PROGRAMS`` programs (about 2 per SM on a 132-SM H200: each streams its
-    split with 4-stage pipelined loads) with at most 64 splits per row, since the last program of
-    a row merges all of them. Measured on the H200 (fp16, Hq=32, Hkv=8, D=128, graph replays):
-    256 programs beat 512 and 1024 at B=1 T=4096 (16.8 vs 17.2/17.9 µs), B=16 T=4096 (78.1 vs
-    85.5/81.4) and B=1 T=32768 (49.9 vs 56.6/56.9); 4 stages beat 3 at B=64 T=2048 (135.7 vs
-    147.9). Splits are powers of two >= BLOCK_T, so a handful of compiled variants cover all shapes.
-    ``target_programs`` overrides the target (benchmark sweeps).
+    Aims for ``_TARGET_PROGRAMS`` programs (about 1 per SM on a 132-SM H200: each streams its
+    split with pipelined loads) with at most 64 splits per row, since the last program of a row
+    merges all of them; 3 pipeline stages where a split is at most 4 tiles, else 4. Measured on the
+    H200 at 80a29e2 (fp16, Hq=32, Hkv=8, D=128, µs per call in back-to-back graph chains,
+    ``bench.quant_sweep``, PDL off): 128 programs against the earlier 256 -- B=1 T=4096 10.85
+    (256-key splits, 3 stages; 4 stages 11.17) vs 11.81, B=1 T=32768 39.96 vs 40.45, B=16 T=4096
+    65.74 (one split) vs 68.32; B=64 T=2048 has one split either way. 64 programs were slower (B=1
+    T=4096 12.91, T=32768 65.42, with Q_IN_LOOP); for long splits 4 stages beat 3 (38.18 vs 39.10 at
+    T=32768, 69.26 vs 70.53 at B=16) and 5 was within 0.4 µs. Splits are powers of two >= BLOCK_T,
+    so a handful of compiled variants cover all shapes. ``target_programs`` overrides the target
+    (benchmark sweeps).
     """
     block_d = max(16, triton.next_power_of_2(d))
     block_dv = max(16, triton.next_power_of_2(dv))
@@ -78,6 +98,7 @@ def split_config(
         block_d=block_d,
         block_dv=block_dv,
         num_warps=4 if max(block_d, block_dv) <= 128 else 8,
+        num_stages=3 if split // block_t <= 4 else 4,
     )
 
 
@@ -92,6 +113,7 @@ def _split_kernel(
     ml_offset,
     out_ptr,
     count_ptr,
+    q_step,
     T,
     D,
     DV,
@@ -128,7 +150,12 @@ def _split_kernel(
     MERGE_G: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
+    Q_IN_LOOP: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # the previous grid's writes are visible after this; the next grid may launch now
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     bh = tl.program_id(0)
     sp = tl.program_id(1)
     ml_ptr = acc_ptr + ml_offset  # the (max, sum) pairs follow the partial outputs in one buffer
@@ -139,11 +166,10 @@ def _split_kernel(
     d = tl.arange(0, BLOCK_D)
     dv = tl.arange(0, BLOCK_DV)
     hq = h * G + g  # query heads of this KV head
-    q = tl.load(
-        q_ptr + b * stride_qb + hq[:, None] * stride_qh + d[None, :] * stride_qd,
-        mask=g_mask[:, None] & (d[None, :] < D),
-        other=0.0,
-    )
+    q_ptrs = q_ptr + b * stride_qb + hq[:, None] * stride_qh + d[None, :] * stride_qd
+    q_mask = g_mask[:, None] & (d[None, :] < D)
+    if not Q_IN_LOOP:
+        q = tl.load(q_ptrs, mask=q_mask, other=0.0)
     length = T
     if HAS_LEN:
         length = tl.minimum(tl.maximum(tl.load(len_ptr + b).to(tl.int32), 0), T)
@@ -155,6 +181,8 @@ def _split_kernel(
     for j in range(SPLIT // BLOCK_T):
         t = sp * SPLIT + j * BLOCK_T + tl.arange(0, BLOCK_T)
         t_mask = t < length
+        if Q_IN_LOOP:  # q_step is 0: the address depends on j only so that it is not hoisted
+            q = tl.load(q_ptrs + j * q_step, mask=q_mask, other=0.0)
         t64 = t.to(tl.int64)
         k_ptrs = k_base + t64[:, None] * stride_kt + d[None, :] * stride_kd
         v_ptrs = v_base + t64[:, None] * stride_vt + dv[None, :] * stride_vd
@@ -256,9 +284,14 @@ def _merge(
     """The ``G`` heads of one (row, KV head): merge their ``N_SPLITS`` partials in a fixed order.
 
     The global max ``M`` and normaliser from all splits' ``(m, l)`` first, then the partial outputs in
-    chunks of ``CHUNK`` splits, chunk 0 first. (A split-by-split merge with a running max -- one L2
-    round trip, more arithmetic -- was measured slower on the H200 in every row of
-    ``bench.quant_sweep`` at 1e74c26, e.g. 16.6 against 13.1 µs per call at B=1 T=4096, and removed.)
+    chunks of ``CHUNK`` splits, chunk 0 first. Chunk 0's loads are written before the max/sum
+    arithmetic (the compiler does not move them there itself), so most of them share the (max, sum)
+    loads' L2 round trip (sm_90 SASS at 32 splits: two dependent round trips instead of three). H200
+    at 80a29e2, same bits as loading chunk 0 in the loop: 11.54 vs 11.81 µs per call at B=1 T=4096,
+    39.96 vs 40.45 at B=1 T=32768 (the then-default 32 splits). (A split-by-split merge
+    with a running max -- one L2 round trip, more arithmetic -- was measured slower on the H200 in
+    every row of ``bench.quant_sweep`` at 1e74c26, e.g. 16.6 against 13.1 µs per call at B=1
+    T=4096, and removed.)
 
     Loads use ``.cg`` (L2): the partials were written by other SMs and L1 is not coherent."""
     g = tl.arange(0, MERGE_G)
@@ -266,18 +299,28 @@ def _merge(
     hq = h * G + g
     base = (b * Hkv * G + hq) * N_SPLITS  # (MERGE_G,) first partial row of each head
     dv = tl.arange(0, BLOCK_DV)
+    rows0 = base[:, None] + tl.arange(0, CHUNK)[None, :]  # (MERGE_G, CHUNK)
+    mask0 = g_mask[:, None] & (tl.arange(0, CHUNK) < N_SPLITS)[None, :]
+    m0 = tl.load(ml_ptr + rows0 * 2, mask=mask0, other=float("-inf"), cache_modifier=".cg")
+    a0 = tl.load(
+        acc_ptr + rows0[:, :, None] * BLOCK_DV + dv[None, None, :],
+        mask=mask0[:, :, None],
+        other=0.0,
+        cache_modifier=".cg",
+    )
     # The global max and normaliser over all splits at once.
     s_all = tl.arange(0, BLOCK_S)
     ms_mask = g_mask[:, None] & (s_all < N_SPLITS)[None, :]
     ml_off = (base[:, None] + s_all[None, :]) * 2
     m_all = tl.load(ml_ptr + ml_off, mask=ms_mask, other=float("-inf"), cache_modifier=".cg")
+    l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
     m_max = tl.max(m_all, axis=1)
     m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)  # no valid key anywhere: weights 0, output 0
-    l_all = tl.load(ml_ptr + ml_off + 1, mask=ms_mask, other=0.0, cache_modifier=".cg")
     l_sum = tl.sum(l_all * tl.exp2(m_all - m_safe[:, None]), axis=1)
     # Partial outputs in chunks of CHUNK splits, chunk 0 first: a fixed order.
     o = tl.zeros((MERGE_G, BLOCK_DV), tl.float32)
-    for c in range(0, BLOCK_S, CHUNK):
+    o += tl.sum(a0 * tl.exp2(m0 - m_safe[:, None])[:, :, None], axis=1)
+    for c in range(CHUNK, BLOCK_S, CHUNK):
         sidx = c + tl.arange(0, CHUNK)
         mask = g_mask[:, None] & (sidx < N_SPLITS)[None, :]
         rows = base[:, None] + sidx[None, :]  # (MERGE_G, CHUNK)
@@ -300,6 +343,22 @@ def _merge(
 
 
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
+# Launch options per PDL setting (the interpreter's launcher takes no ``launch_pdl``).
+_PDL_LAUNCH = {False: {}, True: {"launch_pdl": True}}
+_PDL_DEVICES: dict[torch.device, bool] = {}
+
+
+def _pdl(device: torch.device) -> bool:
+    """Whether launches on ``device`` use programmatic dependent launch: ``PDL`` on and an NVIDIA
+    GPU of compute capability 9.0 or newer (griddepcontrol is sm_90 PTX; not the interpreter)."""
+    if not PDL or device.type != "cuda":
+        return False
+    ok = _PDL_DEVICES.get(device)
+    if ok is None:
+        ok = _PDL_DEVICES[device] = (
+            torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 9
+        )
+    return ok
 
 
 def _plan(b: int, hkv: int, g: int, t: int, d: int, dv: int, config: SplitConfig | None) -> tuple:
@@ -333,6 +392,7 @@ def decode_attention(
     g = hq // hkv
     device = check_launchable(q, k_cache, v_cache, *(x for x in (lengths, bias) if x is not None))
     cfg, merge_g, block_s, chunk = _plan(b, hkv, g, t, d, dv, config)
+    pdl = _pdl(device)
     n_splits = cfg.n_splits
     out = empty_output((b, hq, dv), dtype=q.dtype, device=device)
     if n_splits > 1:
@@ -356,6 +416,7 @@ def decode_attention(
         n_acc,
         out,
         counts,
+        0,  # q_step
         t,
         d,
         dv,
@@ -381,6 +442,9 @@ def decode_attention(
         MERGE_G=merge_g,
         BLOCK_S=block_s,
         CHUNK=chunk,
+        Q_IN_LOOP=Q_IN_LOOP,
+        PDL=pdl,
+        **_PDL_LAUNCH[pdl],
         num_warps=cfg.num_warps,
         # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
         num_stages=cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2),
