@@ -288,3 +288,18 @@ def test_gpu_kernel_switches_give_the_default_bits(b, t, generator, cuda_device,
         ]
         for a, w in zip(got, want, strict=True):
             assert torch.equal(a, w)
+
+
+def test_split_kernel_cached_launch_passes_options_and_every_parameter(record_cached_launch, generator):
+    # The GPU-only cached path, Triton stubbed: the first call of an argument class compiles with the
+    # launch options (stages), later ones pass every kernel parameter to the compiled launcher, and a
+    # call with other constexprs (lengths given) compiles its own.
+    compiles, runs = record_cached_launch(K._split_launch)
+    q, k, v = _long_row(generator, torch.device("cpu"), torch.float16)
+    lengths = torch.tensor([1000])
+    for _ in range(2):
+        decode_attention(q, k, v, backend="triton")
+        decode_attention(q, k, v, lengths=lengths, backend="triton")
+    assert len(compiles) == 2 and len(runs) == 2
+    assert all(keywords["num_stages"] >= 1 for _, keywords in compiles)
+    assert all(len(args) - 9 == len(K._split_launch.params) for args in runs)

@@ -31,6 +31,7 @@ import triton.language as tl
 
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
+from .stft import _CachedLaunch
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
@@ -342,6 +343,7 @@ def _merge(
     )
 
 
+_split_launch = _CachedLaunch(_split_kernel)
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
 # Launch options per PDL setting (the interpreter's launcher takes no ``launch_pdl``).
 _PDL_LAUNCH = {False: {}, True: {"launch_pdl": True}}
@@ -406,28 +408,11 @@ def decode_attention(
     bias_strides = (0, 0)
     if bias is not None:
         bias_strides = (0 if bias.shape[0] == 1 else bias.stride(0), bias.stride(1))
-    _split_kernel[(b * hkv, n_splits)](
-        q,
-        k_cache,
-        v_cache,
-        lengths if lengths is not None else q,
-        bias if bias is not None else q,
-        scratch,
-        n_acc,
-        out,
-        counts,
-        0,  # q_step
-        t,
-        d,
-        dv,
-        g,
-        hkv,
-        scale * LOG2E,
-        *q.stride(),
-        *k_cache.stride(),
-        *v_cache.stride(),
-        *bias_strides,
-        *out.stride(),
+    # q_step 0; absent lengths/bias point at q (never read without HAS_LEN/HAS_BIAS).
+    args = (q, k_cache, v_cache, lengths if lengths is not None else q, bias if bias is not None else q,
+            scratch, n_acc, out, counts, 0, t, d, dv, g, hkv, scale * LOG2E, *q.stride(),
+            *k_cache.stride(), *v_cache.stride(), *bias_strides, *out.stride())  # fmt: skip
+    constexprs = dict(
         HAS_LEN=lengths is not None,
         HAS_BIAS=bias is not None,
         MASK_T=lengths is not None or t % cfg.split != 0,
@@ -444,9 +429,16 @@ def decode_attention(
         CHUNK=chunk,
         Q_IN_LOOP=Q_IN_LOOP,
         PDL=pdl,
-        **_PDL_LAUNCH[pdl],
-        num_warps=cfg.num_warps,
-        # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
-        num_stages=cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2),
+    )
+    # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
+    stages = cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2)
+    # Through the compiled handle: a decode step calls this once per layer per token, and Triton's
+    # own launch path costs more host time than a small batch's kernel takes on the GPU.
+    _split_launch(
+        (b * hkv, n_splits),
+        args,
+        constexprs,
+        cfg.num_warps,
+        options=dict(num_stages=stages, **_PDL_LAUNCH[pdl]),
     )
     return out
