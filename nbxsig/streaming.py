@@ -391,6 +391,22 @@ class StreamingISTFT:
         self._history: list[torch.Tensor] | None = None  # two buffers, the current one first
         self.frames = 0
         self._squeeze = False
+        self._launches: dict[tuple, Any] = {}
+
+    def _prepared(self, x: torch.Tensor, history: torch.Tensor, n_out: int) -> Any:
+        """The Triton push prepared for this chunk's signature (a push is host-bound: see
+        ``nbxsig.kernels.streaming.PushLaunch``), or None where the general launcher takes it."""
+        key = (x.shape, x.stride(), x.device, history.shape, n_out)
+        launch = self._launches.get(key, False)
+        if launch is False:
+            from .kernels.streaming import PushLaunch
+
+            if len(self._launches) >= 8:  # chunks of ever new sizes: keep the memo small
+                self._launches.clear()
+            launch = self._launches[key] = PushLaunch.prepare(
+                x, history, n_out=n_out, hop=self.hop_length, n_fft=self.n_fft
+            )
+        return launch
 
     def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._consts is None or self._consts[0].device != device:
@@ -423,6 +439,11 @@ class StreamingISTFT:
         basis, w2 = self._constants(device)
         chosen = _ISTFT_PUSH.backend(self.backend, device=device, dtype=x.dtype, numel=max(1, x.numel()))
         cur, nxt = self._history
+        launch = self._prepared(x, cur, n_out_global) if chosen == "triton" else None
+        if launch is not None:
+            out = launch(x.resolve_neg(), cur, nxt, basis, w2, frames_before=self.frames)
+            self._history = [nxt, cur]
+            return out
         out = _ISTFT_PUSH(
             x,
             cur,
