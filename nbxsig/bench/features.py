@@ -215,24 +215,26 @@ def _streaming_cases(device: torch.device, gen: torch.Generator) -> list[Case]:
         got = torch.cat([*pieces, s.flush()], dim=-1)
         return _rel(got, torch.istft(spec, 20, 5, window=hann))
 
-    out.append(
-        Case(
-            name="streaming iSTFT push n_fft=20 hop=5, 256 streams × 48 frames (10 ms @ 24 kHz)",
-            run=lambda: stream.push(chunk),
-            baseline=lambda: torch.istft(chunk, 20, 5, window=hann),
-            bytes_moved=chunk.numel() * 8 + streams * frames * 5 * 4,
-            target="≤ 40 µs per push (torch.istft per chunk 128 µs on H200, no state)",
-            check=push_check,
-        )
+    push = dict(
+        run=lambda: stream.push(chunk),
+        baseline=lambda: torch.istft(chunk, 20, 5, window=hann),
+        bytes_moved=chunk.numel() * 8 + streams * frames * 5 * 4,
     )
     out.append(
         Case(
+            name="streaming iSTFT push n_fft=20 hop=5, 256 streams × 48 frames (10 ms @ 24 kHz)",
+            target="≤ 40 µs per push (torch.istft per chunk 128 µs on H200, no state)",
+            check=push_check,
+            **push,
+        )
+    )
+    # The same push timed on the host's clock until its output is ready: the latency a caller sees.
+    out.append(
+        Case(
             name="streaming iSTFT push, wall latency (push + synchronize, median of 200)",
-            run=lambda: stream.push(chunk),
-            baseline=lambda: torch.istft(chunk, 20, 5, window=hann),
-            bytes_moved=chunk.numel() * 8 + streams * frames * 5 * 4,
             target="≤ 40 µs per push",
             latency=True,
+            **push,
         )
     )
     # The same push replayed from a CUDA graph: the kernel's own time, without Python's launch cost.
