@@ -466,9 +466,10 @@ def test_plot(tmp_path: Path) -> None:
 def test_bench_without_cuda_says_so() -> None:
     if torch.cuda.is_available():
         pytest.skip("this checks the message on a machine without CUDA")
-    result = CliRunner().invoke(main, ["bench", "core", "--quick"])
-    assert result.exit_code != 0
-    assert "needs a CUDA device" in str(result.exception) + result.output
+    for args in (["bench", "core", "--quick"], ["bench", "spectral", "--match", "istft"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code != 0
+        assert "needs a CUDA device" in str(result.exception) + result.output
 
 
 # --------------------------------------------------------------------------------------------
