@@ -48,14 +48,14 @@ def cuda_device() -> torch.device:
 
 @pytest.fixture
 def record_cached_launch(monkeypatch: pytest.MonkeyPatch):
-    """Run a ``_CachedLaunch`` down its GPU-only cached path on CPU tensors with Triton stubbed out.
+    """Run a ``CachedLaunch`` down its GPU-only cached path on CPU tensors with Triton stubbed out.
 
     ``record_cached_launch(launcher)`` returns ``(compiles, runs)``: the ``(args, keywords)`` of each
     launch that went through (stubbed) Triton -- the first of each argument class -- and the
     arguments each later launch passed to the compiled launcher's ``run``.
     """
     from nbxsig.bench.host_overhead import _NoLaunch
-    from nbxsig.kernels import stft as K
+    from nbxsig.kernels import _launch as L
 
     def record(launcher):
         compiles, runs = [], []
@@ -67,7 +67,7 @@ def record_cached_launch(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(launcher, "kernel", Recording())
         monkeypatch.setattr(launcher, "handles", {})
         monkeypatch.setattr(launcher, "interpreted", False)
-        monkeypatch.setattr(K, "CACHED_LAUNCH", True)
+        monkeypatch.setattr(L, "CACHED_LAUNCH", True)
         monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
         monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
         monkeypatch.setattr(_NoLaunch, "run", lambda self, *args: runs.append(args))

@@ -15,6 +15,7 @@ import torch
 
 import nbxsig.stft as S
 from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
+from nbxsig.kernels import _launch as L
 from nbxsig.kernels import stft as K
 from nbxsig.testing import assert_close, random_tensor
 
@@ -659,7 +660,7 @@ def test_torch_backend_exports_to_onnx(tmp_path, generator):
 
 
 def test_cached_launch_key_refines_triton_specialization():
-    # The overlap-add launches through cached compiled kernels keyed by _arg_class; two arguments
+    # The overlap-add launches through cached compiled kernels keyed by arg_class; two arguments
     # of one class must get the same specialization from Triton, or a cached kernel could run on
     # arguments it was not compiled for.
     from triton._C.libtriton import native_specialize_impl
@@ -674,7 +675,7 @@ def test_cached_launch_key_refines_triton_specialization():
     args = [*ints, x, x[1:], x[2:], x[4:], x[8:], x.double(), x.double()[2:], 1.0, 2.5]
     for a in args:
         for b in args:
-            if type(a) is type(b) and K._arg_class(a) == K._arg_class(b):
+            if type(a) is type(b) and L.arg_class(a) == L.arg_class(b):
                 assert triton_class(a) == triton_class(b), (a, b)
 
 
@@ -686,7 +687,7 @@ def test_cuda_istft_per_argument_class(cached, monkeypatch, generator, cuda_devi
     # without the cached launch (whose cache they populate and then hit).
     x = random_tensor((3, 1003), generator=generator)
     w = torch.hann_window(20)
-    monkeypatch.setattr(K, "CACHED_LAUNCH", cached)
+    monkeypatch.setattr(L, "CACHED_LAUNCH", cached)
     spec = torch.stft(x, 20, 5, window=w, return_complex=True).to(cuda_device)
     views = [spec, spec.contiguous(), spec[:, :, 1:], torch.view_as_real(spec.contiguous())[:, :, 1:]]
     for _ in range(2):
@@ -702,7 +703,7 @@ def test_cuda_istft_per_argument_class(cached, monkeypatch, generator, cuda_devi
 def test_cuda_repeated_stft_and_istft_gradient(cached, monkeypatch, generator, cuda_device):
     # Repeated calls reach the cached launches of the stft kernel (forward, and the istft backward
     # with its defaulted constexprs) and of the envelope kernel: results equal float64 every time.
-    monkeypatch.setattr(K, "CACHED_LAUNCH", cached)
+    monkeypatch.setattr(L, "CACHED_LAUNCH", cached)
     x = random_tensor((3, 1003), generator=generator)
     w = torch.hann_window(20)
     ref_spec = torch.stft(x.double(), 20, 5, window=w.double(), return_complex=True)
@@ -1002,7 +1003,7 @@ def test_cached_launches_pass_every_kernel_parameter(tile_out, generator, monkey
     spec = torch.stft(x, 12, 3, window=w, return_complex=True).requires_grad_()
     with stubbed_launches():
         monkeypatch.setattr(_NoLaunch, "run", lambda self, *args: runs.append(args))
-        launchers = [v for v in vars(K).values() if isinstance(v, K._CachedLaunch)]
+        launchers = [v for v in vars(K).values() if isinstance(v, L.CachedLaunch)]
         for _ in range(2):  # the first call of each kernel goes through (stubbed) Triton
             S.stft(x, 12, 3, window=w, backend="triton")  # the unrolled stft kernel
             y = S.istft(spec, 12, 3, window=w, length=160, backend="triton")  # overlap-add

@@ -4,7 +4,7 @@ The batch-1 istft (issue #3: n_fft=20, hop=5, 1×240000) runs 8 µs on an H200, 
 time is host time: argument checks, backend dispatch, the launcher's arithmetic and the compiled
 kernel's cached launch. This measures exactly the Python work nbxsig adds, on CPU tensors: the Triton
 path is taken (``TRITON_INTERPRET=1`` lets it accept CPU tensors) and the kernel launch is replaced
-by a no-op at the driver boundary -- :class:`~nbxsig.kernels.stft._CachedLaunch` runs its cached
+by a no-op at the driver boundary -- :class:`~nbxsig.kernels._launch.CachedLaunch` runs its cached
 path (key, handle lookup, stream query) up to the compiled launcher's ``run``, which does nothing.
 Not included: the launcher's own C code and the driver call (``cuLaunchKernel``), and the CUDA
 caching allocator (a CPU ``torch.empty`` stands in for it).
@@ -53,30 +53,39 @@ class _NoKernel:
 @contextlib.contextmanager
 def stubbed_launches() -> Iterator[None]:
     """Run nbxsig's cached-launch path on CPU tensors with every launch a no-op."""
+    from ..kernels import _launch as L
     from ..kernels import stft as K
 
-    launchers = [v for v in vars(K).values() if isinstance(v, K._CachedLaunch)]
+    launchers = [v for v in vars(K).values() if isinstance(v, L.CachedLaunch)]
     saved = [(c, c.kernel, c.handles, c.interpreted) for c in launchers]
     # Kernels still launched through Triton directly (the tiled paths; the others are in `launchers`).
     names = ("_ola_dft_kernel", "_frame_dft_kernel")
     saved_kernels = {n: getattr(K, n) for n in names}
-    saved_globals = (K.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+    saved_globals = (L.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
     try:
         for c in launchers:
             # The cached path is the GPU's; the interpreter would bypass it.
             c.kernel, c.handles, c.interpreted = _NoKernel(), {}, False
         for name in names:
             setattr(K, name, _NoKernel())
-        K.CACHED_LAUNCH = True
+        L.CACHED_LAUNCH = True
         torch._C._cuda_getDevice = lambda: 0  # no device: device 0, stream 0
         torch._C._cuda_getCurrentRawStream = lambda device: 0
+        _drop_plans(K)  # plans made before hold the real kernels' handles
         yield
     finally:
         for c, kernel, handles, interpreted in saved:
             c.kernel, c.handles, c.interpreted = kernel, handles, interpreted
         for name, kernel in saved_kernels.items():
             setattr(K, name, kernel)
-        K.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream = saved_globals
+        L.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream = saved_globals
+        _drop_plans(K)  # plans made under the stubs hold their no-op handles
+
+
+def _drop_plans(kernels) -> None:
+    # What assigning one of the kernel module's settings does (see nbxsig.kernels.stft.on_retune).
+    for hook in kernels._RETUNE_HOOKS:
+        hook()
 
 
 class _AllocOnly(torch.autograd.Function):

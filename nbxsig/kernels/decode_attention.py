@@ -29,9 +29,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import CachedLaunch
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
-from .stft import _CachedLaunch
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
@@ -343,7 +343,7 @@ def _merge(
     )
 
 
-_split_launch = _CachedLaunch(_split_kernel)
+_split_launch = CachedLaunch(_split_kernel)
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
 # Launch options per PDL setting (the interpreter's launcher takes no ``launch_pdl``).
 _PDL_LAUNCH = {False: {}, True: {"launch_pdl": True}}

@@ -28,9 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import CachedLaunch
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
-from .stft import _CachedLaunch
 
 MAX_GEMV_ROWS = 8
 _TARGET_PROGRAMS = 1024  # ~8 per SM on a 132-SM H100/H200: enough loads in flight, short tails
@@ -334,7 +334,7 @@ def dequantize_kn(
     return out
 
 
-_gemv_launch = _CachedLaunch(_int4_gemv_kernel)
+_gemv_launch = CachedLaunch(_int4_gemv_kernel)
 
 
 def int4_gemv(

@@ -20,8 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import CachedLaunch
 from ._runtime import check_launchable, empty_output
-from .stft import _CachedLaunch, _cdiv, _p2
+from .stft import _cdiv, _p2
 
 
 # The frame counters change every push: not specialized (Triton would compile a variant per value
@@ -139,7 +140,7 @@ def istft_push(
     return out
 
 
-_push_launch = _CachedLaunch(_istft_push_kernel)
+_push_launch = CachedLaunch(_istft_push_kernel)
 
 
 class PushLaunch:
@@ -165,7 +166,7 @@ class PushLaunch:
         self.head = tuple(new.stride())
         self.tail = (n_new, n_out, hop, n_fft, n_freq)
         self.shape, self.device = (batch, n_out), new.device
-        self.handles: dict = {}  # compiled kernels by device and alignment (see _CachedLaunch)
+        self.handles: dict = {}  # compiled kernels by device and alignment (see CachedLaunch)
 
     @staticmethod
     def prepare(new, history, *, n_out: int, hop: int, n_fft: int) -> PushLaunch | None:
