@@ -314,6 +314,9 @@ class StreamingMelSpectrogram(_FramedStream):
 
 def _istft_push_torch(new, history, history_out, basis, w2, *, frames_before, n_out, hop, n_fft):
     """Torch twin of :func:`nbxsig.kernels.streaming.istft_push` (same arguments and result)."""
+    if n_out == 0:  # an empty push: with no history either there is no frame to fold
+        history_out.copy_(history)
+        return new.new_zeros(new.shape[0], 0, dtype=torch.float32)
     H = history.shape[2]
     frames = torch.cat((history, new.to(history.dtype)), dim=2)  # (B, F, H + n, 2)
     n_tot = frames.shape[2]

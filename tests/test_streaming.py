@@ -75,6 +75,7 @@ def test_streaming_stft_single_stream_and_normalized(generator):
         pytest.param(64, 16, True, id="n64-h16-center"),
         pytest.param(51, 13, False, id="n51-h13-nocenter"),
         pytest.param(32, 8, False, id="n32-h8-nocenter"),
+        pytest.param(16, 16, False, id="n16-h16-no-history"),  # hop = n_fft: no frame overlaps the next
     ],
 )
 def test_streaming_istft_equals_torch_istft(n_fft, hop, center, backend, device, generator):
