@@ -114,51 +114,38 @@ def istft_push(
     samples per stream starting at global sample ``frames_before·hop``. Only frames that exist
     (index <= the last one pushed) count, in the sum and in the envelope: the same rule serves the
     pushes (every later frame starts after the samples returned) and the flush (the tail)."""
-    device = check_launchable(new, history, basis)
-    batch, n_freq, n_new, _ = new.shape
-    H = history.shape[2]
-    R = H + 1
-    out = empty_output((batch, n_out), dtype=torch.float32, device=device)
+    check_launchable(new, history, basis)
     if n_out == 0:
         history_out.copy_(history)
-        return out
-    # Empty tensors (no new frame at the flush, no history when hop >= n_fft) may have a null data
-    # pointer, which the launcher refuses; every access to them is masked, so any live tensor serves
-    # (the output: it is never empty here).
-    if new.numel() == 0:
-        new = out.view(1, 1, -1, 1)[:, :, :1]
-    hist_in, hist_out = (history, history_out) if history.numel() else (out, out)
-    # Plain-Python rounding: Triton's next_power_of_2/cdiv are slow calls on this per-push path.
-    block = min(256, _p2(n_out, 16))
-    grid = (batch, _cdiv(n_out, block))
-    last = frames_before + n_new - 1
-    args = (new, *new.stride(), hist_in, hist_out, basis[0], basis[1], w2, out,
-            n_new, n_out, frames_before, last, hop, n_fft, n_freq)  # fmt: skip
-    constexprs = dict(H=H, R=R, F_PAD=_p2(n_freq, 16), H_PAD=_p2(H, 2), BLOCK_S=block)  # fmt: skip
-    # Through the compiled handle: a push is a small launch whose eager cost is host time.
-    _push_launch(grid, args, constexprs, 4)
-    return out
+        return empty_output((new.shape[0], 0), dtype=torch.float32, device=new.device)
+    launch = PushLaunch(new, history, n_out=n_out, hop=hop, n_fft=n_fft)
+    return launch(new, history, history_out, basis, w2, frames_before=frames_before)
 
 
 _push_launch = CachedLaunch(_istft_push_kernel)
 
 
 class PushLaunch:
-    """:func:`istft_push` prepared for one push signature (the new frames' shape and strides, the
-    history's shape, the output length): a push is then an output allocation and one launch through
-    the compiled handle. The push is host-bound (a 256-stream 10 ms push runs ~14 µs on an H200), which
-    is what this is for; :class:`nbxsig.streaming.StreamingISTFT` keeps a few of these.
+    """The push's launch prepared for one signature (the new frames' shape and strides, the history's
+    shape, ``n_out > 0``): a push is then an output allocation and one launch through the compiled
+    handle. The push is host-bound (a 256-stream 10 ms push runs ~14 µs on an H200), which is what
+    this is for; :class:`nbxsig.streaming.StreamingISTFT` keeps a few of these, and
+    :func:`istft_push` makes one per call.
 
     Call it as :func:`istft_push` with the frame count before this push; the caller passes tensors of
     the prepared signature on the prepared device (``history``/``history_out``, ``basis`` and ``w2``
     contiguous float32, ``new`` float32).
     """
 
-    __slots__ = ("constexprs", "device", "grid", "handles", "head", "shape", "tail")
+    __slots__ = ("constexprs", "device", "empty", "grid", "handles", "head", "shape", "tail")
 
     def __init__(self, new: torch.Tensor, history: torch.Tensor, *, n_out: int, hop: int, n_fft: int) -> None:
         batch, n_freq, n_new, _ = new.shape
         n_history = history.shape[2]
+        # No new frame (the flush) or no history (hop >= n_fft): such tensors may have a null data
+        # pointer, which the launcher refuses; every access to them is masked, so the output, never
+        # empty here, stands in.
+        self.empty = (new.numel() == 0, history.numel() == 0)
         block = min(256, _p2(n_out, 16))
         self.grid = (batch, _cdiv(n_out, block))
         self.constexprs = dict(H=n_history, R=n_history + 1, F_PAD=_p2(n_freq, 16), H_PAD=_p2(n_history, 2),
@@ -170,15 +157,17 @@ class PushLaunch:
 
     @staticmethod
     def prepare(new, history, *, n_out: int, hop: int, n_fft: int) -> PushLaunch | None:
-        """The prepared launch, or None where the push takes :func:`istft_push` (nothing to return,
-        no new frame, no history)."""
+        """The prepared launch, or None where there is nothing to return (:func:`istft_push` then
+        only rotates the history)."""
         check_launchable(new, history)
-        if n_out == 0 or new.numel() == 0 or history.numel() == 0:
-            return None
-        return PushLaunch(new, history, n_out=n_out, hop=hop, n_fft=n_fft)
+        return PushLaunch(new, history, n_out=n_out, hop=hop, n_fft=n_fft) if n_out else None
 
     def __call__(self, new, history, history_out, basis, w2, *, frames_before: int) -> torch.Tensor:
         out = empty_output(self.shape, dtype=torch.float32, device=self.device)
+        if self.empty[0]:
+            new = out
+        if self.empty[1]:
+            history = history_out = out
         n_new, n_out, hop, n_fft, n_freq = self.tail
         scalars = (n_new, n_out, frames_before, frames_before + n_new - 1, hop, n_fft, n_freq)
         tensors = (new, history, history_out, basis[0], basis[1], w2, out)
