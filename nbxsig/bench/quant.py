@@ -13,17 +13,11 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ._harness import Case, GraphReplay
+from ._harness import Case, GraphReplay, graph_chain
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
-
-
-def _graphed(fn) -> GraphReplay:
-    """``fn`` as a CUDA-graph replay: timing replays measures GPU time without Python launch
-    overhead (which dominated the eager rows of single-token calls on the H200)."""
-    return GraphReplay(fn)
 
 
 def _chain_copies(nbytes: int, device: torch.device) -> tuple[int, int]:
@@ -36,18 +30,6 @@ def _chain_copies(nbytes: int, device: torch.device) -> tuple[int, int]:
     # was the chains' operands being freed after capture; GraphReplay now holds them.)
     copies = max(1, min(256, -(-3 * l2 // nbytes)))
     return copies, max(8, copies)
-
-
-def _graphed_chain(fns: list) -> tuple:
-    """One CUDA graph calling ``fns`` one after another; returns ``(replay, number of calls)``.
-
-    A single-call replay (:func:`_graphed`) still contains the graph's launch latency (~8-10 µs on
-    the H200: a 1024×1024 GEMV reads as 10 µs). Back to back, the calls show their device time, the
-    figure a captured decode step is made of.
-    """
-    # The replay holds the list, so every call's operands (the weight and KV copies) live as long
-    # as the graph that reads them.
-    return _graphed(lambda: [fn() for fn in fns]), len(fns)
 
 
 def _linear_call(x: torch.Tensor, weight: torch.Tensor):
@@ -112,8 +94,8 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
             out.append(
                 Case(
                     f"{name} vs {label}, both CUDA-graph replays",
-                    _graphed(run),
-                    _graphed(base),
+                    GraphReplay(run),
+                    GraphReplay(base),
                     nbytes,
                     target,
                 )
@@ -123,23 +105,23 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
                 Int4Weight(qw.packed.clone(), qw.scales.clone(), qw.mins.clone(), qw.group_size, qw.shape)
                 for _ in range(copies - 1)
             ]
-            ours, n_calls = _graphed_chain(
+            ours = graph_chain(
                 [lambda x=x, w=weights[i % copies]: int4_linear(x, w, backend="triton") for i in range(calls)]
             )
             bases = [base] + [
                 _tinygemm(k, n, 128, device) if use_tiny else _linear_call(x, dense.clone())
                 for _ in range(copies - 1)
             ]
-            theirs, _ = _graphed_chain([bases[i % copies] for i in range(calls)])
+            theirs = graph_chain([bases[i % copies] for i in range(calls)])
             out.append(
                 Case(
-                    f"{name} vs {label}, {n_calls} calls back to back in one CUDA graph over {copies} weight "
+                    f"{name} vs {label}, {calls} calls back to back in one CUDA graph over {copies} weight "
                     "copies (per call)",
                     ours,
                     theirs,
                     nbytes,
                     target,
-                    calls=n_calls,
+                    calls=calls,
                 )
             )
         if not quick and (k, n) == (4096, 11008):
@@ -157,7 +139,7 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
                 )
                 label = f"R{br} N{bn} w{warps} {cfg.n_splits(rows)} splits"
                 out.append(
-                    Case(f"{name} tile {label}, graph", _graphed(fn), None, nbytes, "", notes="variant")
+                    Case(f"{name} tile {label}, graph", GraphReplay(fn), None, nbytes, "", notes="variant")
                 )
     # The dequantize + matmul path for M > 8.
     k, n, m = 4096, 4096, 64
@@ -202,27 +184,31 @@ def _attention_cases(quick: bool, device: torch.device) -> list[Case]:
         if not quick:
             out.append(
                 Case(
-                    f"{name} vs SDPA, both CUDA-graph replays", _graphed(run), _graphed(sdpa), nbytes, target
+                    f"{name} vs SDPA, both CUDA-graph replays",
+                    GraphReplay(run),
+                    GraphReplay(sdpa),
+                    nbytes,
+                    target,
                 )
             )
             copies, calls = _chain_copies(nbytes, device)
             caches = [(k, v)] + [(k.clone(), v.clone()) for _ in range(copies - 1)]
-            ours, n_calls = _graphed_chain(
+            ours = graph_chain(
                 [
                     lambda q=q, kv=caches[i % copies]: decode_attention(q, *kv, backend="triton")
                     for i in range(calls)
                 ]
             )
-            theirs, _ = _graphed_chain([_sdpa_call(q4, *caches[i % copies]) for i in range(calls)])
+            theirs = graph_chain([_sdpa_call(q4, *caches[i % copies]) for i in range(calls)])
             out.append(
                 Case(
-                    f"{name} vs SDPA, {n_calls} calls back to back in one CUDA graph over {copies} KV copies "
+                    f"{name} vs SDPA, {calls} calls back to back in one CUDA graph over {copies} KV copies "
                     "(per call)",
                     ours,
                     theirs,
                     nbytes,
                     target,
-                    calls=n_calls,
+                    calls=calls,
                 )
             )
     return out

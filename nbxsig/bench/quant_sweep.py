@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from ._harness import GraphReplay
+from ._harness import graph_chain
 
 HQ, HKV, D = 32, 8, 128
 # (B, T) -> [((split, block_t, num_warps, num_stages) or None, switches)]; None = the shape's default
@@ -169,11 +169,6 @@ def _compile(jobs) -> None:
             print(f"compile failed: {kind} {shape} {v}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
 
 
-def _graphed(fns) -> GraphReplay:
-    """The calls ``fns`` back to back in one CUDA graph; the replay holds them and their operands."""
-    return GraphReplay(lambda: [fn() for fn in fns])
-
-
 def main(argv: list[str] | None = None) -> None:
     import triton.testing
 
@@ -231,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         caches = [(k, v)] + [(k.clone(), v.clone()) for _ in range(copies - 1)]
         ref = reference(q.double(), k.double(), v.double(), scale=D**-0.5)
         q4 = q[:, :, None]
-        sdpa = _graphed(
+        sdpa = graph_chain(
             [
                 lambda kv=caches[i % copies], q4=q4: torch.nn.functional.scaled_dot_product_attention(
                     q4, *kv, enable_gqa=True
@@ -254,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
                     default_out = out
                 same = "—" if cfg is not None or default_out is None else str(torch.equal(out, default_out))
                 _splitsum.CAPTURE_ARENA = arena
-                replay = _graphed(
+                replay = graph_chain(
                     [lambda kv=caches[i % copies], fn=fn, q=q: fn(q, *kv) for i in range(calls)]
                 )
                 _splitsum.CAPTURE_ARENA = default_arena
@@ -276,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         ref = x.double() @ dequantize_int4(qw).double().t()
         tiny = [_tinygemm(kk, n, 128, device) for _ in range(copies)]
         torch_us = (
-            bench(_graphed([tiny[i % copies] for i in range(calls)]), calls) if tiny[0] else float("nan")
+            bench(graph_chain([tiny[i % copies] for i in range(calls)]), calls) if tiny[0] else float("nan")
         )
         name = f"int4 GEMV 1×{kk} @ {kk}×{n}"
         rows = [(v_, default_arena) for v_ in variants]
@@ -288,7 +283,9 @@ def main(argv: list[str] | None = None) -> None:
                 fn = _call("gemv", (kk, n), var, None)
                 err = rel(fn(x, qw), ref)
                 _splitsum.CAPTURE_ARENA = arena
-                replay = _graphed([lambda w=weights[i % copies], fn=fn, x=x: fn(x, w) for i in range(calls)])
+                replay = graph_chain(
+                    [lambda w=weights[i % copies], fn=fn, x=x: fn(x, w) for i in range(calls)]
+                )
                 _splitsum.CAPTURE_ARENA = default_arena
                 us = bench(replay, calls)
                 emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} | — |")
