@@ -112,6 +112,21 @@ def _map_index(i, n, BOUNDARY: tl.constexpr):
 
 
 @triton.jit
+def _col_load(
+    x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY: tl.constexpr, MAP_W: tl.constexpr
+):  # fmt: skip
+    """Column tap ``k`` of the input rows ``x_row``: ``x̃[row, w·sx + k - left]`` as float32, the
+    columns mapped at the edges when ``MAP_W`` (tiles that touch an edge), zero where masked."""
+    col = ow * stride_w + (k - left)
+    if MAP_W:
+        col, cok = _map_index(col, W, BOUNDARY)
+        cm = wmask & cok
+    else:
+        cm = wmask
+    return tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _rows(
     a0,
     a1,
@@ -163,15 +178,7 @@ def _rows(
             rm = cmask[:, None] & rok
             if UNROLL:
                 for k in tl.static_range(KW):
-                    col = ow * stride_w + (k - left)
-                    if MAP_W:
-                        col, cok = _map_index(col, W, BOUNDARY)
-                        cm = wmask & cok
-                    else:
-                        cm = wmask
-                    xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(
-                        tl.float32
-                    )
+                    xv = _col_load(x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY, MAP_W)
                     if ROWS > 0:
                         i0 = d - 0 * STRIDE_H
                         w0 = tl.load(
@@ -222,15 +229,7 @@ def _rows(
                         a7 += w7[:, None] * xv
             else:
                 for k in range(KW):
-                    col = ow * stride_w + (k - left)
-                    if MAP_W:
-                        col, cok = _map_index(col, W, BOUNDARY)
-                        cm = wmask & cok
-                    else:
-                        cm = wmask
-                    xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(
-                        tl.float32
-                    )
+                    xv = _col_load(x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY, MAP_W)
                     if ROWS > 0:
                         i0 = d - 0 * STRIDE_H
                         w0 = tl.load(
@@ -459,13 +458,7 @@ def _static_band(
         x_row = x_base + c_off[:, None] + ridx.to(tl.int64) * sxh
         rm = cmask[:, None] & rok
         for k in tl.static_range(KW):
-            col = ow * stride_w + (k - left)
-            if MAP_W:
-                col, cok = _map_index(col, W, BOUNDARY)
-                cm = wmask & cok
-            else:
-                cm = wmask
-            xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+            xv = _col_load(x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY, MAP_W)
             a0 = _static_tap(a0, w_row, xv, cmask, d, k, w_ts, KH, KW)
             if ROWS > 1:
                 a1 = _static_tap(a1, w_row, xv, cmask, d - STRIDE_H, k, w_ts, KH, KW)
@@ -568,13 +561,7 @@ def _row_tap(
     BOUNDARY: tl.constexpr, MAP_W: tl.constexpr,
 ):  # fmt: skip
     """``hv += wx[k] · x̃[row, w·sx + k - left]`` (columns mapped at the edges when ``MAP_W``)."""
-    col = ow * stride_w + (k - left)
-    if MAP_W:
-        col, cok = _map_index(col, W, BOUNDARY)
-        cm = wmask & cok
-    else:
-        cm = wmask
-    xv = tl.load(x_row + (col * sxw)[None, :], mask=rm & cm[None, :], other=0.0).to(tl.float32)
+    xv = _col_load(x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY, MAP_W)
     return hv + tl.load(wx_row + k * w_ts, mask=cmask, other=0.0)[:, None] * xv
 
 
