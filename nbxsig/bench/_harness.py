@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import statistics
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -104,9 +106,6 @@ def latency_us(fn: Callable[[], object], *, device: torch.device, reps: int = 20
     """Median wall time in microseconds from calling ``fn`` to its work being done on ``device``
     (``fn()`` then ``torch.cuda.synchronize``), over ``reps`` calls after a warm-up. Unlike
     :func:`time_us` it counts the host's time to launch, which a caller waiting for the result sees."""
-    import statistics
-    import time
-
     for _ in range(20):
         fn()
     torch.cuda.synchronize(device)
