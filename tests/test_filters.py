@@ -319,6 +319,69 @@ def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, 
         assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
 
 
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("separable", [False, True], ids=["2d", "separable"])
+def test_ring_kernel_is_reference(boundary, separable, generator, device):
+    """The ring stencil (NCHW, stride 1) at tiles of one and of several cycles, interior and edge column
+    tiles (8-column tiles on a 21-column image), bands inside and across the top/bottom edges, a
+    channel multiplier, unequal pads (output larger than the input), a batched non-contiguous view;
+    float16 rounds once on the store."""
+    from nbxsig.kernels import depthwise as dk
+
+    base = random_tensor((2, 2, 13, 46), generator=generator, dtype=torch.float64)
+    x = base[:, :, 1:, 3:44:2]  # (2, 2, 12, 21), column stride 2
+    kh, kw = 5, 4
+    pads = (2, 3, 4, 1)
+    wy = random_tensor((4, kh), generator=generator, dtype=torch.float64)
+    wx = random_tensor((4, kw), generator=generator, dtype=torch.float64)
+    w = (
+        wy[:, :, None] * wx[:, None, :]
+        if separable
+        else random_tensor((4, kh, kw), generator=generator, dtype=torch.float64)
+    )
+    taps = (wy, wx) if separable else w
+    for dtype, configs in (
+        (torch.float32, (None, ("ring", 1, 8, 1), ("ring", 3, 16, 2))),
+        (torch.float16, (None,)),
+    ):
+        xt = x.to(dtype).to(device)
+        ref = nf.depthwise_conv2d(
+            x.to(dtype).double(), taps, padding=pads, boundary=boundary, backend="torch"
+        )
+        for config in configs:
+            if separable:
+                with torch.no_grad():
+                    y = dk._separable_fused(
+                        xt, wy.float().to(device), wx.float().to(device), stride=(1, 1), pads=pads,
+                        boundary=boundary, config=config,
+                    )  # fmt: skip
+            else:
+                y = dk._forward(
+                    xt, w.float().to(device), co=4, ho=ref.shape[2], wo=ref.shape[3], div=2, j=1,
+                    stride=(1, 1), top=pads[0], left=pads[2], boundary=boundary, out_dtype=dtype,
+                    config=config,
+                )  # fmt: skip
+            assert y.dtype == dtype
+            assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+    assert dk._ring_fits(xt, kh, kw, stride=(1, 1), separable=separable)
+
+
+def test_ring_kernel_zero_padding_is_exactly_zero(device):
+    """Under zero padding the ring adds nothing for pad positions (masked loads, skipped rows): an
+    infinity in the edge column gives inf in the sums it is in, finite values elsewhere, no NaN."""
+    from nbxsig.kernels import depthwise as dk
+
+    x = torch.ones(1, 1, 9, 12, device=device)
+    x[0, 0, :, 0] = float("inf")
+    w = torch.ones(1, 3, 3, device=device)
+    y = dk._forward(
+        x, w, co=1, ho=9, wo=12, div=1, j=1, stride=(1, 1), top=1, left=1, boundary="zeros",
+        out_dtype=torch.float32, config=("ring", 2, 8, 1),
+    )  # fmt: skip
+    assert torch.isinf(y[0, 0, :, :2]).all() and torch.isfinite(y[0, 0, :, 2:]).all()
+    assert not torch.isnan(y).any()
+
+
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 def test_static_and_looped_stencils_agree_with_reference(layout, generator, device):
     """The fully unrolled stencil (<= 9 taps) and the looped band on one strided, multiplier call."""

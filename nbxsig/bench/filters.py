@@ -88,7 +88,10 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
             )
         )
     for cfg in variants:
-        tile = f"C{cfg[0]} R{cfg[1]} W{cfg[2]} w{cfg[3]}{' static' if cfg[4] else ''}"
+        if cfg[0] == "ring":
+            tile = f"ring cycles {cfg[1]} W{cfg[2]} w{cfg[3]}"
+        else:
+            tile = f"C{cfg[0]} R{cfg[1]} W{cfg[2]} w{cfg[3]}{' static' if cfg[4] else ''}"
         out.append(
             Case(
                 name=f"{name} tile {tile} (variant)",
@@ -254,23 +257,28 @@ def cases(*, quick: bool = False) -> list[Case]:
     # tensor-core form (opt-in). Not (64, 128, 16, 16, 8): it faulted (illegal address) on the H200 under
     # triton 3.6, which poisons the process's CUDA context and every later row.
     tc = "tensor-core"
+    # Ring variants ("ring", CYCLES, BLOCK_W, num_warps) of _ring_kernel (NCHW, stride 1), the default
+    # for the 5×5 blur and the NCHW 7×7 rows; the band kernels they replaced as the comparison.
     out += _blur_case(
         5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev,
-        forms=[("fused", None), ("fused", (1, 4, 512, 4, False)), ("fused", (1, 4, 256, 4, True)),
-               ("fused", (1, 8, 256, 4, True)), ("fused", (1, 8, 512, 4, True))],
+        forms=[("fused", (1, 4, 256, 4, True)), ("fused", ("ring", 7, 256, 4)),
+               ("fused", ("ring", 11, 128, 2))],
     )  # fmt: skip
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
         forms=[("two-pass", 32 << 20), (tc, (64, 64, 16, 16, 4))],
     )  # fmt: skip
-    out += _conv2d_cases(*big, 3, torch.float32, "nchw", "≥ 3.5×", dev, [(1, 4, 512, 4, False)])
     out += _conv2d_cases(
-        *big, 7, torch.float32, "nchw", "≥ 8×", dev, [(1, 2, 512, 4, False), (1, 4, 1024, 8, False)]
-    )
+        *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,
+        [(1, 4, 512, 4, True), ("ring", 8, 512, 4)],
+    )  # fmt: skip
+    ring7 = [(1, 8, 512, 4, False), ("ring", 8, 512, 4), ("ring", 4, 256, 4), ("ring", 16, 256, 4)]
+    out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, ring7)
+    out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, ring7)
     out += _conv2d_cases(
-        *big, 7, torch.float16, "nchw", "≥ 10×", dev, [(1, 2, 512, 4, False), (1, 4, 1024, 8, False)]
-    )
-    out += _conv2d_cases(8, 384, 128, 128, 7, torch.float16, "nchw", "≥ 4×", dev, [(1, 8, 128, 4, False)])
+        8, 384, 128, 128, 7, torch.float16, "nchw", "≥ 4×", dev,
+        [(1, 8, 128, 4, False), ("ring", 4, 128, 4), ("ring", 16, 128, 4)],
+    )  # fmt: skip
     out.append(_fir_case(129, path="tensor-core", target="≥ 6×", dev=dev, quick=quick))
     # _TOEPLITZ_TILE variants: (R, T, BU, num_warps).
     for tile in ((128, 128, 32, 8), (64, 64, 32, 4), (128, 64, 32, 8), (64, 128, 64, 8), (256, 32, 32, 8),
