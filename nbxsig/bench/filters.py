@@ -257,8 +257,9 @@ def cases(*, quick: bool = False) -> list[Case]:
     # tensor-core form (opt-in). Not (64, 128, 16, 16, 8): it faulted (illegal address) on the H200 under
     # triton 3.6, which poisons the process's CUDA context and every later row.
     tc = "tensor-core"
-    # Ring variants ("ring", CYCLES, BLOCK_W, num_warps) of _ring_kernel (NCHW, stride 1), the default
-    # for the 5×5 blur and the NCHW 7×7 rows; the band kernels they replaced as the comparison.
+    # Ring variants ("ring", CYCLES, BLOCK_W, num_warps) of _ring_kernel (NCHW, stride 1, the default for
+    # the 5×5 blur and the NCHW rows; _ring_config's even split of the rows); the band kernels it
+    # replaced as the comparison.
     out += _blur_case(
         5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev,
         forms=[("fused", (1, 4, 256, 4, True)), ("fused", ("ring", 7, 256, 4)),
@@ -272,12 +273,12 @@ def cases(*, quick: bool = False) -> list[Case]:
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,
         [(1, 4, 512, 4, True), ("ring", 8, 512, 4)],
     )  # fmt: skip
-    ring7 = [(1, 8, 512, 4, False), ("ring", 8, 512, 4), ("ring", 4, 256, 4), ("ring", 16, 256, 4)]
+    ring7 = [(1, 8, 512, 4, False), ("ring", 8, 256, 4), ("ring", 16, 256, 4)]
     out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, ring7)
     out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, ring7)
     out += _conv2d_cases(
         8, 384, 128, 128, 7, torch.float16, "nchw", "≥ 4×", dev,
-        [(1, 8, 128, 4, False), ("ring", 4, 128, 4), ("ring", 16, 128, 4)],
+        [(1, 8, 128, 4, False), ("ring", 8, 128, 4)],
     )  # fmt: skip
     out.append(_fir_case(129, path="tensor-core", target="≥ 6×", dev=dev, quick=quick))
     # _TOEPLITZ_TILE variants: (R, T, BU, num_warps).

@@ -76,13 +76,17 @@ _SEP_STATIC_BLOCK_W = 256
 # no zero-weight rows); 7×7 took 15-55 s to compile, so larger kernels keep the looped band.
 _STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
-# NCHW, stride 1, forward: the ring kernel (_ring_kernel) for 2-D kernels above _STATIC_MAX_TAPS taps with
-# at most _RING_MAX_TAPS, and for separable ones with at most _RING_MAX_TAPS taps per side (the taps are
-# unrolled at compile time: KH·KW multiply-adds per input row). _RING_ROWS: about this many output rows
-# per program (a whole number of KH-row cycles, less KH - 1), shrunk for short images.
+# NCHW, stride 1, forward: the ring kernel (_ring_kernel) for 2-D kernels with at most _RING_MAX_TAPS taps
+# and separable ones with at most _FUSED_SEP_MAX_TAPS per side (the taps are unrolled at compile time:
+# KH·KW multiply-adds per input row). H200 at 36ddaf0 (bench.filters, cuDNN / pad + F.conv2d in the same
+# process), µs by (CYCLES, BLOCK_W, num_warps): fp32 7×7 32×64×512×512 -- (16, 256, 4) 2487, (8, 256, 4)
+# 2654, (4, 256, 4) 2908, (8, 512, 4) 3049 (the band kernel: 7167); fp16 7×7 -- 2439 / 2608 / 2971 /
+# 2666 (6840); fp16 7×7 8×384×128×128 -- (8, 128, 4) 283, (4, ...) 306, (16, ...: two chunks of 106
+# rows for 128) 311 (886); 5×5 blur 8×3×2048×2048 -- (7, 256, 4) 355, (11, 128, 2) 349 (the band: 581).
+# Longer bands win until the last chunk runs mostly empty, hence the even split of _ring_config.
 _RING = True
 _RING_MAX_TAPS = 64
-_RING_ROWS = 48
+_RING_ROWS = 96
 _RING_BLOCK_W = 256
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
@@ -1141,9 +1145,12 @@ def _ring_fits(x: torch.Tensor, kh: int, kw: int, *, stride, separable: bool) ->
 
 
 def _ring_config(ho: int, wo: int, kh: int) -> tuple[int, int, int]:
-    """``(CYCLES, BLOCK_W, num_warps)`` of ``_ring_kernel``: about ``_RING_ROWS`` output rows per program
-    (fewer when the image is shorter), ``_RING_BLOCK_W`` columns (4 per thread at 4 warps) or the width."""
-    cycles = max(1, min(-(-(_RING_ROWS + kh - 1) // kh), -(-(ho + kh - 1) // kh)))
+    """``(CYCLES, BLOCK_W, num_warps)`` of ``_ring_kernel``: the output rows split evenly into chunks of
+    at most about ``_RING_ROWS`` (fewer halo rows per output row, and no mostly-empty last chunk), a
+    whole number of ``KH``-row cycles each; ``_RING_BLOCK_W`` columns or the width."""
+    chunks = -(-ho // _RING_ROWS)
+    rows = -(-ho // chunks)
+    cycles = -(-(rows + kh - 1) // kh)
     return cycles, min(_RING_BLOCK_W, max(16, _next_pow2(wo))), 4
 
 
