@@ -60,7 +60,7 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
         def run():
             return dk._forward(
                 x, wt, co=c, ho=h, wo=w, div=1, j=1, stride=(1, 1), top=k // 2, left=k // 2,
-                boundary="zeros", out_dtype=x.dtype, config=cfg[:4],
+                boundary="zeros", out_dtype=x.dtype, config=cfg[:4] if cfg[0] == "ring" else cfg,
             )  # fmt: skip
 
         # ("ring", C, W, w, "mapped"): edge tiles address their taps through the mapped offsets
