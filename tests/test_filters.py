@@ -366,11 +366,23 @@ def test_ring_kernel_is_reference(boundary, separable, generator, device):
     assert dk._ring_fits(xt, kh, kw, stride=(1, 1), separable=separable)
 
 
-def test_ring_kernel_zero_padding_is_exactly_zero(device):
-    """Under zero padding the ring adds nothing for pad positions (masked loads, skipped rows): an
-    infinity in the edge column gives inf in the sums it is in, finite values elsewhere, no NaN."""
+@pytest.mark.parametrize("direct", [False, True], ids=["mapped", "direct"])
+def test_ring_kernel_zero_padding(direct, generator, device, monkeypatch):
+    """Zero padding on the ring's edge tiles with either tap addressing (``_RING_ZERO_DIRECT``): equal to
+    the reference on interior and edge tiles (8-column tiles on a 29-column image), and the pad adds
+    exactly nothing -- an inf in the edge column gives inf in the sums it is in, no NaN elsewhere."""
     from nbxsig.kernels import depthwise as dk
 
+    monkeypatch.setattr(dk, "_RING_ZERO_DIRECT", direct)
+    x = random_tensor((1, 2, 11, 29), generator=generator, dtype=torch.float64)
+    w = random_tensor((2, 3, 5), generator=generator, dtype=torch.float64)
+    ref = nf.depthwise_conv2d(x, w, padding=(1, 1, 2, 2), boundary="zeros", backend="torch")
+    for config in (None, ("ring", 2, 8, 1)):
+        y = dk._forward(
+            x.float().to(device), w.float().to(device), co=2, ho=11, wo=29, div=1, j=1, stride=(1, 1),
+            top=1, left=2, boundary="zeros", out_dtype=torch.float32, config=config,
+        )  # fmt: skip
+        assert_close(y, ref, dtype=torch.float32)
     x = torch.ones(1, 1, 9, 12, device=device)
     x[0, 0, :, 0] = float("inf")
     w = torch.ones(1, 3, 3, device=device)

@@ -63,8 +63,8 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
                 boundary="zeros", out_dtype=x.dtype, config=cfg[:4] if cfg[0] == "ring" else cfg,
             )  # fmt: skip
 
-        # ("ring", C, W, w, "mapped"): edge tiles address their taps through the mapped offsets
-        return _patched("_RING_ZERO_DIRECT", False, run) if len(cfg) > 4 and cfg[4] == "mapped" else run
+        # ("ring", C, W, w, direct): with _RING_ZERO_DIRECT = direct (edge tiles' tap addressing)
+        return _patched("_RING_ZERO_DIRECT", cfg[4], run) if cfg[0] == "ring" and len(cfg) > 4 else run
 
     bytes_moved = 2 * x.numel() * x.element_size()
     out = [
@@ -90,7 +90,8 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
         )
     for cfg in variants:
         if cfg[0] == "ring":
-            tile = f"ring cycles {cfg[1]} W{cfg[2]} w{cfg[3]}" + (f" {cfg[4]}" if len(cfg) > 4 else "")
+            direct = "" if len(cfg) < 5 else f" zero-direct {cfg[4]}"
+            tile = f"ring cycles {cfg[1]} W{cfg[2]} w{cfg[3]}{direct}"
         else:
             tile = f"C{cfg[0]} R{cfg[1]} W{cfg[2]} w{cfg[3]}{' static' if cfg[4] else ''}"
         out.append(
@@ -274,7 +275,7 @@ def cases(*, quick: bool = False) -> list[Case]:
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,
         [(1, 4, 512, 4, True), ("ring", 8, 512, 4)],
     )  # fmt: skip
-    ring7 = [(1, 8, 512, 4, False), ("ring", 14, 256, 4, "mapped"), ("ring", 8, 256, 4), ("ring", 16, 256, 4)]
+    ring7 = [(1, 8, 512, 4, False), ("ring", 14, 256, 4, True), ("ring", 8, 256, 4), ("ring", 16, 256, 4)]
     out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, ring7)
     out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, ring7)
     out += _conv2d_cases(

@@ -89,8 +89,9 @@ _RING_MAX_TAPS = 64
 _RING_ROWS = 96
 _RING_BLOCK_W = 256
 # Edge tiles under zero padding address their taps like interior tiles (base pointer + constant tap
-# offset), masked (the bench times both settings).
-_RING_ZERO_DIRECT = True
+# offset), masked: 200 -> 170 instructions per band row in the sm_90 loop at 256 columns. Off until timed on
+# the GPU (the bench has the variant); off is the edge path measured at 36ddaf0.
+_RING_ZERO_DIRECT = False
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
 # num_warps). Measured on the H200 at 5335111 (2026-12-03), 8×3×2048×2048 reflect fp32: 31×31 took 2466 µs
