@@ -55,7 +55,7 @@ from .filter_design import (
     scharr_kernels,
     sobel_kernels,
 )
-from .reference.depthwise import BOUNDARIES, sinc_resample_kernel
+from .reference.depthwise import BOUNDARIES, is_channels_last, sinc_resample_kernel
 
 __all__ = [
     "BOUNDARIES",
@@ -303,17 +303,12 @@ def depthwise_conv2d(
     _out_len("x.shape[-2]", x.shape[2], kh, pads[0], pads[1], sy)
     _out_len("x.shape[-1]", x.shape[3], kw, pads[2], pads[3], sx)
     cudnn_faster = op is _DW2D and _cudnn_is_faster(
-        channels_last=_is_channels_last(x), dtype=x.dtype, kh=kh, kw=kw, pads=pads, boundary=boundary
+        channels_last=is_channels_last(x), dtype=x.dtype, kh=kh, kw=kw, pads=pads, boundary=boundary
     )
     chosen = op.backend(
         backend, device=x.device, dtype=x.dtype, numel=x.numel(), torch_measured_faster=cudnn_faster
     )
     return op(x, *args, stride=(sy, sx), pads=pads, boundary=boundary, backend=chosen)
-
-
-def _is_channels_last(x: torch.Tensor) -> bool:
-    """Channels contiguous (the kernels' test for a channels_last tile)."""
-    return x.dim() == 4 and x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
 
 
 def _cudnn_is_faster(

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from ..errors import bad_value
-from ..reference.depthwise import BOUNDARIES
+from ..reference.depthwise import BOUNDARIES, is_channels_last
 from ..reference.depthwise import resample as _resample_reference
 from ._runtime import check_launchable, empty_output
 
@@ -1127,7 +1127,7 @@ def _tiles(x: torch.Tensor, co: int, ho: int, wo: int, kh: int) -> tuple[int, in
     channels_last), ``ROWS`` output rows per program (1, 2, 4 or 8: more rows share more row loads, at
     ``ROWS`` accumulators per thread), shrunk to the problem so small images do not run mostly masked."""
     rows = 1 if ho == 1 else min(4 if kh < 8 else 8, _next_pow2(ho))
-    if x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous():  # channels_last: channels contiguous
+    if is_channels_last(x):
         bc = min(64, max(2, _next_pow2(co)))
         return bc, min(rows, 4), min(_next_pow2(wo), max(2, 512 // bc))
     # 512 columns (4 per thread at 4 warps): measured on the H200, 128-column tiles (e7e6e3a, which let
@@ -1139,15 +1139,14 @@ def _tiles(x: torch.Tensor, co: int, ho: int, wo: int, kh: int) -> tuple[int, in
 
 def _like_format(x: torch.Tensor, shape: tuple[int, int, int, int], dtype: torch.dtype) -> torch.Tensor:
     n, c, h, w = shape
-    if x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous():
+    if is_channels_last(x):
         return empty_output((n, h, w, c), dtype=dtype, device=x.device).permute(0, 3, 1, 2)
     return empty_output(shape, dtype=dtype, device=x.device)
 
 
 def _ring_fits(x: torch.Tensor, kh: int, kw: int, *, stride, separable: bool) -> bool:
     """Whether :func:`_launch_ring` takes the call: NCHW (columns contiguous), stride 1, taps in range."""
-    channels_last = x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
-    if not _RING or channels_last or tuple(stride) != (1, 1) or kh < 2:
+    if not _RING or is_channels_last(x) or tuple(stride) != (1, 1) or kh < 2:
         return False
     return max(kh, kw) <= _FUSED_SEP_MAX_TAPS if separable else kh * kw <= _RING_MAX_TAPS
 
@@ -1498,7 +1497,7 @@ def depthwise_conv2d_separable(
     if not (
         torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
     ):
-        channels_last = x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
+        channels_last = is_channels_last(x)
         taps = max(weight_y.shape[1], weight_x.shape[1])
         dot = _SEP_DOT_MIN_TAPS is not None and taps >= _SEP_DOT_MIN_TAPS
         if dot and stride == (1, 1) and not channels_last:

@@ -17,6 +17,11 @@ import torch.nn.functional as F
 BOUNDARIES = ("zeros", "reflect", "symmetric", "replicate", "circular")
 
 
+def is_channels_last(x: torch.Tensor) -> bool:
+    """Channels contiguous in a 4-D tensor: the layout test that routes calls to channels_last tiles."""
+    return x.dim() == 4 and x.stride(1) == 1 and x.shape[1] > 1 and not x.is_contiguous()
+
+
 def boundary_index(positions: torch.Tensor, n: int, boundary: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Map integer ``positions`` (any, possibly outside ``[0, n)``) to indices into a length-``n`` axis.
 
