@@ -43,7 +43,8 @@ def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
 def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> list[Case]:
     """The Triton stencil (``backend="triton"``), for channels_last also the auto dispatch (what a user
     gets: the stencil or cuDNN by :func:`nbxsig.filters._cudnn_is_faster`), and tile variants
-    ``(BLOCK_C, ROWS, BLOCK_W, num_warps, static)`` of the stencil."""
+    ``(BLOCK_C, ROWS, BLOCK_W, num_warps, static)`` of the band stencil or ``("ring", CYCLES, BLOCK_W,
+    num_warps[, zero_direct])`` of the ring stencil."""
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(n, c, h, w, device=dev, dtype=torch.float32, generator=g).to(dtype)
     if layout == "channels_last":
