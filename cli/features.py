@@ -18,6 +18,9 @@ from ._common import BatchOptions, Notice, batch_options, execute, resolve_devic
 
 #: Rate assumed for .npy waveforms when --sample-rate is not given.
 DEFAULT_ARRAY_RATE = 16000
+#: What the device start-up thread imports for a mel run: the kernels of the mel path (fourstep imports
+#: mel and stft, whose custom ops register on import -- on the H200's host part of a first call's ~0.85 s).
+MEL_MODULES = ("nbxsig.features", "nbxsig.kernels.fourstep")
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ def mel(
     p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
     device = resolve_device(opts)
     # The CUDA context and the kernels' modules while the inputs are found and planned.
-    started = batch.start_device(device, modules=["nbxsig.features"])
+    started = batch.start_device(device, modules=MEL_MODULES)
     clock = batch.DeviceClock()
     job = batch.Job(
         # PCM_16 stays int16 until it is on the device: half the bytes from the decode workers.

@@ -212,7 +212,7 @@ def vad(
         pad_ms,
     )
     device = resolve_device(opts)
-    started = batch.start_device(device, modules=["nbxsig.features"])
+    started = batch.start_device(device, modules=features.MEL_MODULES)
     mel_p = features.MelParams(None, 0, 0, n_mels, 0.0, None, False, False)
     job = batch.Job(
         load=functools.partial(

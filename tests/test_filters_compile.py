@@ -36,14 +36,12 @@ for xt in ("*fp32", "*fp16"):
     for bc, rows, bw in ((1, 4, 512), (64, 4, 8)):
         build(dk._dw_static_kernel, ptr, dict(KH=3, KW=3, STRIDE_H=1, BOUNDARY=0, BLOCK_C=bc, ROWS=rows,
                                               BLOCK_W=bw), num_warps=4)
-# the ring stencil (NCHW, stride 1) at its default cycles for 512/2048-row images: 7x7 zero padding (both
-# edge-tile addressings), the separable 5x5 reflect, and a float16 3x3
-RING = (("*fp32", 7, 7, False, 0, 14, False), ("*fp32", 7, 7, False, 0, 14, True),
-        ("*fp32", 5, 5, True, 1, 20, False), ("*fp16", 3, 3, False, 2, 30, False))
-for xt, kh, kw, sep, b, cycles, direct in RING:
+# the ring stencil (NCHW, stride 1) at its default cycles for 512/2048-row images: 7x7 zero padding, the
+# separable 5x5 reflect, and a float16 3x3 replicate
+RING = (("*fp32", 7, 7, False, 0, 14), ("*fp32", 5, 5, True, 1, 20), ("*fp16", 3, 3, False, 2, 30))
+for xt, kh, kw, sep, b, cycles in RING:
     build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt},
-          dict(KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True, ZERO_DIRECT=direct,
-               BLOCK_W=256), num_warps=4)
+          dict(KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True, BLOCK_W=256), num_warps=4)
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
 r, t, bu, warps = dk._TOEPLITZ_TILE

@@ -44,7 +44,7 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
     """The Triton stencil (``backend="triton"``), for channels_last also the auto dispatch (what a user
     gets: the stencil or cuDNN by :func:`nbxsig.filters._cudnn_is_faster`), and tile variants
     ``(BLOCK_C, ROWS, BLOCK_W, num_warps, static)`` of the band stencil or ``("ring", CYCLES, BLOCK_W,
-    num_warps[, zero_direct])`` of the ring stencil."""
+    num_warps)`` of the ring stencil."""
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(n, c, h, w, device=dev, dtype=torch.float32, generator=g).to(dtype)
     if layout == "channels_last":
@@ -61,11 +61,10 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
         def run():
             return dk._forward(
                 x, wt, co=c, ho=h, wo=w, div=1, j=1, stride=(1, 1), top=k // 2, left=k // 2,
-                boundary="zeros", out_dtype=x.dtype, config=cfg[:4] if cfg[0] == "ring" else cfg,
+                boundary="zeros", out_dtype=x.dtype, config=cfg,
             )  # fmt: skip
 
-        # ("ring", C, W, w, direct): with _RING_ZERO_DIRECT = direct (edge tiles' tap addressing)
-        return _patched("_RING_ZERO_DIRECT", cfg[4], run) if cfg[0] == "ring" and len(cfg) > 4 else run
+        return run
 
     bytes_moved = 2 * x.numel() * x.element_size()
     out = [
@@ -91,8 +90,7 @@ def _conv2d_cases(n, c, h, w, k, dtype, layout, target, dev, variants=()) -> lis
         )
     for cfg in variants:
         if cfg[0] == "ring":
-            direct = "" if len(cfg) < 5 else f" zero-direct {cfg[4]}"
-            tile = f"ring cycles {cfg[1]} W{cfg[2]} w{cfg[3]}{direct}"
+            tile = f"ring cycles {cfg[1]} W{cfg[2]} w{cfg[3]}"
         else:
             tile = f"C{cfg[0]} R{cfg[1]} W{cfg[2]} w{cfg[3]}{' static' if cfg[4] else ''}"
         out.append(
@@ -274,9 +272,10 @@ def cases(*, quick: bool = False) -> list[Case]:
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,
-        [(1, 4, 512, 4, True), ("ring", 8, 512, 4)],
+        [(1, 4, 512, 4, True), ("ring", 8, 512, 4), ("ring", 30, 512, 4), ("ring", 30, 512, 8)],
     )  # fmt: skip
-    ring7 = [(1, 8, 512, 4, False), ("ring", 14, 256, 4, True), ("ring", 8, 256, 4), ("ring", 16, 256, 4)]
+    ring7 = [(1, 8, 512, 4, False), ("ring", 14, 512, 4), ("ring", 14, 512, 8), ("ring", 10, 256, 4),
+             ("ring", 20, 256, 4), ("ring", 14, 128, 2)]
     out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, ring7)
     out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, ring7)
     out += _conv2d_cases(

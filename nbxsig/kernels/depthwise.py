@@ -88,10 +88,6 @@ _RING = True
 _RING_MAX_TAPS = 64
 _RING_ROWS = 96
 _RING_BLOCK_W = 256
-# Edge tiles under zero padding address their taps like interior tiles (base pointer + constant tap
-# offset), masked: 200 -> 170 instructions per band row in the sm_90 loop at 256 columns. Off until timed on
-# the GPU (the bench has the variant); off is the edge path measured at 36ddaf0.
-_RING_ZERO_DIRECT = False
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
 # num_warps). Measured on the H200 at 5335111 (2026-12-03), 8×3×2048×2048 reflect fp32: 31×31 took 2466 µs
@@ -762,14 +758,17 @@ def _ring_row(h, H, BOUNDARY: tl.constexpr):
 def _ring_add(
     ring, x_row, base, offs, masks, taps, taps_y, sxw,
     p: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, MAP_W: tl.constexpr,
-    EVEN_W: tl.constexpr, BOUNDARY: tl.constexpr, RING_ZERO_DIRECT: tl.constexpr, BLOCK_W: tl.constexpr,
+    EVEN_W: tl.constexpr, BOUNDARY: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Add input row ``x_row`` (band row ``d`` with ``d mod KH = p``) into the ring: tap row ``i`` into
     slot ``(p - i) mod KH``. Interior tiles load ``base + k·sxw`` (one pointer per row, the tap a
     constant offset; no mask when the width is a multiple of the tile), edge tiles their mapped
     column offsets under their masks -- except under zero padding (``DIRECT``), where the mapped offset is
-    the plain one and only the mask differs, so they address like interior tiles."""
-    DIRECT: tl.constexpr = (not MAP_W) or (BOUNDARY == 0 and RING_ZERO_DIRECT)
+    the plain one and only the mask differs, so they address like interior tiles: 200 -> 170 instructions
+    per band row of the sm_90 loop at 256 columns; on the H200 (3412121, 7×7 32×64×512×512, whose
+    256-column tiles all touch an edge) fp32 2078 against 2556 µs with the mapped offsets, fp16 1992
+    against 2508."""
+    DIRECT: tl.constexpr = (not MAP_W) or BOUNDARY == 0
     if DIRECT:
         xp = x_row + base
     if SEPARABLE:
@@ -805,7 +804,7 @@ def _ring_rows(
     x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
     KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
     CYCLES: tl.constexpr, ROWS: tl.constexpr, MAP_W: tl.constexpr, EVEN_W: tl.constexpr,
-    ZERO_DIRECT: tl.constexpr, BLOCK_W: tl.constexpr,
+    BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Walk the ``CYCLES·KH`` input rows of the band once, top to bottom, keeping the ``KH`` output rows
     still being summed in a ring of accumulators: input row ``d`` adds its tap row ``i`` into output
@@ -816,7 +815,7 @@ def _ring_rows(
     Rows outside the image under zero padding add nothing (a branch, not masked loads).
 
     (Measured on the H200, fp32 7×7 NCHW 32×64×512×512, whose 256-column tiles all touch an edge:
-    2.69 ms as here; 3.9-4.2 ms with the rows made straight-line code per cycle (edge bands
+    2.69 ms as here before the direct zero-padding edges of :func:`_ring_add`; 3.9-4.2 ms with the rows made straight-line code per cycle (edge bands
     specialised) and the edge columns clamped and selected instead of masked.)"""
     offs = ()
     masks = (wmask,)
@@ -839,12 +838,12 @@ def _ring_rows(
                 if rok:
                     ring = _ring_add(
                         ring, x_row, base, offs, masks, taps, taps_y, sxw, p, KH, KW, SEPARABLE, MAP_W,
-                        EVEN_W, BOUNDARY, ZERO_DIRECT, BLOCK_W,
+                        EVEN_W, BOUNDARY, BLOCK_W,
                     )  # fmt: skip
             else:
                 ring = _ring_add(
                     ring, x_row, base, offs, masks, taps, taps_y, sxw, p, KH, KW, SEPARABLE, MAP_W, EVEN_W,
-                    BOUNDARY, ZERO_DIRECT, BLOCK_W,
+                    BOUNDARY, BLOCK_W,
                 )  # fmt: skip
             r = d - (KH - 1)  # the output row (of this program's ROWS) that is now complete
             h = h0 + r
@@ -866,7 +865,7 @@ def _ring_rows(
 def _ring_kernel(
     x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top, left,
     KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
-    CYCLES: tl.constexpr, EVEN_W: tl.constexpr, ZERO_DIRECT: tl.constexpr, BLOCK_W: tl.constexpr,
+    CYCLES: tl.constexpr, EVEN_W: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Depthwise correlation, stride 1, one channel plane per program, ``CYCLES·KH - KH + 1`` output rows
     × ``BLOCK_W`` columns (the contiguous axis) per program (forward only, ``J = 1``)::
@@ -903,12 +902,12 @@ def _ring_kernel(
     if (first >= 0) & (last < W):
         _ring_rows(
             x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-            KH, KW, SEPARABLE, BOUNDARY, CYCLES, ROWS, False, EVEN_W, ZERO_DIRECT, BLOCK_W,
+            KH, KW, SEPARABLE, BOUNDARY, CYCLES, ROWS, False, EVEN_W, BLOCK_W,
         )  # fmt: skip
     else:
         _ring_rows(
             x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-            KH, KW, SEPARABLE, BOUNDARY, CYCLES, ROWS, True, EVEN_W, ZERO_DIRECT, BLOCK_W,
+            KH, KW, SEPARABLE, BOUNDARY, CYCLES, ROWS, True, EVEN_W, BLOCK_W,
         )  # fmt: skip
 
 
@@ -1173,7 +1172,7 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     _ring_kernel[grid](
         x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, left,
         KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary], CYCLES=cycles,
-        EVEN_W=wo % bw == 0, ZERO_DIRECT=_RING_ZERO_DIRECT, BLOCK_W=bw, num_warps=warps,
+        EVEN_W=wo % bw == 0, BLOCK_W=bw, num_warps=warps,
     )  # fmt: skip
     return y
 
