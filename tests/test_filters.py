@@ -366,29 +366,32 @@ def test_ring_kernel_is_reference(boundary, separable, generator, device):
     assert dk._ring_fits(xt, kh, kw, stride=(1, 1), separable=separable)
 
 
-def test_ring_kernel_zero_padding(generator, device):
-    """Zero padding on the ring's edge tiles, which address their taps like interior tiles under a mask:
-    equal to the reference on interior and edge tiles (8-column tiles on a 29-column image), and the pad
-    adds exactly nothing -- an inf in the edge column gives inf in the sums it is in, no NaN elsewhere."""
+@pytest.mark.parametrize("kw", [3, 5], ids=["mapped", "direct"])
+def test_ring_kernel_zero_padding(kw, generator, device):
+    """Zero padding on the ring's edge tiles, with their mapped column offsets (3 column taps) or
+    addressed like interior tiles under a mask (more): equal to the reference on interior and edge tiles
+    (8-column tiles on a 29-column image), and the pad adds exactly nothing -- an inf in the edge column
+    gives inf in the sums it is in, no NaN elsewhere."""
     from nbxsig.kernels import depthwise as dk
 
     x = random_tensor((1, 2, 11, 29), generator=generator, dtype=torch.float64)
-    w = random_tensor((2, 3, 5), generator=generator, dtype=torch.float64)
-    ref = nf.depthwise_conv2d(x, w, padding=(1, 1, 2, 2), boundary="zeros", backend="torch")
+    w = random_tensor((2, 3, kw), generator=generator, dtype=torch.float64)
+    left = kw // 2
+    ref = nf.depthwise_conv2d(x, w, padding=(1, 1, left, left), boundary="zeros", backend="torch")
     for config in (None, ("ring", 2, 8, 1)):
         y = dk._forward(
             x.float().to(device), w.float().to(device), co=2, ho=11, wo=29, div=1, j=1, stride=(1, 1),
-            top=1, left=2, boundary="zeros", out_dtype=torch.float32, config=config,
+            top=1, left=left, boundary="zeros", out_dtype=torch.float32, config=config,
         )  # fmt: skip
         assert_close(y, ref, dtype=torch.float32)
     x = torch.ones(1, 1, 9, 12, device=device)
     x[0, 0, :, 0] = float("inf")
-    w = torch.ones(1, 3, 3, device=device)
+    w = torch.ones(1, 3, kw, device=device)
     y = dk._forward(
-        x, w, co=1, ho=9, wo=12, div=1, j=1, stride=(1, 1), top=1, left=1, boundary="zeros",
+        x, w, co=1, ho=9, wo=12, div=1, j=1, stride=(1, 1), top=1, left=left, boundary="zeros",
         out_dtype=torch.float32, config=("ring", 2, 8, 1),
     )  # fmt: skip
-    assert torch.isinf(y[0, 0, :, :2]).all() and torch.isfinite(y[0, 0, :, 2:]).all()
+    assert torch.isinf(y[0, 0, :, : left + 1]).all() and torch.isfinite(y[0, 0, :, left + 1 :]).all()
     assert not torch.isnan(y).any()
 
 

@@ -763,12 +763,12 @@ def _ring_add(
     """Add input row ``x_row`` (band row ``d`` with ``d mod KH = p``) into the ring: tap row ``i`` into
     slot ``(p - i) mod KH``. Interior tiles load ``base + k·sxw`` (one pointer per row, the tap a
     constant offset; no mask when the width is a multiple of the tile), edge tiles their mapped
-    column offsets under their masks -- except under zero padding (``DIRECT``), where the mapped offset is
-    the plain one and only the mask differs, so they address like interior tiles: 200 -> 170 instructions
-    per band row of the sm_90 loop at 256 columns; on the H200 (3412121, 7×7 32×64×512×512, whose
-    256-column tiles all touch an edge) fp32 2078 against 2556 µs with the mapped offsets, fp16 1992
-    against 2508."""
-    DIRECT: tl.constexpr = (not MAP_W) or BOUNDARY == 0
+    column offsets under their masks -- except under zero padding with more than 3 column taps
+    (``DIRECT``), where the mapped offset is the plain one and only the mask differs, so they address like
+    interior tiles: 200 -> 170 instructions per band row of the sm_90 loop at 256 columns. On the H200
+    (32×64×512×512, whose 256-column tiles all touch an edge) 7×7 fp32 took 2078 against 2556 µs with the
+    mapped offsets, fp16 1992 against 2508; 3×3 fp32 went the other way, 1298-1322 against 1195-1260."""
+    DIRECT: tl.constexpr = (not MAP_W) or (BOUNDARY == 0 and KW > 3)
     if DIRECT:
         xp = x_row + base
     if SEPARABLE:
