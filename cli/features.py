@@ -19,7 +19,7 @@ from ._common import BatchOptions, Notice, batch_options, execute, resolve_devic
 #: Rate assumed for .npy waveforms when --sample-rate is not given.
 DEFAULT_ARRAY_RATE = 16000
 #: What the device start-up thread imports for a mel run: the kernels of the mel path (fourstep imports
-#: mel and stft, whose custom ops register on import -- on the H200's host part of a first call's ~0.85 s).
+#: mel and stft, whose custom ops register on import).
 MEL_MODULES = ("nbxsig.features", "nbxsig.kernels.fourstep")
 
 

@@ -301,10 +301,9 @@ def resolve_device(spec: str) -> Any:
 
 
 def start_device(device: Any, *, modules: Sequence[str] = ()) -> threading.Thread | None:
-    """Start a CUDA device in a background thread -- its context (~0.3-0.5 s), the imports of
-    ``modules`` (e.g. the kernels' modules, whose custom ops register on import) and, when they load
-    Triton, its per-process cache key (:func:`nbxsig.kernels._runtime.prepare_triton`) -- so that this
-    overlaps input discovery and planning instead of following them; the first batch (or
+    """Start a CUDA device in a background thread -- its context (~0.3-0.5 s) and the imports of
+    ``modules`` (e.g. the kernels' modules: Triton and the custom ops, ~0.3 s on the H200's host) -- so
+    that this overlaps input discovery and planning instead of following them; the first batch (or
     :attr:`Job.warm_up`) then finds them done. Returns
     the thread (join it before the process exits: a CUDA context half made at exit can hang), or None
     on the CPU, where there is nothing to start.
@@ -329,10 +328,6 @@ def start_device(device: Any, *, modules: Sequence[str] = ()) -> threading.Threa
             torch.cuda.synchronize(device)
             for name in modules:
                 importlib.import_module(name)
-            if "triton" in sys.modules:
-                from .kernels._runtime import prepare_triton
-
-                prepare_triton()
 
     thread = threading.Thread(target=start, name="nbxsig-device-start", daemon=True)
     thread.start()

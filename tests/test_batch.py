@@ -763,16 +763,3 @@ def test_workers_started_ahead_are_used_and_the_rest_stopped(tmp_path: Path) -> 
     assert len(used) == 2 and used <= spares  # the spares, set up for this run
     _check_doubled(tmp_path, [40, 41, 42, 43, 44, 45, 46, 47])
     assert batch._spares == [] and not _arena_left() and _no_children_left()
-
-
-def test_prepare_triton_computes_the_first_launch_cache_key() -> None:
-    """What the device start-up thread does ahead of the first launch (batch.start_device): Triton's
-    per-process cache key, computed once and then found by every launch."""
-    from triton.runtime.cache import triton_key
-
-    from nbxsig.kernels._runtime import prepare_triton
-
-    triton_key.cache_clear()
-    prepare_triton()
-    assert triton_key.cache_info().currsize == 1
-    assert triton_key() == triton_key() and triton_key.cache_info().misses == 1

@@ -263,8 +263,7 @@ def cases(*, quick: bool = False) -> list[Case]:
     # replaced as the comparison.
     out += _blur_case(
         5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev,
-        forms=[("fused", (1, 4, 256, 4, True)), ("fused", ("ring", 11, 128, 2)), ("fused", ("ring", 27, 256, 4)),
-               ("fused", ("ring", 27, 512, 8))],
+        forms=[("fused", (1, 4, 256, 4, True)), ("fused", ("ring", 11, 128, 2))],
     )  # fmt: skip
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
@@ -272,15 +271,15 @@ def cases(*, quick: bool = False) -> list[Case]:
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,
-        [(1, 4, 512, 4, True), ("ring", 8, 512, 4), ("ring", 44, 256, 4), ("ring", 44, 512, 8)],
+        [(1, 4, 512, 4, True), ("ring", 8, 512, 4)],
     )  # fmt: skip
-    ring7 = [(1, 8, 512, 4, False), ("ring", 14, 512, 8), ("ring", 20, 256, 4), ("ring", 20, 512, 8),
-             ("ring", 38, 512, 8)]
+    ring7 = [(1, 8, 512, 4, False), ("ring", 14, 256, 4), ("ring", 20, 512, 8), ("ring", 74, 512, 8),
+             ("ring", 38, 512, 16)]
     out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, ring7)
     out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, ring7)
     out += _conv2d_cases(
         8, 384, 128, 128, 7, torch.float16, "nchw", "≥ 4×", dev,
-        [(1, 8, 128, 4, False), ("ring", 10, 128, 2), ("ring", 20, 128, 4), ("ring", 20, 128, 2)],
+        [(1, 8, 128, 4, False), ("ring", 10, 128, 2), ("ring", 10, 128, 4)],
     )  # fmt: skip
     out.append(_fir_case(129, path="tensor-core", target="≥ 6×", dev=dev, quick=quick))
     # _TOEPLITZ_TILE variants: (R, T, BU, num_warps).

@@ -51,15 +51,3 @@ def empty_output(
     if os.environ.get(POISON_ENV) == "1" and (out.is_floating_point() or out.is_complex()):
         out.fill_(float("nan"))
     return out
-
-
-def prepare_triton() -> None:
-    """Do ahead -- in a start-up thread, say -- the per-process work of the first Triton launch that
-    does not depend on the kernel: Triton hashes its own sources and shared library into the key of its
-    on-disk cache (0.4-0.5 s on the H200's host; the hashing releases the GIL, so it overlaps other
-    work). Later launches find the key computed. The function is Triton's own (not public API); where a
-    Triton version lacks it this raises ImportError and the first launch pays as before."""
-    from triton.runtime.cache import triton_key
-
-    triton_key()
-

@@ -78,16 +78,25 @@ _STATIC_MAX_TAPS = 9
 _SEP_CHUNK_BYTES = 32 << 20
 # NCHW, stride 1, forward: the ring kernel (_ring_kernel) for 2-D kernels with at most _RING_MAX_TAPS taps
 # and separable ones with at most _FUSED_SEP_MAX_TAPS per side (the taps are unrolled at compile time:
-# KH·KW multiply-adds per input row). H200 at 36ddaf0 (bench.filters, cuDNN / pad + F.conv2d in the same
-# process), µs by (CYCLES, BLOCK_W, num_warps): fp32 7×7 32×64×512×512 -- (16, 256, 4) 2487, (8, 256, 4)
-# 2654, (4, 256, 4) 2908, (8, 512, 4) 3049 (the band kernel: 7167); fp16 7×7 -- 2439 / 2608 / 2971 /
-# 2666 (6840); fp16 7×7 8×384×128×128 -- (8, 128, 4) 283, (4, ...) 306, (16, ...: two chunks of 106
-# rows for 128) 311 (886); 5×5 blur 8×3×2048×2048 -- (7, 256, 4) 355, (11, 128, 2) 349 (the band: 581).
-# Longer bands win until the last chunk runs mostly empty, hence the even split of _ring_config.
+# KH·KW multiply-adds per input row). A program takes a band of at most about _RING_ROWS output rows
+# (_RING_ROWS_TALL from _RING_TALL_TAPS rows of taps) and _RING_BLOCK_W columns (_RING_BLOCK_W_TALL),
+# two columns per thread. H200 (bench.filters, cuDNN / pad + F.conv2d in the same process), µs by
+# (CYCLES, BLOCK_W, num_warps), zero padding:
+#   fp32 7×7 32×64×512×512 -- (38, 512, 8) 1924, (20, 512, 8) 1941, (14, 512, 8) 1982, (20, 256, 4) 2029,
+#     (14, 256, 4) 2060 (the band kernel: 7165);
+#   fp16 7×7 same -- 1881, 1895, 1943, 1933, 1974 (6832);
+#   fp16 7×7 8×384×128×128 -- (10, 128, 2) 209, (20, 128, 2) 212, (20, 128, 4) 223, (10, 128, 4) 230 (886);
+#   fp32 3×3 512×512 -- (8, 512, 4) 1189, (30, 256, 4) 1252, (44, 256, 4) 1242, (44, 512, 8) 1242;
+#   5×5 blur 8×3×2048×2048, reflect -- (11, 128, 2) 349, (20, 256, 4) 355, (27, 256, 4) 372, (27, 512, 8) 381
+#     (the band: 581).
+# Tall kernels gain from long bands (a smaller share of halo rows) and wide tiles; short ones do not.
 _RING = True
 _RING_MAX_TAPS = 64
 _RING_ROWS = 96
 _RING_BLOCK_W = 256
+_RING_TALL_TAPS = 7
+_RING_ROWS_TALL = 256
+_RING_BLOCK_W_TALL = 512
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
 # num_warps). Measured on the H200 at 5335111 (2026-12-03), 8×3×2048×2048 reflect fp32: 31×31 took 2466 µs
@@ -1153,11 +1162,14 @@ def _ring_fits(x: torch.Tensor, kh: int, kw: int, *, stride, separable: bool) ->
 def _ring_config(ho: int, wo: int, kh: int) -> tuple[int, int, int]:
     """``(CYCLES, BLOCK_W, num_warps)`` of ``_ring_kernel``: the output rows split evenly into chunks of
     at most about ``_RING_ROWS`` (fewer halo rows per output row, and no mostly-empty last chunk), a
-    whole number of ``KH``-row cycles each; ``_RING_BLOCK_W`` columns or the width."""
-    chunks = -(-ho // _RING_ROWS)
+    whole number of ``KH``-row cycles each; ``_RING_BLOCK_W`` columns or the width, two per thread
+    (the ``_TALL`` sizes from ``_RING_TALL_TAPS`` rows of taps)."""
+    tall = kh >= _RING_TALL_TAPS
+    chunks = -(-ho // (_RING_ROWS_TALL if tall else _RING_ROWS))
     rows = -(-ho // chunks)
     cycles = -(-(rows + kh - 1) // kh)
-    return cycles, min(_RING_BLOCK_W, max(16, _next_pow2(wo))), 4
+    block_w = min(_RING_BLOCK_W_TALL if tall else _RING_BLOCK_W, max(16, _next_pow2(wo)))
+    return cycles, block_w, max(1, block_w // 64)
 
 
 def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, config=None):
