@@ -273,8 +273,13 @@ def cases(*, quick: bool = False) -> list[Case]:
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,
         [(1, 4, 512, 4, True), ("ring", 8, 512, 4)],
     )  # fmt: skip
-    ring7 = [(1, 8, 512, 4, False), ("ring", 14, 256, 4), ("ring", 20, 512, 8), ("ring", 74, 512, 8),
-             ("ring", 38, 512, 16)]
+    ring7 = [
+        (1, 8, 512, 4, False),
+        ("ring", 14, 256, 4),
+        ("ring", 20, 512, 8),
+        ("ring", 74, 512, 8),
+        ("ring", 38, 512, 16),
+    ]
     out += _conv2d_cases(*big, 7, torch.float32, "nchw", "≥ 8×", dev, ring7)
     out += _conv2d_cases(*big, 7, torch.float16, "nchw", "≥ 10×", dev, ring7)
     out += _conv2d_cases(

@@ -824,8 +824,9 @@ def _ring_rows(
     Rows outside the image under zero padding add nothing (a branch, not masked loads).
 
     (Measured on the H200, fp32 7×7 NCHW 32×64×512×512, whose 256-column tiles all touch an edge:
-    2.69 ms as here before the direct zero-padding edges of :func:`_ring_add`; 3.9-4.2 ms with the rows made straight-line code per cycle (edge bands
-    specialised) and the edge columns clamped and selected instead of masked.)"""
+    2.69 ms as here before the direct zero-padding edges of :func:`_ring_add`; 3.9-4.2 ms with the rows
+    made straight-line code per cycle (edge bands specialised) and the edge columns clamped and selected
+    instead of masked.)"""
     offs = ()
     masks = (wmask,)
     base = (ow - left) * sxw
