@@ -366,6 +366,43 @@ def test_ring_kernel_is_reference(boundary, separable, generator, device):
     assert dk._ring_fits(xt, kh, kw, stride=(1, 1), separable=separable)
 
 
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("separable", [False, True], ids=["2d", "separable"])
+def test_ring_kernel_whole_row_tile(boundary, separable, generator, device):
+    """The ring stencil when one tile is the whole row (``WHOLE_W``: output width = input width = tile
+    width, the widths and the left pad compile-time constants): a 16-column non-contiguous view,
+    unequal pads, a channel multiplier, at the default tile and at one of two cycles."""
+    from nbxsig.kernels import depthwise as dk
+
+    x = random_tensor((2, 2, 13, 35), generator=generator, dtype=torch.float64)[:, :, 1:, 3:35:2]
+    kh, kw = 5, 4
+    pads = (2, 3, 2, 1)  # top, bottom, left, right: 16 output columns
+    wy = random_tensor((4, kh), generator=generator, dtype=torch.float64)
+    wx = random_tensor((4, kw), generator=generator, dtype=torch.float64)
+    w = (
+        wy[:, :, None] * wx[:, None, :]
+        if separable
+        else random_tensor((4, kh, kw), generator=generator, dtype=torch.float64)
+    )
+    taps = (wy, wx) if separable else w
+    ref = nf.depthwise_conv2d(x, taps, padding=pads, boundary=boundary, backend="torch")
+    assert ref.shape[3] == x.shape[3] == dk._ring_config(ref.shape[2], 16, kh)[1] == 16
+    xt = x.float().to(device)
+    for config in (None, ("ring", 2, 16, 1)):
+        if separable:
+            with torch.no_grad():
+                y = dk._separable_fused(
+                    xt, wy.float().to(device), wx.float().to(device), stride=(1, 1), pads=pads,
+                    boundary=boundary, config=config,
+                )  # fmt: skip
+        else:
+            y = dk._forward(
+                xt, w.float().to(device), co=4, ho=ref.shape[2], wo=16, div=2, j=1, stride=(1, 1),
+                top=pads[0], left=pads[2], boundary=boundary, out_dtype=torch.float32, config=config,
+            )  # fmt: skip
+        assert_close(y, ref, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("kw", [3, 5], ids=["mapped", "direct"])
 def test_ring_kernel_zero_padding(kw, generator, device):
     """Zero padding on the ring's edge tiles, with their mapped column offsets (3 column taps) or
@@ -393,6 +430,16 @@ def test_ring_kernel_zero_padding(kw, generator, device):
     )  # fmt: skip
     assert torch.isinf(y[0, 0, :, : left + 1]).all() and torch.isfinite(y[0, 0, :, left + 1 :]).all()
     assert not torch.isnan(y).any()
+    # the same with one tile as the whole row (16 columns: WHOLE_W, the masks resolved at compile time)
+    x = torch.ones(1, 1, 9, 16, device=device)
+    x[0, 0, :, 0] = x[0, 0, :, 15] = float("inf")
+    y = dk._forward(
+        x, w, co=1, ho=9, wo=16, div=1, j=1, stride=(1, 1), top=1, left=left, boundary="zeros",
+        out_dtype=torch.float32, config=("ring", 2, 16, 1),
+    )  # fmt: skip
+    right = kw - 1 - left
+    assert torch.isinf(y[0, 0, :, : left + 1]).all() and torch.isinf(y[0, 0, :, 15 - right :]).all()
+    assert torch.isfinite(y[0, 0, :, left + 1 : 15 - right]).all() and not torch.isnan(y).any()
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])

@@ -36,16 +36,16 @@ for xt in ("*fp32", "*fp16"):
     for bc, rows, bw in ((1, 4, 512), (64, 4, 8)):
         build(dk._dw_static_kernel, ptr, dict(KH=3, KW=3, STRIDE_H=1, BOUNDARY=0, BLOCK_C=bc, ROWS=rows,
                                               BLOCK_W=bw), num_warps=4)
-# the ring stencil (NCHW, stride 1) at its default tiles (_ring_config) for 512/2048-row images: 7x7 zero
-# padding, the separable 5x5 reflect, a float16 3x3 replicate and a float32 3x3 zero padding (mapped edge
-# columns)
-RING = (("*fp32", 7, 7, False, 0, 512), ("*fp32", 5, 5, True, 1, 2048), ("*fp16", 3, 3, False, 2, 512),
+# the ring stencil (NCHW, stride 1) at its default tiles (_ring_config) for square images: 7x7 zero padding
+# (512 wide: one tile per row, WHOLE_W), the separable 5x5 reflect, a float16 3x3 replicate and a float32 3x3
+# zero padding (mapped edge columns)
+RING = (("*fp16", 7, 7, False, 0, 512), ("*fp32", 5, 5, True, 1, 2048), ("*fp16", 3, 3, False, 2, 512),
         ("*fp32", 3, 3, False, 0, 512))
 for xt, kh, kw, sep, b, size in RING:
     cycles, bw, warps = dk._ring_config(size, size, kh)
     build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt},
-          dict(KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True, BLOCK_W=bw),
-          num_warps=warps)
+          dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
+               WHOLE_W=size == bw, BLOCK_W=bw), num_warps=warps)
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
 r, t, bu, warps = dk._TOEPLITZ_TILE

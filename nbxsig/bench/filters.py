@@ -271,7 +271,7 @@ def cases(*, quick: bool = False) -> list[Case]:
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,
-        [(1, 4, 512, 4, True), ("ring", 8, 512, 4)],
+        [(1, 4, 512, 4, True), ("ring", 8, 512, 4), ("ring", 30, 512, 8), ("ring", 8, 512, 8)],
     )  # fmt: skip
     ring7 = [
         (1, 8, 512, 4, False),
