@@ -286,7 +286,8 @@ def test_separable_forward_paths_are_reference(layout, boundary, budget_planes, 
 def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, monkeypatch):
     """The fused Toeplitz-product blur (stride 1, opt-in): odd sizes, several tiles and halo chunks (a
     16×16 tile with taps longer than the tile), a channel multiplier, unequal pads, a non-contiguous
-    batched view, float16/bfloat16 inputs through the public no-grad call with _SEP_DOT_MIN_TAPS set."""
+    batched view, float16/bfloat16 inputs through the public no-grad call with _SEP_DOT_MIN_TAPS set (and
+    the ring off)."""
     from nbxsig.kernels import depthwise as dk
 
     monkeypatch.setattr(dk, "_SEP_DOT_MIN_TAPS", 5)
@@ -310,6 +311,7 @@ def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, 
             x.float().to(device), *args, pads=pads, boundary=boundary, config=(64, 128, 16, 16, 8)
         )
     monkeypatch.setattr(dk, "_SEP_DOT_TILE", (16, 16, 16, 16, 4))
+    monkeypatch.setattr(dk, "_RING", False)  # else the long-tap ring takes these calls
     for dtype in (torch.float16, torch.bfloat16):
         xl = x.to(dtype)
         ref = nf.depthwise_conv2d(xl.double(), (wy, wx), boundary=boundary, backend="torch")
@@ -401,6 +403,45 @@ def test_ring_kernel_whole_row_tile(boundary, separable, generator, device):
                 top=pads[0], left=pads[2], boundary=boundary, out_dtype=torch.float32, config=config,
             )  # fmt: skip
         assert_close(y, ref, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_ring_long_separable_is_reference(boundary, generator, device):
+    """Separable filters longer than the unrolled ring takes (``LONG_W``: the row taps in a runtime loop,
+    the column taps in a shift register): interior and edge column tiles (8 columns on 29; the row pads
+    shorter than the row), bands inside and across the top/bottom edges and a short last band, a
+    channel multiplier, unequal pads, a non-contiguous view; float16 rounds once on the store.
+    The dispatch sends such filters there."""
+    from nbxsig.kernels import depthwise as dk
+
+    x = random_tensor((1, 2, 15, 59), generator=generator, dtype=torch.float64)[:, :, 1:, 1:59:2]
+    kh, kw = 11, 10  # more than _FUSED_SEP_MAX_TAPS along the row and down the column
+    pads = (4, 6, 6, 3)  # 13 × 29 outputs: two 12-row bands at 2 cycles, the second of one row
+    wy = random_tensor((4, kh), generator=generator, dtype=torch.float64)
+    wx = random_tensor((4, kw), generator=generator, dtype=torch.float64)
+    assert dk._ring_fits(x, kh, kw, stride=(1, 1), separable=True, pads=pads)
+    assert not dk._ring_fits(x, kh, kw, stride=(1, 1), separable=True, pads=(4, 6, 29, 3))  # pad >= the row
+    for dtype, configs in (
+        (torch.float32, (None, ("ring", 2, 8, 1))),
+        (torch.float16, (None,)),
+    ):
+        xt = x.to(dtype).to(device)
+        ref = nf.depthwise_conv2d(
+            x.to(dtype).double(), (wy, wx), padding=pads, boundary=boundary, backend="torch"
+        )
+        for config in configs:
+            with torch.no_grad():
+                y = dk._separable_fused(
+                    xt, wy.float().to(device), wx.float().to(device), stride=(1, 1), pads=pads,
+                    boundary=boundary, config=config,
+                )  # fmt: skip
+            assert y.dtype == dtype
+            assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+        with torch.no_grad():
+            y = dk.depthwise_conv2d_separable(
+                xt, wy.float().to(device), wx.float().to(device), stride=(1, 1), pads=pads, boundary=boundary
+            )
+        assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
 
 
 @pytest.mark.parametrize("kw", [3, 5], ids=["mapped", "direct"])

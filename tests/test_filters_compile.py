@@ -41,11 +41,14 @@ for xt in ("*fp32", "*fp16"):
 # zero padding (mapped edge columns)
 RING = (("*fp16", 7, 7, False, 0, 512), ("*fp32", 5, 5, True, 1, 2048), ("*fp16", 3, 3, False, 2, 512),
         ("*fp32", 3, 3, False, 0, 512))
+# and the 31x31 separable reflect blur (long row taps: the shift register) at 2048
+RING += (("*fp32", 31, 31, True, 1, 2048),)
 for xt, kh, kw, sep, b, size in RING:
-    cycles, bw, warps = dk._ring_config(size, size, kh)
+    long_w = sep and kw > dk._FUSED_SEP_MAX_TAPS
+    cycles, bw, warps = dk._ring_config(size, size, kh, long_w=long_w)
     build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt},
           dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
-               WHOLE_W=size == bw, BLOCK_W=bw), num_warps=warps)
+               WHOLE_W=size == bw, LONG_W=long_w, LONG_UNROLL=dk._LONG_UNROLL, BLOCK_W=bw), num_warps=warps)
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
 r, t, bu, warps = dk._TOEPLITZ_TILE

@@ -267,7 +267,9 @@ def cases(*, quick: bool = False) -> list[Case]:
     )  # fmt: skip
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
-        forms=[("two-pass", 32 << 20), (tc, (64, 64, 16, 16, 4))],
+        forms=[("two-pass", 32 << 20), (tc, (64, 32, 64, 16, 4)), ("fused", ("ring", 10, 64, 1)),
+               ("fused", ("ring", 10, 256, 4)), ("fused", ("ring", 18, 128, 2)),
+               ("fused", ("ring", 5, 128, 2))],
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,

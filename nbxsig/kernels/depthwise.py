@@ -97,6 +97,12 @@ _RING_BLOCK_W = 256
 _RING_TALL_TAPS = 7
 _RING_ROWS_TALL = 256
 _RING_BLOCK_W_TALL = 512
+# Separable filters with more than _FUSED_SEP_MAX_TAPS taps along the row and at most _RING_LONG_MAX_TAPS
+# down the column run on the ring with the row taps in a runtime loop (_long_row), unrolled by
+# _LONG_UNROLL, where the row is longer than the filter.
+_RING_LONG_MAX_TAPS = 32
+_RING_BLOCK_W_LONG = 128
+_LONG_UNROLL = 8
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
 # num_warps). Measured on the H200 at 5335111 (2026-12-03), 8×3×2048×2048 reflect fp32: 31×31 took 2466 µs
@@ -764,6 +770,55 @@ def _ring_row(h, H, BOUNDARY: tl.constexpr):
 
 
 @triton.jit
+def _near_index(i, n, BOUNDARY: tl.constexpr):
+    """:func:`_map_index` for positions less than one axis length outside it (``-n < i < 2n - 1``):
+    a compare and a select or two instead of an integer modulo."""
+    if BOUNDARY == 0:  # zeros
+        return i, (i >= 0) & (i < n)
+    elif BOUNDARY == 1:  # reflect
+        idx = tl.where(i < 0, -i, tl.where(i >= n, 2 * n - 2 - i, i))
+    elif BOUNDARY == 2:  # symmetric
+        idx = tl.where(i < 0, -1 - i, tl.where(i >= n, 2 * n - 1 - i, i))
+    elif BOUNDARY == 3:  # replicate
+        idx = tl.minimum(tl.maximum(i, 0), n - 1)
+    else:  # circular
+        idx = tl.where(i < 0, i + n, tl.where(i >= n, i - n, i))
+    return idx, idx >= 0
+
+
+@triton.jit
+def _long_row(
+    x_row, xp, wx_ptr, cols, W, sxw, wmask,
+    KW: tl.constexpr, U: tl.constexpr, MAP_W: tl.constexpr, BOUNDARY: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """Input row ``x_row`` filtered along the row by the ``KW`` float32 taps at ``wx_ptr``: ``Σ_k wx[k] ·
+    x̃[cols + k]``, in a runtime loop over groups of ``U`` taps, each tap a scalar load per row.
+    Unrolling all of a long filter (and keeping its taps in registers) would take minutes to compile
+    for sm_90 in the ring's unrolled row cycle. Interior tiles (``xp`` = the tile's column 0 of tap 0)
+    load without masks; edge tiles map each position (:func:`_near_index`, the halo being shorter than
+    the row) under ``wmask``."""
+    hv = tl.zeros((BLOCK_W,), dtype=tl.float32)
+    for g in range(KW // U):
+        for u in tl.static_range(U):
+            k = g * U + u
+            hv += tl.load(wx_ptr + k) * _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W, BOUNDARY)
+    for u in tl.static_range(KW % U):
+        k = (KW // U) * U + u
+        hv += tl.load(wx_ptr + k) * _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W, BOUNDARY)
+    return hv
+
+
+@triton.jit
+def _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W: tl.constexpr, BOUNDARY: tl.constexpr):
+    if MAP_W:
+        idx, ok = _near_index(cols + k, W, BOUNDARY)
+        xv = tl.load(x_row + idx * sxw, mask=wmask & ok, other=0.0)
+    else:
+        xv = tl.load(xp + k * sxw)
+    return xv.to(tl.float32)
+
+
+@triton.jit
 def _ring_add(
     ring, x_row, base, offs, masks, taps, taps_y, sxw,
     p: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, MAP_W: tl.constexpr,
@@ -872,10 +927,49 @@ def _ring_rows(
 
 
 @triton.jit
+def _shift_rows(
+    x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, MAP_W: tl.constexpr,
+    U: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """The band of a separable filter with long row taps (``LONG_W``): each input row filtered along the
+    row once (:func:`_long_row`, a runtime loop), then added into the ``KH`` output rows it reaches, held
+    as a shift register -- slot ``j`` is output row ``d - (KH - 1) + j`` at input row ``d`` and takes column
+    tap ``KH - 1 - j``; slot 0 is then complete, stored, and the slots move down one. Unlike the ring's
+    unrolled cycles (:func:`_ring_rows`) the row loop is one body, so long filters compile in seconds; the
+    shift costs ``KH - 1`` register moves per input row."""
+    cols = ow - left
+    acc = ()
+    for _ in tl.static_range(KH):
+        acc = acc + (tl.zeros((BLOCK_W,), dtype=tl.float32),)
+    # The last band of the image skips the input rows after the one that completes its last output row.
+    n_in = HO - h0 + KH - 1
+    for d in range(ROWS + KH - 1):
+        if d < n_in:
+            ridx, rok = _ring_row(h0 + d - top, H, BOUNDARY)
+            x_row = x_row0 + ridx.to(tl.int64) * sxh
+            if rok:  # false only for rows outside the image under zero padding
+                hv = _long_row(
+                    x_row, x_row + cols * sxw, wx_ptr, cols, W, sxw, wmask, KW, U, MAP_W, BOUNDARY, BLOCK_W
+                )
+            else:
+                hv = tl.zeros((BLOCK_W,), dtype=tl.float32)
+            r = d - (KH - 1)  # the output row (of this program's ROWS) that is now complete
+            h = h0 + r
+            done = acc[0] + taps_y[KH - 1] * hv
+            tl.store(y_row0 + h.to(tl.int64) * syh, done.to(y_row0.dtype.element_ty), mask=wmask & (r >= 0))
+            new = ()
+            for j in tl.static_range(1, KH):
+                new = new + (acc[j] + taps_y[KH - 1 - j] * hv,)
+            acc = new + (tl.zeros((BLOCK_W,), dtype=tl.float32),)
+
+
+@triton.jit
 def _ring_kernel(
     x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top,
     LEFT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
-    CYCLES: tl.constexpr, EVEN_W: tl.constexpr, WHOLE_W: tl.constexpr, BLOCK_W: tl.constexpr,
+    CYCLES: tl.constexpr, EVEN_W: tl.constexpr, WHOLE_W: tl.constexpr, LONG_W: tl.constexpr,
+    LONG_UNROLL: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Depthwise correlation, stride 1, one channel plane per program, ``CYCLES·KH - KH + 1`` output rows
     × ``BLOCK_W`` columns (the contiguous axis) per program (forward only, ``J = 1``)::
@@ -890,6 +984,11 @@ def _ring_kernel(
     once per column tap and feeds exactly the taps it has (``KH·KW`` multiply-adds per output, where
     the runtime-looped band of 8 rows spends ``(8-1+KH)·KW`` weight loads and multiply-adds on every 8
     rows), and a program covers many rows, so the ``KH - 1`` halo rows are a small share of its loads.
+
+    ``LONG_W`` (separable filters longer than the unrolled ring takes): the row taps stay in memory and
+    each input row is filtered in a runtime loop, the column taps in a shift register
+    (:func:`_shift_rows`) -- the unrolled ring at 31×31 took 7 minutes to compile for sm_90 and 255
+    registers; this takes a second.
 
     ``WHOLE_W``: one tile is the whole row (``W = WO = BLOCK_W``). The widths then become compile-time
     constants, and with ``LEFT`` one too the compiler drops every column mask that cannot fail: a 7×7
@@ -910,7 +1009,10 @@ def _ring_kernel(
     wmask = ow < WO
     x_row0 = x_ptr + n * sxn + (co // DIV).to(tl.int64) * sxc
     y_row0 = y_ptr + n * syn + co.to(tl.int64) * syc + ow * syw
-    if SEPARABLE:
+    if LONG_W:  # the row taps stay in memory, read by _long_row
+        taps_y = _ring_taps(w_ptr + co * (KH + KW), KH)
+        taps = w_ptr + co * (KH + KW) + KH
+    elif SEPARABLE:
         taps_y = _ring_taps(w_ptr + co * (KH + KW), KH)
         taps = _ring_taps(w_ptr + co * (KH + KW) + KH, KW)
     else:
@@ -918,7 +1020,18 @@ def _ring_kernel(
         taps = _ring_taps(w_ptr + co * (KH * KW), KH * KW)
     first = pid_w * BLOCK_W - left
     last = pid_w * BLOCK_W + BLOCK_W - 1 + KW - 1 - left
-    if (first >= 0) & (last < W):
+    if LONG_W:
+        if (first >= 0) & (last < W):
+            _shift_rows(
+                x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
+                KH, KW, BOUNDARY, ROWS, False, LONG_UNROLL, BLOCK_W,
+            )  # fmt: skip
+        else:
+            _shift_rows(
+                x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
+                KH, KW, BOUNDARY, ROWS, True, LONG_UNROLL, BLOCK_W,
+            )  # fmt: skip
+    elif (first >= 0) & (last < W):
         _ring_rows(
             x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
             KH, KW, SEPARABLE, BOUNDARY, CYCLES, ROWS, False, EVEN_W, BLOCK_W,
@@ -1162,23 +1275,31 @@ def _like_format(x: torch.Tensor, shape: tuple[int, int, int, int], dtype: torch
     return empty_output(shape, dtype=dtype, device=x.device)
 
 
-def _ring_fits(x: torch.Tensor, kh: int, kw: int, *, stride, separable: bool) -> bool:
-    """Whether :func:`_launch_ring` takes the call: NCHW (columns contiguous), stride 1, taps in range."""
+def _ring_fits(x: torch.Tensor, kh: int, kw: int, *, stride, separable: bool, pads=(0, 0, 0, 0)) -> bool:
+    """Whether :func:`_launch_ring` takes the call: NCHW (columns contiguous), stride 1, taps in range --
+    for separable filters longer than ``_FUSED_SEP_MAX_TAPS``, at most ``_RING_LONG_MAX_TAPS`` down the
+    column and row pads ``pads[2:]`` shorter than the row (:func:`_near_index`)."""
     if not _RING or is_channels_last(x) or tuple(stride) != (1, 1) or kh < 2:
         return False
-    return max(kh, kw) <= _FUSED_SEP_MAX_TAPS if separable else kh * kw <= _RING_MAX_TAPS
+    if not separable:
+        return kh * kw <= _RING_MAX_TAPS
+    if max(kh, kw) <= _FUSED_SEP_MAX_TAPS:
+        return True
+    return kh <= _RING_LONG_MAX_TAPS and max(pads[2], pads[3]) < x.shape[3]
 
 
-def _ring_config(ho: int, wo: int, kh: int) -> tuple[int, int, int]:
+def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[int, int, int]:
     """``(CYCLES, BLOCK_W, num_warps)`` of ``_ring_kernel``: the output rows split evenly into chunks of
     at most about ``_RING_ROWS`` (fewer halo rows per output row, and no mostly-empty last chunk), a
     whole number of ``KH``-row cycles each; ``_RING_BLOCK_W`` columns or the width, two per thread
-    (the ``_TALL`` sizes from ``_RING_TALL_TAPS`` rows of taps)."""
+    (the ``_TALL`` sizes from ``_RING_TALL_TAPS`` rows of taps; ``_RING_BLOCK_W_LONG`` columns with the row
+    taps looped, whose edge tiles cost more)."""
     tall = kh >= _RING_TALL_TAPS
     chunks = -(-ho // (_RING_ROWS_TALL if tall else _RING_ROWS))
     rows = -(-ho // chunks)
     cycles = -(-(rows + kh - 1) // kh)
-    block_w = min(_RING_BLOCK_W_TALL if tall else _RING_BLOCK_W, max(16, _next_pow2(wo)))
+    widest = _RING_BLOCK_W_LONG if long_w else _RING_BLOCK_W_TALL if tall else _RING_BLOCK_W
+    block_w = min(widest, max(16, _next_pow2(wo)))
     return cycles, block_w, max(1, block_w // 64)
 
 
@@ -1188,13 +1309,15 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     benchmark's variants)."""
     check_launchable(x, taps)
     ho, wo = y.shape[2], y.shape[3]
-    cycles, bw, warps = _ring_config(ho, wo, kh) if config is None else config
+    long_w = separable and max(kh, kw) > _FUSED_SEP_MAX_TAPS
+    cycles, bw, warps = _ring_config(ho, wo, kh, long_w=long_w) if config is None else config
     rows = cycles * kh - kh + 1
     grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), y.shape[1], x.shape[0])
     _ring_kernel[grid](
         x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, LEFT=left,
         KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary], CYCLES=cycles,
-        EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, BLOCK_W=bw, num_warps=warps,
+        EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
+        LONG_UNROLL=_LONG_UNROLL, BLOCK_W=bw, num_warps=warps,
     )  # fmt: skip
     return y
 
@@ -1399,7 +1522,11 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
     ho = (x.shape[2] + top + bottom - kh) // stride[0] + 1
     wo = (x.shape[3] + left + right - kw) // stride[1] + 1
     y = _like_format(x, (x.shape[0], co, ho, wo), x.dtype)
-    ring = config[0] == "ring" if config is not None else _ring_fits(x, kh, kw, stride=stride, separable=True)
+    ring = (
+        config[0] == "ring"
+        if config is not None
+        else _ring_fits(x, kh, kw, stride=stride, separable=True, pads=pads)
+    )
     if ring:
         taps = torch.cat([wy.detach(), wx.detach()], dim=1).to(torch.float32).contiguous()
         return _launch_ring(
@@ -1507,24 +1634,26 @@ def depthwise_conv2d_separable(
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.depthwise.depthwise_conv2d_separable`.
 
-    Without gradients: from ``_SEP_DOT_MIN_TAPS`` taps (31; None turns it off) the tensor-core form
-    (``_separable_dot``); otherwise short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) run fused in one pass
-    (``_sep_kernel``: no intermediate, float32 between the passes), longer ones as a column pass then a
-    row pass over plane chunks (``_separable_chunked``: a float32 intermediate of at most
-    ``_SEP_CHUNK_BYTES``). With gradients: a column pass into a float32 intermediate (keeps float16 inputs
-    at float32 accuracy between the passes), then a row pass, each one launch of the stencil kernel;
-    gradients compose through both."""
+    Without gradients: short kernels (both sides ≤ ``_FUSED_SEP_MAX_TAPS``) and, NCHW at stride 1, longer
+    ones with at most ``_RING_LONG_MAX_TAPS`` down the column run fused in one pass (the ring, else
+    ``_sep_kernel``: no intermediate, float32 between the passes); else from ``_SEP_DOT_MIN_TAPS`` taps
+    (31; None turns it off) the tensor-core form (``_separable_dot``); else a column pass then a row pass
+    over plane chunks (``_separable_chunked``: a float32 intermediate of at most ``_SEP_CHUNK_BYTES``).
+    With gradients: a column pass into a float32 intermediate (keeps float16 inputs at float32 accuracy
+    between the passes), then a row pass, each one launch of the stencil kernel; gradients compose
+    through both."""
     top, bottom, left, right = pads
     if not (
         torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
     ):
         channels_last = is_channels_last(x)
-        taps = max(weight_y.shape[1], weight_x.shape[1])
+        kh, kw = weight_y.shape[1], weight_x.shape[1]
+        taps = max(kh, kw)
+        if taps <= _FUSED_SEP_MAX_TAPS or _ring_fits(x, kh, kw, stride=stride, separable=True, pads=pads):
+            return _separable_fused(x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary)
         dot = _SEP_DOT_MIN_TAPS is not None and taps >= _SEP_DOT_MIN_TAPS
         if dot and stride == (1, 1) and not channels_last:
             return _separable_dot(x, weight_y, weight_x, pads=pads, boundary=boundary)
-        if taps <= _FUSED_SEP_MAX_TAPS:
-            return _separable_fused(x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary)
         return _separable_chunked(
             x, weight_y, weight_x, stride=stride, pads=pads, boundary=boundary, budget=_SEP_CHUNK_BYTES
         )
