@@ -769,6 +769,29 @@ def test_gpu_channels_last_auto_dispatch(k, dtype, generator, cuda_device):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_gpu_ring_whole_row_tile(dtype, generator, cuda_device):
+    """The ring with one tile per row (512 columns at the 7×7 default tile: WHOLE_W) and a short last band."""
+    x = random_tensor((2, 8, 300, 512), generator=generator).to(dtype).to(cuda_device)
+    w = (random_tensor((8, 7, 7), generator=generator) / 7).to(cuda_device)
+    ref = torch.nn.functional.conv2d(x.double(), w.double()[:, None], padding=3, groups=8)
+    assert_close(nf.depthwise_conv2d(x, w, backend="triton"), ref, dtype=dtype, **_dtype_tol(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_gpu_long_separable(boundary, generator, cuda_device):
+    """Separable filters with long taps on the ring's shift register (row taps looped), unequal lengths."""
+    x = random_tensor((2, 3, 301, 389), generator=generator).to(cuda_device)
+    wy = random_tensor((3, 31), generator=generator).to(cuda_device)
+    wx = random_tensor((3, 17), generator=generator).to(cuda_device)
+    ref = nf.depthwise_conv2d(x.double(), (wy.double(), wx.double()), boundary=boundary, backend="torch")
+    with torch.no_grad():
+        y = nf.depthwise_conv2d(x, (wy, wx), boundary=boundary, backend="triton")
+    assert_close(y, ref, dtype=torch.float32)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("k", [5, 31])
 def test_gpu_gaussian_blur(k, generator, cuda_device):
     x = random_tensor((2, 3, 300, 517), generator=generator).to(cuda_device)
