@@ -774,16 +774,21 @@ def _near_index(i, n, BOUNDARY: tl.constexpr):
     """:func:`_map_index` for positions less than one axis length outside it (``-n < i < 2n - 1``):
     a compare and a select or two instead of an integer modulo."""
     if BOUNDARY == 0:  # zeros
-        return i, (i >= 0) & (i < n)
+        idx = i
+        ok = (i >= 0) & (i < n)
     elif BOUNDARY == 1:  # reflect
         idx = tl.where(i < 0, -i, tl.where(i >= n, 2 * n - 2 - i, i))
+        ok = idx >= 0
     elif BOUNDARY == 2:  # symmetric
         idx = tl.where(i < 0, -1 - i, tl.where(i >= n, 2 * n - 1 - i, i))
+        ok = idx >= 0
     elif BOUNDARY == 3:  # replicate
         idx = tl.minimum(tl.maximum(i, 0), n - 1)
+        ok = idx >= 0
     else:  # circular
         idx = tl.where(i < 0, i + n, tl.where(i >= n, i - n, i))
-    return idx, idx >= 0
+        ok = idx >= 0
+    return idx, ok
 
 
 @triton.jit
@@ -797,15 +802,32 @@ def _long_row(
     for sm_90 in the ring's unrolled row cycle. Interior tiles (``xp`` = the tile's column 0 of tap 0)
     load without masks; edge tiles map each position (:func:`_near_index`, the halo being shorter than
     the row) under ``wmask``."""
-    hv = tl.zeros((BLOCK_W,), dtype=tl.float32)
+    # Four partial sums: one chain of KW dependent multiply-adds per row would wait on the FMA latency.
+    part = ()
+    for _ in tl.static_range(4):
+        part = part + (tl.zeros((BLOCK_W,), dtype=tl.float32),)
     for g in range(KW // U):
         for u in tl.static_range(U):
             k = g * U + u
-            hv += tl.load(wx_ptr + k) * _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W, BOUNDARY)
+            xv = _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W, BOUNDARY)
+            part = _add_at(part, u % 4, tl.load(wx_ptr + k) * xv)
     for u in tl.static_range(KW % U):
         k = (KW // U) * U + u
-        hv += tl.load(wx_ptr + k) * _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W, BOUNDARY)
-    return hv
+        xv = _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W, BOUNDARY)
+        part = _add_at(part, u % 4, tl.load(wx_ptr + k) * xv)
+    return (part[0] + part[1]) + (part[2] + part[3])
+
+
+@triton.jit
+def _add_at(values, i: tl.constexpr, v):
+    """``values`` (a tuple) with ``v`` added to entry ``i``."""
+    out = ()
+    for j in tl.static_range(len(values)):
+        if j == i:  # noqa: SIM108 -- a compile-time branch, as everywhere in the kernels
+            out = out + (values[j] + v,)
+        else:
+            out = out + (values[j],)
+    return out
 
 
 @triton.jit
