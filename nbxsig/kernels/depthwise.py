@@ -97,13 +97,17 @@ _RING_BLOCK_W = 256
 _RING_TALL_TAPS = 7
 _RING_ROWS_TALL = 256
 _RING_BLOCK_W_TALL = 512
-# Separable filters with more than _FUSED_SEP_MAX_TAPS taps along the row and at most _RING_LONG_MAX_TAPS
-# down the column run on the ring with the row taps in a runtime loop (_long_row), unrolled by
-# _LONG_UNROLL, where the row is longer than the filter.
+# Separable filters with more than _FUSED_SEP_MAX_TAPS taps on a side and at most _RING_LONG_MAX_TAPS down
+# the column run on the ring with the row taps in a runtime loop (_long_row), unrolled by _LONG_UNROLL,
+# where the row pads are shorter than the row: H200 at 162a995, 31×31 reflect blur 8×3×2048×2048, µs by
+# (CYCLES, BLOCK_W, num_warps) -- (10, 128, 2) 1844, (10, 64, 1) 1800, (5, 128, 2) 1819, (10, 256, 4) 1943,
+# (18, 128, 2) 2085; the tensor-core form 2489, the two-pass stencil 6429. Nothing between 9 and 30 taps
+# was measured.
 _RING_LONG_MAX_TAPS = 32
 _RING_BLOCK_W_LONG = 128
 _LONG_UNROLL = 8
-# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side:
+# Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
+# that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
 # num_warps). Measured on the H200 at 5335111 (2026-12-03), 8×3×2048×2048 reflect fp32: 31×31 took 2466 µs
 # at (64, 32, 64, 16, 4) -- one column chunk covers the halo -- against 5145 µs for the two-pass stencil
