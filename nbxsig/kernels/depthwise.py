@@ -836,6 +836,7 @@ def _add_at(values, i: tl.constexpr, v):
 
 @triton.jit
 def _long_tap(x_row, xp, cols, k, W, sxw, wmask, MAP_W: tl.constexpr, BOUNDARY: tl.constexpr):
+    """Row tap ``k``'s inputs as float32: mapped and masked on an edge tile, a plain offset inside."""
     if MAP_W:
         idx, ok = _near_index(cols + k, W, BOUNDARY)
         xv = tl.load(x_row + idx * sxw, mask=wmask & ok, other=0.0)
