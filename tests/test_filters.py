@@ -321,6 +321,32 @@ def test_separable_tensor_core_kernel_is_reference(boundary, generator, device, 
         assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
 
 
+def _ring_taps_and_call(separable, generator, kh=5, kw=4, co=4):
+    """Random float64 taps for the ring tests -- ``(wy, wx)`` or a 2-D ``w`` -- and a call that runs
+    ``x`` through the ring's launchers at a tile ``config`` (the separable or the 2-D one; multiplier
+    ``co // x.shape[1]``)."""
+    from nbxsig.kernels import depthwise as dk
+
+    wy = random_tensor((co, kh), generator=generator, dtype=torch.float64)
+    wx = random_tensor((co, kw), generator=generator, dtype=torch.float64)
+    w = random_tensor((co, kh, kw), generator=generator, dtype=torch.float64)
+    taps = (wy, wx) if separable else w
+
+    def call(x, pads, boundary, config, out_shape):
+        if separable:
+            with torch.no_grad():
+                return dk._separable_fused(
+                    x, wy.float().to(x.device), wx.float().to(x.device), stride=(1, 1), pads=pads,
+                    boundary=boundary, config=config,
+                )  # fmt: skip
+        return dk._forward(
+            x, w.float().to(x.device), co=co, ho=out_shape[2], wo=out_shape[3], div=co // x.shape[1], j=1,
+            stride=(1, 1), top=pads[0], left=pads[2], boundary=boundary, out_dtype=x.dtype, config=config,
+        )  # fmt: skip
+
+    return taps, call
+
+
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 @pytest.mark.parametrize("separable", [False, True], ids=["2d", "separable"])
 def test_ring_kernel_is_reference(boundary, separable, generator, device):
@@ -334,14 +360,7 @@ def test_ring_kernel_is_reference(boundary, separable, generator, device):
     x = base[:, :, 1:, 3:44:2]  # (2, 2, 12, 21), column stride 2
     kh, kw = 5, 4
     pads = (2, 3, 4, 1)
-    wy = random_tensor((4, kh), generator=generator, dtype=torch.float64)
-    wx = random_tensor((4, kw), generator=generator, dtype=torch.float64)
-    w = (
-        wy[:, :, None] * wx[:, None, :]
-        if separable
-        else random_tensor((4, kh, kw), generator=generator, dtype=torch.float64)
-    )
-    taps = (wy, wx) if separable else w
+    taps, call = _ring_taps_and_call(separable, generator, kh, kw)
     for dtype, configs in (
         (torch.float32, (None, ("ring", 1, 8, 1), ("ring", 3, 16, 2))),
         (torch.float16, (None,)),
@@ -351,18 +370,7 @@ def test_ring_kernel_is_reference(boundary, separable, generator, device):
             x.to(dtype).double(), taps, padding=pads, boundary=boundary, backend="torch"
         )
         for config in configs:
-            if separable:
-                with torch.no_grad():
-                    y = dk._separable_fused(
-                        xt, wy.float().to(device), wx.float().to(device), stride=(1, 1), pads=pads,
-                        boundary=boundary, config=config,
-                    )  # fmt: skip
-            else:
-                y = dk._forward(
-                    xt, w.float().to(device), co=4, ho=ref.shape[2], wo=ref.shape[3], div=2, j=1,
-                    stride=(1, 1), top=pads[0], left=pads[2], boundary=boundary, out_dtype=dtype,
-                    config=config,
-                )  # fmt: skip
+            y = call(xt, pads, boundary, config, ref.shape)
             assert y.dtype == dtype
             assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
     assert dk._ring_fits(xt, kh, kw, stride=(1, 1), separable=separable)
@@ -379,30 +387,12 @@ def test_ring_kernel_whole_row_tile(boundary, separable, generator, device):
     x = random_tensor((2, 2, 13, 35), generator=generator, dtype=torch.float64)[:, :, 1:, 3:35:2]
     kh, kw = 5, 4
     pads = (2, 3, 2, 1)  # top, bottom, left, right: 16 output columns
-    wy = random_tensor((4, kh), generator=generator, dtype=torch.float64)
-    wx = random_tensor((4, kw), generator=generator, dtype=torch.float64)
-    w = (
-        wy[:, :, None] * wx[:, None, :]
-        if separable
-        else random_tensor((4, kh, kw), generator=generator, dtype=torch.float64)
-    )
-    taps = (wy, wx) if separable else w
+    taps, call = _ring_taps_and_call(separable, generator, kh, kw)
     ref = nf.depthwise_conv2d(x, taps, padding=pads, boundary=boundary, backend="torch")
     assert ref.shape[3] == x.shape[3] == dk._ring_config(ref.shape[2], 16, kh)[1] == 16
     xt = x.float().to(device)
     for config in (None, ("ring", 2, 16, 1)):
-        if separable:
-            with torch.no_grad():
-                y = dk._separable_fused(
-                    xt, wy.float().to(device), wx.float().to(device), stride=(1, 1), pads=pads,
-                    boundary=boundary, config=config,
-                )  # fmt: skip
-        else:
-            y = dk._forward(
-                xt, w.float().to(device), co=4, ho=ref.shape[2], wo=16, div=2, j=1, stride=(1, 1),
-                top=pads[0], left=pads[2], boundary=boundary, out_dtype=torch.float32, config=config,
-            )  # fmt: skip
-        assert_close(y, ref, dtype=torch.float32)
+        assert_close(call(xt, pads, boundary, config, ref.shape), ref, dtype=torch.float32)
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)
