@@ -22,6 +22,33 @@ import torch  # noqa: E402
 from nbxsig.testing import seed_from  # noqa: E402
 
 
+def _interpreter_fma_rounds_once() -> None:
+    """Make the interpreter's ``tl.fma`` round once for float32, as the GPU's FFMA does.
+
+    Triton 3.6's interpreter computes ``fma(x, y, z)`` as numpy ``x * y + z`` -- two roundings --
+    so a kernel that accumulates with ``tl.fma`` (the int4 GEMV) would differ from its bit-exact
+    oracle on CPU only. Other dtypes keep the interpreter's own arithmetic.
+    """
+    import numpy as np
+    from triton.runtime import interpreter
+
+    from nbxsig.reference.int4 import fma_float32
+
+    plain = interpreter.InterpreterBuilder.create_fma
+
+    def create_fma(self, x, y, z):
+        if not x.data.dtype == y.data.dtype == z.data.dtype == np.float32:
+            return plain(self, x, y, z)
+        fused = fma_float32(*(torch.from_numpy(np.array(h.data)) for h in (x, y, z))).numpy()
+        return interpreter.TensorHandle(fused, z.dtype.scalar)
+
+    interpreter.InterpreterBuilder.create_fma = create_fma
+
+
+if TEST_DEVICE == "cpu":
+    _interpreter_fma_rounds_once()
+
+
 @pytest.fixture
 def generator(request: pytest.FixtureRequest) -> torch.Generator:
     """A CPU generator seeded from the test's id: fresh inputs per test, identical on re-runs."""

@@ -9,7 +9,8 @@ config and split, tile and stage variants, each with its relative error against 
 reference (GEMV: on the dequantized weight; its default also with the capture counter arena off,
 ``_splitsum.CAPTURE_ARENA``, one memset node per call). Attention rows also set decode attention's
 launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the label, "-" for none) and say whether
-a default-config row gave the first row's bits; each shape's first row is timed again at its end
+a default-config row gave the first row's bits (GEMV rows: whether each gave its config's oracle's
+bits); each shape's first row is timed again at its end
 to show drift. Each row is
 printed as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv``
 limits the sweep to one kernel.
@@ -56,16 +57,38 @@ _SWITCHES = {"q": "Q_IN_LOOP", "p": "PDL"}
 GEMV = {
     (4096, 11008): [
         None,
-        (16, 128, 4, 3, 32),
-        (16, 128, 4, 2, 64),
-        (16, 128, 8, 2, 32),
-        (16, 256, 8, 2, 32),
-        (32, 128, 4, 2, 64),
-        (8, 128, 4, 2, 32),
-        (8, 256, 4, 2, 16),
+        (4, 256, 1, 2, 16),
+        (4, 256, 1, 2, 32),
+        (4, 256, 1, 2, 64),
+        (4, 256, 1, 3, 32),
+        (8, 128, 1, 2, 32),
+        (8, 128, 1, 2, 64),
+        (4, 128, 1, 2, 32),
+        (2, 256, 1, 2, 32),
+        (4, 512, 2, 2, 32),
+        (8, 256, 2, 2, 32),
+        (16, 128, 4, 2, 32),
     ],
-    (4096, 4096): [None, (16, 128, 4, 2, 16), (8, 128, 4, 2, 16), (16, 128, 8, 2, 32), (8, 256, 4, 2, 16)],
-    (11008, 4096): [None, (16, 128, 4, 2, 64), (16, 128, 8, 2, 32), (8, 128, 4, 2, 32), (32, 128, 4, 2, 64)],
+    (4096, 4096): [
+        None,
+        (4, 256, 1, 2, 16),
+        (4, 256, 1, 2, 8),
+        (8, 128, 1, 2, 16),
+        (8, 128, 1, 2, 32),
+        (4, 128, 1, 2, 16),
+        (2, 256, 1, 2, 8),
+        (16, 128, 4, 2, 32),
+    ],
+    (11008, 4096): [
+        None,
+        (4, 256, 1, 2, 32),
+        (4, 256, 1, 2, 16),
+        (8, 128, 1, 2, 32),
+        (8, 128, 1, 2, 16),
+        (4, 128, 1, 2, 32),
+        (16, 128, 4, 2, 32),
+    ],
+    (1024, 1024): [None, (4, 256, 1, 2, 16), (4, 128, 1, 2, 8), (8, 128, 1, 2, 16), (16, 128, 4, 2, 32)],
 }
 
 
@@ -173,8 +196,10 @@ def main(argv: list[str] | None = None) -> None:
     import triton.testing
 
     from ..kernels import _splitsum
+    from ..kernels.int4_gemv import gemv_config
     from ..quant import Int4Weight, dequantize_int4
     from ..reference.attention import decode_attention as reference
+    from ..reference.int4 import int4_gemv_blocked as gemv_oracle
     from .quant import _chain_copies, _tinygemm
 
     parser = argparse.ArgumentParser(prog="python -m nbxsig.bench.quant_sweep", description=__doc__)
@@ -281,14 +306,19 @@ def main(argv: list[str] | None = None) -> None:
             label += " arena counters" if arena else " memset counters"
             try:
                 fn = _call("gemv", (kk, n), var, None)
-                err = rel(fn(x, qw), ref)
+                out = fn(x, qw)
+                err = rel(out, ref)
+                cfg = _gemv_config(var) or gemv_config(1, kk, n, 128)
+                oracle = gemv_oracle(x, qw.packed, qw.scales, qw.mins, 128, block_rows=cfg.block_r,
+                                     split_rows=cfg.split_rows)  # fmt: skip
                 _splitsum.CAPTURE_ARENA = arena
                 replay = graph_chain(
                     [lambda w=weights[i % copies], fn=fn, x=x: fn(x, w) for i in range(calls)]
                 )
                 _splitsum.CAPTURE_ARENA = default_arena
                 us = bench(replay, calls)
-                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} | — |")
+                bits = f"oracle's: {torch.equal(out, oracle)}"
+                emit(f"| {name} | {label} | {calls} | {us:.2f} | {torch_us:.2f} | {err:.1e} | {bits} |")
             except Exception as exc:
                 _splitsum.CAPTURE_ARENA = default_arena
                 emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | | |")

@@ -33,7 +33,7 @@ from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
-_TARGET_PROGRAMS = 1024  # ~8 per SM on a 132-SM H100/H200: enough loads in flight, short tails
+_TARGET_PROGRAMS = 2048  # one-warp programs, ~16 per SM on a 132-SM H100/H200
 _MAX_SPLITS = 64
 
 
@@ -53,19 +53,21 @@ class GemvConfig:
 def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvConfig:
     """Tiles and split for ``m`` rows of ``x (m, k)`` times an ``(n, k)`` weight (pure, shape only).
 
-    ``BLOCK_N = 128`` columns per tile: a warp reads one row of 128 int32 words (512 contiguous
-    bytes, four words = one 128-bit load per thread). ``BLOCK_R`` lanes shrink as ``m`` grows so the
-    ``m × BLOCK_R × BLOCK_N`` float32 partial sums stay at 16 registers per thread. K is split into
-    ranges of whole ``BLOCK_R`` steps so the grid has about ``_TARGET_PROGRAMS`` programs: at least
-    2 steps per split, at most 64 splits, and at most ``K / (64·BLOCK_M)`` so the float32 partials
-    stay under 1/8 of the weight's bytes. A split count that divides the steps evenly is preferred
-    (within a factor 2 of the target): the kernel then compiles without row masks (~14% fewer
-    instructions in its loop). The split depends on the shape only, never on the GPU, so the result
-    is the same on every device. With ``k``/``n`` left at 0 no split is made.
+    One warp per program, ``BLOCK_N`` a multiple of 128 columns: the warp reads each packed row as
+    ``BLOCK_N // 128`` runs of 512 contiguous bytes (four words = one 128-bit load per thread), and
+    every thread holds all ``BLOCK_R`` rows of its columns, so the lanes are summed in registers
+    (rows spread over warps would need shared memory and barriers for that). ``BLOCK_R`` shrinks as
+    ``m`` grows so the ``m × BLOCK_R`` float32 partial sums per column stay at 32-64 registers per
+    thread. K is split into ranges of whole ``BLOCK_R`` steps so the grid has about
+    ``_TARGET_PROGRAMS`` programs: at least 2 steps per split, at most 64 splits, and at most
+    ``K / (64·BLOCK_M)`` so the float32 partials stay under 1/8 of the weight's bytes. A split count
+    that divides the steps evenly is preferred (within a factor 2 of the target): the kernel then
+    compiles without row masks (~14% fewer instructions in its loop). The split depends on the
+    shape only, never on the GPU, so the result is the same on every device. With ``k``/``n`` left
+    at 0 no split is made.
     """
     block_m = max(1, triton.next_power_of_2(m))
-    block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
-    block_n = 128
+    block_r, block_n = {1: (4, 256), 2: (8, 128), 4: (4, 128), 8: (2, 128)}[block_m]
     rows = k // 8
     split_rows = 0
     if rows and n:
@@ -82,7 +84,7 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
             split_rows = steps // splits * block_r
         elif want > 1:
             split_rows = -(-steps // want) * block_r
-    return GemvConfig(block_m, block_r, block_n, num_warps=4, num_stages=2, split_rows=split_rows)
+    return GemvConfig(block_m, block_r, block_n, num_warps=1, num_stages=2, split_rows=split_rows)
 
 
 @triton.jit
@@ -116,22 +118,23 @@ def _lane_tree(acc, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.co
 
 @triton.jit
 def _nibble(words, hi, magic, i: tl.constexpr):
-    """Nibble ``i`` of each word times ``2^(4j)`` as float32, exactly (``j = i``, or ``i - 3`` for i ≥ 5).
+    """Nibble ``i`` of each word as an exact float32 ``q`` in 0..15 -- one LOP3 and one FADD.
 
     No int→float conversion (16 per clock per SM on sm_80/sm_90, a quarter of the float adds) and
-    no shift per nibble: the nibble is masked *in place* and OR-ed into the mantissa of 2^23, then
-    2^23 is subtracted -- one LOP3 and one FADD. Nibbles 0-4 (bits 0-19) fit the 23-bit mantissa
-    where they are; nibbles 5-7 come from ``hi = words >> 12`` (one shift per word), at bits 8-19.
-    The caller scales by ``scale·2^(-4j)`` for the nibble's position ``j``, so the product is still
-    exactly ``q·scale``. ``magic`` is
-    0x4B000000 passed as a kernel argument: as a register operand the mask and the OR fold into one
-    LOP3 (SASS LOP3 takes one immediate; with both constants immediate ptxas emits two).
+    no shift per nibble: the nibble is masked *in place*, at bit ``p``, and OR-ed into the exponent
+    of ``2^(23-p)``, whose mantissa bit ``p`` is worth 1, so the word reads ``2^(23-p) + q`` and one
+    subtraction leaves ``q``. Nibbles 0-4 (bits 0-19) fit the 23-bit mantissa where they are;
+    nibbles 5-7 come from ``hi = words >> 12`` (one shift per word), at bits 8-19. ``magic`` is
+    0x4B000000 (the exponent bits of 2^23) passed as a kernel argument and lowered per position
+    outside the loop: as a register operand the mask and the OR fold into one LOP3 (SASS LOP3
+    takes one immediate; with both constants immediate ptxas emits two).
     """
+    p: tl.constexpr = 4 * i if i < 5 else 4 * (i - 3)
     if i < 5:  # noqa: SIM108 -- a constexpr branch reads clearer than a ternary in a kernel
-        bits = (words & (0xF << (4 * i))) | magic
+        bits = (words & (0xF << p)) | (magic - (p << 23))
     else:
-        bits = (hi & (0xF << (4 * (i - 3)))) | magic
-    return bits.to(tl.float32, bitcast=True) - 8388608.0
+        bits = (hi & (0xF << p)) | (magic - (p << 23))
+    return bits.to(tl.float32, bitcast=True) - float(2 ** (23 - p))
 
 
 @triton.jit
@@ -210,37 +213,23 @@ def _int4_gemv_kernel(
             s_ptrs = (row // GROUP_ROWS).to(tl.int64)[:, None] * stride_sg + n[None, :] * stride_sn
             scale = tl.load(scales_ptr + s_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
             low = tl.load(mins_ptr + s_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
-        # scale·2^(-4i): exact (a power-of-two step; fp16 scales stay normal in float32).
-        s1 = scale * 0.0625
-        s2 = scale * 0.00390625
-        s3 = scale * 0.000244140625
-        s4 = scale * 0.0000152587890625
         x_mask = m_mask[:, None] & row_mask[None, :]
         k0 = row.to(tl.int64) * 8
         for i in tl.static_range(8):
-            q = _nibble(words, hi, magic, i)
-            j = i if i < 5 else i - 3  # the nibble's position in words (i < 5) or hi
-            if j == 0:
-                w = tl.fma(q, scale, low)
-            elif j == 1:
-                w = tl.fma(q, s1, low)
-            elif j == 2:
-                w = tl.fma(q, s2, low)
-            elif j == 3:
-                w = tl.fma(q, s3, low)
-            else:
-                w = tl.fma(q, s4, low)
+            # q·scale is exact (4 × 11 significant bits), so the FMA rounds once, as q·scale + min.
+            w = tl.fma(_nibble(words, hi, magic, i), scale, low)
+            # x·w + acc with one rounding (a fused multiply-add), as in the oracle.
             if BLOCK_M == 1:
                 if EVEN_R:
                     xv = tl.load(x_ptr + (k0 + i) * stride_xk)
                 else:
                     xv = tl.load(x_ptr + (k0 + i) * stride_xk, mask=row_mask, other=0.0)
-                acc = acc + xv.to(tl.float32)[:, None] * w
+                acc = tl.fma(xv.to(tl.float32)[:, None], w, acc)
             else:
                 xv = tl.load(
                     x_ptr + m[:, None] * stride_xm + (k0 + i)[None, :] * stride_xk, mask=x_mask, other=0.0
                 )
-                acc = acc + xv.to(tl.float32)[:, :, None] * w[None, :, :]
+                acc = tl.fma(xv.to(tl.float32)[:, :, None], w[None, :, :], acc)
     if BLOCK_M == 1:
         acc = tl.reshape(acc, (1, BLOCK_R, BLOCK_N))
     part = _lane_tree(acc, BLOCK_M, BLOCK_R, BLOCK_N)

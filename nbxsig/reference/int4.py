@@ -127,10 +127,12 @@ def int4_gemv_blocked(
     K's packed rows are cut into contiguous splits of ``split_rows`` (0: one split). Inside a split
     the kernel keeps ``block_rows`` partial sums per output (lane ``r`` owns the split's rows ``r``,
     ``r + block_rows``, ...); a lane adds ``x[k] * w[k]`` for its ``k = 8·row + i`` one at a time,
-    ``i`` ascending inside a row, rows ascending. After the split's last row the lanes are summed by
+    ``i`` ascending inside a row, rows ascending, each as one fused multiply-add (one rounding,
+    :func:`fma_float32`). After the split's last row the lanes are summed by
     a pairwise tree (lane ``2j`` + lane ``2j+1``, repeated). The split results are added in split
     order (``p0 + p1 + ...``), then ``bias`` is added and the sum cast to ``x.dtype``. Every step
-    here is one elementwise float32 multiply or add, so the result is reproducible bit for bit.
+    here is one correctly rounded elementwise float32 operation, so the result is reproducible bit
+    for bit.
     Cost: ``K / block_rows`` torch ops — an oracle for tests, not a path.
 
     Shape: ``x (M, K)`` → ``(M, N)``.
@@ -165,8 +167,35 @@ def _blocked_split(x: torch.Tensor, w: torch.Tensor, block_rows: int) -> torch.T
     acc = torch.zeros(m, block_rows, n, dtype=torch.float32, device=x.device)
     for j in range(padded_rows // block_rows):
         for i in range(8):
-            acc = acc + xf[:, j, :, i, None] * wf[None, j, :, i, :]
+            acc = fma_float32(xf[:, j, :, i, None], wf[None, j, :, i, :], acc)
     while acc.shape[1] > 1:
         pairs = acc.reshape(m, acc.shape[1] // 2, 2, n)
         acc = pairs[:, :, 0] + pairs[:, :, 1]
     return acc[:, 0]
+
+
+def fma_float32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``a·b + c`` for float32 tensors (broadcast), rounded once to float32 -- what the GPU's FFMA does.
+
+    torch has no float32 FMA, so it is built in float64: the product of two float32 values is exact
+    there (24 + 24 significant bits), the sum ``s`` is rounded once and its rounding error ``e`` is
+    recovered exactly (Knuth's two-sum). Rounding ``s`` to float32 then gives the correctly rounded
+    result except where ``s`` lies exactly halfway between two float32 values and ``e ≠ 0``: the
+    exact sum is then just above or below the midpoint, and the neighbour on ``e``'s side is taken.
+    Finite inputs only.
+
+    >>> x = torch.tensor([1.0 + 2.0**-12], dtype=torch.float32)
+    >>> fma_float32(x, x, torch.tensor([-1.0])).item() == 2.0**-11 + 2.0**-24
+    True
+    """
+    p = a.double() * b.double()
+    c64 = c.double()
+    s = p + c64
+    bv = s - p
+    e = (p - (s - bv)) + (c64 - bv)
+    r = s.float()
+    up = torch.nextafter(r, torch.full_like(r, float("inf")))
+    down = torch.nextafter(r, torch.full_like(r, float("-inf")))
+    r64 = r.double()
+    r = torch.where((s == (r64 + up.double()) * 0.5) & (e > 0), up, r)
+    return torch.where((s == (r64 + down.double()) * 0.5) & (e < 0), down, r)
