@@ -10,9 +10,19 @@ arrival counter, and the last program of the tile adds the ``N_SPLITS`` partials
 (``p0 + p1 + ...``), adds the bias and writes the output. No atomics touch the data and the order of
 every floating-point operation is fixed by the shape, so the result is deterministic.
 
-Compiled with ``enable_fp_fusion=False``: every product ``x·w`` and every sum is rounded on its own,
-exactly as in :func:`nbxsig.reference.int4.int4_gemv_blocked`, which the tests check bit for bit.
-The one explicit FMA is the dequantization ``q·scale + min``, whose product is exact.
+Compiled with ``enable_fp_fusion=False``, so the compiler fuses nothing on its own; the kernel's two
+explicit FMAs are the dequantization ``q·scale + min`` (its product is exact, so it equals a multiply
+then an add) and the accumulation ``x·w + acc`` (one rounding), exactly as in
+:func:`nbxsig.reference.int4.int4_gemv_blocked` (built on the correctly rounded
+:func:`~nbxsig.reference.int4.fma_float32`), which the tests check bit for bit. Each nibble costs one
+LOP3 and one FADD to extract (:func:`_nibble`), one FFMA to dequantize and one to accumulate: the
+sm_90 loop issues 635 instructions per 128 weights per thread (5.0 per weight; 789 = 6.2 with a
+separate multiply and add and the scale pre-multiplied per nibble position, the form before
+0335a71). On the H200 that took the 4096×11008 layer from 16.1 to 14.9 µs (graph replays, bench
+``quant_sweep``, 2026-12-03), 4096×4096 from 8.2 to 7.6 and 11008×4096 from 16.2 to 15.1: the
+kernel is not bound by its instruction issue alone (~6.7 µs of issue at 4096×11008) but by the
+latency of its short programs -- load, compute, then the split's arrival -- which the one-warp
+programs with every lane of a column in one thread (BLOCK_N 128-512) made worse: 15.5-47 µs.
 
 Why the split: one program per column tile walking all of K gave 128-344 programs on a 132-SM H200
 with one 16-iteration to 43-iteration dependent chain each -- 27-65 µs for layers whose int4 bytes
@@ -33,7 +43,7 @@ from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
-_TARGET_PROGRAMS = 2048  # one-warp programs, ~16 per SM on a 132-SM H100/H200
+_TARGET_PROGRAMS = 1024  # ~8 per SM on a 132-SM H100/H200: enough loads in flight, short tails
 _MAX_SPLITS = 64
 
 
@@ -53,21 +63,19 @@ class GemvConfig:
 def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvConfig:
     """Tiles and split for ``m`` rows of ``x (m, k)`` times an ``(n, k)`` weight (pure, shape only).
 
-    One warp per program, ``BLOCK_N`` a multiple of 128 columns: the warp reads each packed row as
-    ``BLOCK_N // 128`` runs of 512 contiguous bytes (four words = one 128-bit load per thread), and
-    every thread holds all ``BLOCK_R`` rows of its columns, so the lanes are summed in registers
-    (rows spread over warps would need shared memory and barriers for that). ``BLOCK_R`` shrinks as
-    ``m`` grows so the ``m × BLOCK_R`` float32 partial sums per column stay at 32-64 registers per
-    thread. K is split into ranges of whole ``BLOCK_R`` steps so the grid has about
-    ``_TARGET_PROGRAMS`` programs: at least 2 steps per split, at most 64 splits, and at most
-    ``K / (64·BLOCK_M)`` so the float32 partials stay under 1/8 of the weight's bytes. A split count
-    that divides the steps evenly is preferred (within a factor 2 of the target): the kernel then
-    compiles without row masks (~14% fewer instructions in its loop). The split depends on the
-    shape only, never on the GPU, so the result is the same on every device. With ``k``/``n`` left
-    at 0 no split is made.
+    ``BLOCK_N = 128`` columns per tile: a warp reads one row of 128 int32 words (512 contiguous
+    bytes, four words = one 128-bit load per thread). ``BLOCK_R`` lanes shrink as ``m`` grows so the
+    ``m × BLOCK_R × BLOCK_N`` float32 partial sums stay at 16 registers per thread. K is split into
+    ranges of whole ``BLOCK_R`` steps so the grid has about ``_TARGET_PROGRAMS`` programs: at least
+    2 steps per split, at most 64 splits, and at most ``K / (64·BLOCK_M)`` so the float32 partials
+    stay under 1/8 of the weight's bytes. A split count that divides the steps evenly is preferred
+    (within a factor 2 of the target): the kernel then compiles without row masks (~14% fewer
+    instructions in its loop). The split depends on the shape only, never on the GPU, so the result
+    is the same on every device. With ``k``/``n`` left at 0 no split is made.
     """
     block_m = max(1, triton.next_power_of_2(m))
-    block_r, block_n = {1: (4, 256), 2: (8, 128), 4: (4, 128), 8: (2, 128)}[block_m]
+    block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
+    block_n = 128
     rows = k // 8
     split_rows = 0
     if rows and n:
@@ -84,7 +92,7 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
             split_rows = steps // splits * block_r
         elif want > 1:
             split_rows = -(-steps // want) * block_r
-    return GemvConfig(block_m, block_r, block_n, num_warps=1, num_stages=2, split_rows=split_rows)
+    return GemvConfig(block_m, block_r, block_n, num_warps=4, num_stages=2, split_rows=split_rows)
 
 
 @triton.jit
