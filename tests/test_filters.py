@@ -434,6 +434,35 @@ def test_ring_long_separable_is_reference(boundary, generator, device):
         assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
 
 
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_ring_long_separable_blocked_rows(boundary, generator, device):
+    """Long row taps on unit-stride rows (``LONG_VEC``): tiles whose row window lies inside the row hold
+    2 or 4 adjacent columns per thread and filter each row from registers, the other tiles load per
+    tap; both against the float64 reference, with bands across the top/bottom edges (the boundary maps
+    the rows) and float16 rounding once on the store."""
+    from nbxsig.kernels import depthwise as dk
+
+    kh, kw = 11, 10
+    pads = (4, 6, 6, 3)
+    wy = random_tensor((2, kh), generator=generator, dtype=torch.float64)
+    wx = random_tensor((2, kw), generator=generator, dtype=torch.float64)
+    # (tile width, warps, image width): 2 columns per thread on 64-column tiles, 4 on 128; tile 1 of
+    # each is the one whose window (tile ± the pads, rounded out to blocks) fits in the row.
+    for block_w, warps, width in ((64, 1, 150), (128, 1, 270)):
+        assert dk.long_vec(block_w, warps) == block_w // 32
+        x = random_tensor((1, 2, 9, width), generator=generator, dtype=torch.float64)
+        for dtype in (torch.float32, torch.float16):
+            ref = nf.depthwise_conv2d(
+                x.to(dtype).double(), (wy, wx), padding=pads, boundary=boundary, backend="torch"
+            )
+            with torch.no_grad():
+                y = dk._separable_fused(
+                    x.to(dtype).to(device), wy.float().to(device), wx.float().to(device), stride=(1, 1),
+                    pads=pads, boundary=boundary, config=("ring", 2, block_w, warps),
+                )  # fmt: skip
+            assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+
+
 @pytest.mark.parametrize("kw", [3, 5], ids=["mapped", "direct"])
 def test_ring_kernel_zero_padding(kw, generator, device):
     """Zero padding on the ring's edge tiles, with their mapped column offsets (3 column taps) or
@@ -771,14 +800,21 @@ def test_gpu_ring_whole_row_tile(dtype, generator, cuda_device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_gpu_long_separable(boundary, generator, cuda_device):
-    """Separable filters with long taps on the ring's shift register (row taps looped), unequal lengths."""
+    """Separable filters with long taps on the ring's shift register, unequal lengths: the default tile
+    (2 columns per thread) and one of 4 columns per thread; interior tiles filter rows from registers."""
+    from nbxsig.kernels import depthwise as dk
+
     x = random_tensor((2, 3, 301, 389), generator=generator).to(cuda_device)
     wy = random_tensor((3, 31), generator=generator).to(cuda_device)
     wx = random_tensor((3, 17), generator=generator).to(cuda_device)
     ref = nf.depthwise_conv2d(x.double(), (wy.double(), wx.double()), boundary=boundary, backend="torch")
     with torch.no_grad():
         y = nf.depthwise_conv2d(x, (wy, wx), boundary=boundary, backend="triton")
+        y4 = dk._separable_fused(
+            x, wy, wx, stride=(1, 1), pads=(15, 15, 8, 8), boundary=boundary, config=("ring", 4, 128, 1)
+        )
     assert_close(y, ref, dtype=torch.float32)
+    assert_close(y4, ref, dtype=torch.float32)
 
 
 @pytest.mark.gpu

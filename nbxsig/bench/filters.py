@@ -260,16 +260,17 @@ def cases(*, quick: bool = False) -> list[Case]:
     tc = "tensor-core"
     # Ring variants ("ring", CYCLES, BLOCK_W, num_warps) of _ring_kernel (NCHW, stride 1, the default for
     # the 5×5 blur and the NCHW rows; _ring_config's even split of the rows); the band kernels it
-    # replaced as the comparison.
+    # replaced as the comparison. 31×31: BLOCK_W / (32·num_warps) columns per thread (long_vec: 2 or 4).
     out += _blur_case(
         5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev,
         forms=[("fused", (1, 4, 256, 4, True)), ("fused", ("ring", 11, 128, 2))],
     )  # fmt: skip
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
-        forms=[("two-pass", 32 << 20), (tc, (64, 32, 64, 16, 4)), ("fused", ("ring", 10, 64, 1)),
-               ("fused", ("ring", 10, 256, 4)), ("fused", ("ring", 18, 128, 2)),
-               ("fused", ("ring", 5, 128, 2))],
+        forms=[(tc, (64, 32, 64, 16, 4)), ("fused", ("ring", 10, 64, 1)), ("fused", ("ring", 10, 256, 4)),
+               ("fused", ("ring", 5, 128, 2)), ("fused", ("ring", 10, 128, 1)),
+               ("fused", ("ring", 5, 128, 1)), ("fused", ("ring", 18, 128, 1)),
+               ("fused", ("ring", 10, 256, 2))],
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,

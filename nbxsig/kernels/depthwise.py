@@ -954,6 +954,92 @@ def _ring_rows(
 
 
 @triton.jit
+def _long_row_blocked(
+    x_row, col0, taps_x, KW: tl.constexpr, LEFT: tl.constexpr, OFF: tl.constexpr, NB: tl.constexpr,
+    VEC: tl.constexpr, BT: tl.constexpr,
+):  # fmt: skip
+    """Input row ``x_row`` (unit stride) filtered along the row by the ``KW`` taps ``taps_x`` (a tuple
+    of registers) for the interior tile whose first output column is ``col0``: a tuple of ``VEC``
+    ``(BT,)`` vectors, entry ``c`` holding columns ``col0 + VEC·t + c``.
+
+    Each thread loads its window -- the ``VEC + KW - 1`` inputs its columns read, rounded out to
+    aligned ``VEC``-wide blocks: ``NB`` blocks from column ``col0 + VEC·t + OFF`` (see ``_ring_kernel``)
+    -- with one vector load per block, splits the blocks into registers
+    (:func:`_block_columns`, no data leaves the thread) and runs ``VEC`` chains of ``KW`` multiply-adds
+    over them. The per-tap loads of :func:`_long_row` cost one unaligned L1 access per tap per column
+    (62 loads per row per thread at 2 columns, 31×31), which bound the kernel by L1 throughput."""
+    t = tl.arange(0, BT)
+    e = tl.arange(0, VEC)
+    window = ()
+    for m in tl.static_range(NB):
+        block = tl.load(x_row + (col0 + OFF + m * VEC + VEC * t)[:, None] + e[None, :])
+        window = window + _block_columns(block.to(tl.float32), VEC, BT)
+    outs = ()
+    for c in tl.static_range(VEC):
+        o = taps_x[0] * window[c - LEFT - OFF]
+        for j in tl.static_range(1, KW):
+            o += taps_x[j] * window[c - LEFT + j - OFF]
+        outs = outs + (o,)
+    return outs
+
+
+@triton.jit
+def _block_columns(block, VEC: tl.constexpr, BT: tl.constexpr):
+    """A ``(BT, VEC)`` tile (``VEC`` = 2 or 4) held one row per thread → its ``VEC`` columns, a tuple of
+    ``(BT,)`` tensors, by register-only splits."""
+    if VEC == 4:
+        even, odd = tl.split(tl.reshape(block, (BT, 2, 2)))  # columns (0, 2) and (1, 3)
+        c0, c2 = tl.split(even)
+        c1, c3 = tl.split(odd)
+        cols = (c0, c1, c2, c3)
+    else:
+        c0, c1 = tl.split(block)
+        cols = (c0, c1)
+    return cols
+
+
+@triton.jit
+def _shift_rows_blocked(
+    x_row0, y_ptr0, taps_x, taps_y, col0, h0, H, WO, HO, sxh, syh, syw, top,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, LEFT: tl.constexpr,
+    OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr,
+):  # fmt: skip
+    """:func:`_shift_rows` for an interior tile of unit-stride rows with ``VEC`` adjacent columns per
+    thread: the row filter is :func:`_long_row_blocked` (row taps in registers) and each of the ``VEC``
+    columns keeps its own ``KH``-slot shift register, so every value stays in the thread that computed
+    it. ``y_ptr0`` is the plane's output row 0."""
+    cols = col0 + VEC * tl.arange(0, BT)
+    acc = ()
+    for _ in tl.static_range(KH * VEC):  # slot j of column c at KH·c + j
+        acc = acc + (tl.zeros((BT,), dtype=tl.float32),)
+    n_in = HO - h0 + KH - 1
+    for d in range(ROWS + KH - 1):
+        if d < n_in:
+            ridx, rok = _ring_row(h0 + d - top, H, BOUNDARY)
+            x_row = x_row0 + ridx.to(tl.int64) * sxh
+            if rok:  # false only for rows outside the image under zero padding
+                hv = _long_row_blocked(x_row, col0, taps_x, KW, LEFT, OFF, NB, VEC, BT)
+            else:
+                hv = ()
+                for _ in tl.static_range(VEC):
+                    hv = hv + (tl.zeros((BT,), dtype=tl.float32),)
+            r = d - (KH - 1)  # the output row (of this program's ROWS) that is now complete
+            y_row = y_ptr0 + (h0 + r).to(tl.int64) * syh
+            new = ()
+            for c in tl.static_range(VEC):
+                done = acc[KH * c] + taps_y[KH - 1] * hv[c]
+                tl.store(
+                    y_row + (cols + c) * syw,
+                    done.to(y_ptr0.dtype.element_ty),
+                    mask=(cols + c < WO) & (r >= 0),
+                )
+                for j in tl.static_range(1, KH):
+                    new = new + (acc[KH * c + j] + taps_y[KH - 1 - j] * hv[c],)
+                new = new + (tl.zeros((BT,), dtype=tl.float32),)
+            acc = new
+
+
+@triton.jit
 def _shift_rows(
     x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
     KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, MAP_W: tl.constexpr,
@@ -992,11 +1078,31 @@ def _shift_rows(
 
 
 @triton.jit
+def _long_band(
+    x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask, first, last,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, U: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """:func:`_shift_rows` for a tile whose inputs span columns ``first..last``: plain offsets when they
+    lie inside the row, mapped ones (the boundary) otherwise."""
+    if (first >= 0) & (last < W):
+        _shift_rows(
+            x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
+            KH, KW, BOUNDARY, ROWS, False, U, BLOCK_W,
+        )  # fmt: skip
+    else:
+        _shift_rows(
+            x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
+            KH, KW, BOUNDARY, ROWS, True, U, BLOCK_W,
+        )  # fmt: skip
+
+
+@triton.jit
 def _ring_kernel(
     x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top,
     LEFT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
     CYCLES: tl.constexpr, EVEN_W: tl.constexpr, WHOLE_W: tl.constexpr, LONG_W: tl.constexpr,
-    LONG_UNROLL: tl.constexpr, BLOCK_W: tl.constexpr,
+    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Depthwise correlation, stride 1, one channel plane per program, ``CYCLES·KH - KH + 1`` output rows
     × ``BLOCK_W`` columns (the contiguous axis) per program (forward only, ``J = 1``)::
@@ -1015,7 +1121,8 @@ def _ring_kernel(
     ``LONG_W`` (separable filters longer than the unrolled ring takes): the row taps stay in memory and
     each input row is filtered in a runtime loop, the column taps in a shift register
     (:func:`_shift_rows`) -- the unrolled ring at 31×31 took 7 minutes to compile for sm_90 and 255
-    registers; this takes a second.
+    registers; this takes a second. ``LONG_VEC`` (2 or 4; 1: off): interior tiles hold that many adjacent
+    columns per thread and filter each row from registers (:func:`_long_row_blocked`).
 
     ``WHOLE_W``: one tile is the whole row (``W = WO = BLOCK_W``). The widths then become compile-time
     constants, and with ``LEFT`` one too the compiler drops every column mask that cannot fail: a 7×7
@@ -1048,15 +1155,27 @@ def _ring_kernel(
     first = pid_w * BLOCK_W - left
     last = pid_w * BLOCK_W + BLOCK_W - 1 + KW - 1 - left
     if LONG_W:
-        if (first >= 0) & (last < W):
-            _shift_rows(
-                x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-                KH, KW, BOUNDARY, ROWS, False, LONG_UNROLL, BLOCK_W,
-            )  # fmt: skip
+        if LONG_VEC > 1:
+            # Tiles whose whole row window lies inside the row hold VEC adjacent columns per thread and
+            # keep the row taps in registers: NB aligned blocks from OFF columns before each thread's first.
+            OFF: tl.constexpr = -((LEFT + LONG_VEC - 1) // LONG_VEC) * LONG_VEC
+            NB: tl.constexpr = (LONG_VEC - 1 + KW - 1 - LEFT - OFF) // LONG_VEC + 1
+            col0 = pid_w * BLOCK_W
+            if (col0 + OFF >= 0) & (col0 + BLOCK_W - LONG_VEC + OFF + NB * LONG_VEC - 1 < W):
+                _shift_rows_blocked(
+                    x_row0, y_ptr + n * syn + co.to(tl.int64) * syc, _ring_taps(taps, KW), taps_y,
+                    col0, h0, H, WO, HO, sxh, syh, syw, top,
+                    KH, KW, BOUNDARY, ROWS, LEFT, OFF, NB, LONG_VEC, BLOCK_W // LONG_VEC,
+                )  # fmt: skip
+            else:
+                _long_band(
+                    x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
+                    first, last, KH, KW, BOUNDARY, ROWS, LONG_UNROLL, BLOCK_W,
+                )  # fmt: skip
         else:
-            _shift_rows(
+            _long_band(
                 x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-                KH, KW, BOUNDARY, ROWS, True, LONG_UNROLL, BLOCK_W,
+                first, last, KH, KW, BOUNDARY, ROWS, LONG_UNROLL, BLOCK_W,
             )  # fmt: skip
     elif (first >= 0) & (last < W):
         _ring_rows(
@@ -1330,6 +1449,14 @@ def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[in
     return cycles, block_w, max(1, block_w // 64)
 
 
+def long_vec(block_w: int, warps: int) -> int:
+    """``LONG_VEC`` of ``_ring_kernel`` for long row taps on unit-stride rows: the columns each thread
+    holds when that is 2 or 4 (interior tiles then filter rows from registers, :func:`_long_row_blocked`),
+    else 1 (every tile loads per tap, :func:`_long_row`)."""
+    vec = block_w // (32 * warps)
+    return vec if vec in (2, 4) else 1
+
+
 def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, config=None):
     """One launch of ``_ring_kernel``; ``taps`` float32 ``(CO, KH·KW)`` or ``(CO, KH + KW)``
     contiguous; ``config``: ``(CYCLES, BLOCK_W, num_warps)`` instead of :func:`_ring_config` (the
@@ -1344,7 +1471,8 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
         x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, LEFT=left,
         KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary], CYCLES=cycles,
         EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
-        LONG_UNROLL=_LONG_UNROLL, BLOCK_W=bw, num_warps=warps,
+        LONG_UNROLL=_LONG_UNROLL, LONG_VEC=long_vec(bw, warps) if long_w and x.stride(3) == 1 else 1,
+        BLOCK_W=bw, num_warps=warps,
     )  # fmt: skip
     return y
 
