@@ -49,8 +49,7 @@ for xt, kh, kw, sep, b, size in RING:
     build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt},
           dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
                WHOLE_W=size == bw, LONG_W=long_w, LONG_UNROLL=dk._LONG_UNROLL,
-               LONG_VEC=dk.long_vec(bw, warps) if long_w else 1, LONG_PREFETCH=dk._LONG_PREFETCH,
-               LONG_LOOKAHEAD=dk._LONG_LOOKAHEAD, BLOCK_W=bw),
+               LONG_VEC=dk.long_vec(bw, warps) if long_w else 1, LONG_PREFETCH=dk._LONG_PREFETCH, BLOCK_W=bw),
           num_warps=warps)
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}

@@ -173,16 +173,13 @@ def _form_label(form: str, arg) -> str:
         return f" tensor-core tile {arg}"
     if form == "prefetch":
         return f" fused tile {arg[1]}, L2 prefetch {arg[0]} rows ahead"
-    if form == "no lookahead":
-        return f" fused tile {arg}, no lookahead"
     return f" {form}" + (f" tile {arg}" if arg is not None else "")
 
 
 def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, dev, forms) -> list[Case]:
     """The public call against torch, and ``forms`` of the separable kernels as variants: ("fused",
     ``_separable_fused`` config or None), ("two-pass", chunk budget), ("tensor-core", ``_separable_dot``
-    tile or None), ("prefetch", (rows ahead, fused config)) -- ``_LONG_PREFETCH`` set to that, ("no
-    lookahead", fused config) -- ``_LONG_LOOKAHEAD`` off."""
+    tile or None), ("prefetch", (rows ahead, fused config)) -- ``_LONG_PREFETCH`` set to that."""
     g = torch.Generator(device=dev).manual_seed(3)
     x = torch.rand(*_BLUR_SHAPE, device=dev, generator=g)
     g1 = nf.gaussian_kernel1d(k, sigma).float().to(dev)
@@ -213,8 +210,6 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
             return lambda: dk._separable_dot(x, taps, taps, pads=pads, boundary="reflect", config=arg)
         if form == "prefetch":
             return _patched("_LONG_PREFETCH", arg[0], variant("fused", arg[1]))
-        if form == "no lookahead":
-            return _patched("_LONG_LOOKAHEAD", False, variant("fused", arg))
         return lambda: dk._separable_chunked(
             x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect", budget=arg
         )
@@ -276,10 +271,11 @@ def cases(*, quick: bool = False) -> list[Case]:
     )  # fmt: skip
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
-        forms=[(tc, (64, 32, 64, 16, 4)), ("fused", ("ring", 5, 128, 2)), ("fused", ("ring", 3, 128, 2)),
-               ("fused", ("ring", 5, 64, 1)), ("fused", ("ring", 10, 64, 1)), ("fused", ("ring", 5, 256, 4)),
-               ("no lookahead", ("ring", 5, 128, 2)), ("no lookahead", None), ("prefetch", (0, None)),
-               ("prefetch", (8, None))],
+        forms=[(tc, (64, 32, 64, 16, 4)), ("fused", ("ring", 10, 64, 1)), ("fused", ("ring", 5, 128, 2)),
+               ("fused", ("ring", 5, 128, 1)), ("prefetch", (0, None)), ("prefetch", (2, None)),
+               ("prefetch", (8, None)), ("prefetch", (16, None)), ("prefetch", (4, ("ring", 5, 128, 2))),
+               ("prefetch", (4, ("ring", 10, 64, 1))), ("prefetch", (4, ("ring", 5, 128, 1))),
+               ("prefetch", (8, ("ring", 5, 128, 1)))],
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,

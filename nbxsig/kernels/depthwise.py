@@ -108,8 +108,6 @@ _RING_BLOCK_W_LONG = 128
 _LONG_UNROLL = 8
 # Input rows ahead that the long separable filter's interior tiles ask L2 for (_shift_rows_blocked).
 _LONG_PREFETCH = 4
-# Whether those tiles load the next input row's window before filtering the current one.
-_LONG_LOOKAHEAD = True
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
 # that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
@@ -958,51 +956,32 @@ def _ring_rows(
 
 
 @triton.jit
-def _clamped_row(h, H, BOUNDARY: tl.constexpr):
-    """Input row ``h`` mapped by the boundary and clamped into the image (a row outside it under zero
-    padding reads row 0 or ``H - 1``, which :func:`_ring_row` then says to ignore), as an int64."""
-    ridx, _ = _ring_row(h, H, BOUNDARY)
-    return tl.minimum(tl.maximum(ridx, 0), H - 1).to(tl.int64)
-
-
-@triton.jit
-def _row_window(x_row, col0, OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr):
-    """The inputs the tile starting at output column ``col0`` reads from row ``x_row`` (unit stride),
-    thread ``t``'s window -- its ``VEC`` columns' ``VEC + KW - 1`` inputs rounded out to aligned blocks --
-    as ``NB`` ``(BT, VEC)`` blocks from column ``col0 + VEC·t + OFF``, one vector load each."""
-    t = tl.arange(0, BT)
-    e = tl.arange(0, VEC)
-    blocks = ()
-    for m in tl.static_range(NB):
-        blocks = blocks + (tl.load(x_row + (col0 + OFF + m * VEC + VEC * t)[:, None] + e[None, :]),)
-    return blocks
-
-
-@triton.jit
-def _filter_window(
-    blocks, taps_x, KW: tl.constexpr, LEFT: tl.constexpr, OFF: tl.constexpr, NB: tl.constexpr,
+def _long_row_blocked(
+    x_row, col0, taps_x, KW: tl.constexpr, LEFT: tl.constexpr, OFF: tl.constexpr, NB: tl.constexpr,
     VEC: tl.constexpr, BT: tl.constexpr,
 ):  # fmt: skip
-    """A :func:`_row_window` filtered along the row by the ``KW`` taps ``taps_x`` (a tuple of registers):
-    a tuple of ``VEC`` float32 ``(BT,)`` vectors, entry ``c`` holding columns ``col0 + VEC·t + c``.
+    """Input row ``x_row`` (unit stride) filtered along the row by the ``KW`` taps ``taps_x`` (a tuple
+    of registers) for the interior tile whose first output column is ``col0``: a tuple of ``VEC``
+    ``(BT,)`` vectors, entry ``c`` holding columns ``col0 + VEC·t + c``.
 
-    The blocks are split into registers (:func:`_block_columns`, no data leaves the thread) and each
-    column sums its taps in two chains (even and odd taps; one chain of ``KW`` dependent multiply-adds
-    would wait on the FMA latency). The per-tap loads of :func:`_long_row` cost one unaligned L1 access
-    per tap per column (62 loads per row per thread at 2 columns, 31×31): L1-bound."""
+    Each thread loads its window -- the ``VEC + KW - 1`` inputs its columns read, rounded out to
+    aligned ``VEC``-wide blocks: ``NB`` blocks from column ``col0 + VEC·t + OFF`` (see ``_ring_kernel``)
+    -- with one vector load per block, splits the blocks into registers
+    (:func:`_block_columns`, no data leaves the thread) and runs ``VEC`` chains of ``KW`` multiply-adds
+    over them. The per-tap loads of :func:`_long_row` cost one unaligned L1 access per tap per column
+    (62 loads per row per thread at 2 columns, 31×31), which bound the kernel by L1 throughput."""
+    t = tl.arange(0, BT)
+    e = tl.arange(0, VEC)
     window = ()
     for m in tl.static_range(NB):
-        window = window + _block_columns(blocks[m].to(tl.float32), VEC, BT)
+        block = tl.load(x_row + (col0 + OFF + m * VEC + VEC * t)[:, None] + e[None, :])
+        window = window + _block_columns(block.to(tl.float32), VEC, BT)
     outs = ()
     for c in tl.static_range(VEC):
-        even = taps_x[0] * window[c - LEFT - OFF]
-        odd = taps_x[1] * window[c - LEFT + 1 - OFF]
-        for j in tl.static_range(2, KW):
-            if j % 2 == 0:
-                even += taps_x[j] * window[c - LEFT + j - OFF]
-            else:
-                odd += taps_x[j] * window[c - LEFT + j - OFF]
-        outs = outs + (even + odd,)
+        o = taps_x[0] * window[c - LEFT - OFF]
+        for j in tl.static_range(1, KW):
+            o += taps_x[j] * window[c - LEFT + j - OFF]
+        outs = outs + (o,)
     return outs
 
 
@@ -1034,43 +1013,32 @@ def _shift_rows_blocked(
     x_row0, y_ptr0, taps_x, taps_y, col0, h0, H, WO, HO, sxh, syh, syw, top,
     KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, LEFT: tl.constexpr,
     OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr, PREFETCH: tl.constexpr,
-    LOOKAHEAD: tl.constexpr,
 ):  # fmt: skip
     """:func:`_shift_rows` for an interior tile of unit-stride rows with ``VEC`` adjacent columns per
-    thread: the row filter is :func:`_filter_window` (row taps in registers) and each of the ``VEC``
+    thread: the row filter is :func:`_long_row_blocked` (row taps in registers) and each of the ``VEC``
     columns keeps its own ``KH``-slot shift register, so every value stays in the thread that computed
     it. ``y_ptr0`` is the plane's output row 0.
 
     ``PREFETCH > 0``: each row also asks L2 for the window of the input row ``PREFETCH`` rows ahead
     (:func:`_prefetch_l2`, clamped into the image), so the row's own loads find their lines in L2 rather
-    than wait on DRAM. ``LOOKAHEAD``: the next row's window is loaded into registers before this row
-    is filtered. (Without either, every row waited a full DRAM latency and the 31×31 blur ran at ~25%
-    of its instruction issue rate.)"""
+    than wait on DRAM -- without it every row waited a full DRAM latency (the loop has no other
+    lookahead) and the 31×31 blur ran at ~25% of its instruction issue rate."""
     cols = col0 + VEC * tl.arange(0, BT)
     window0 = col0 + OFF + VEC * tl.arange(0, BT)
     acc = ()
     for _ in tl.static_range(KH * VEC):  # slot j of column c at KH·c + j
         acc = acc + (tl.zeros((BT,), dtype=tl.float32),)
     n_in = HO - h0 + KH - 1
-    if LOOKAHEAD:
-        blocks = _row_window(x_row0 + _clamped_row(h0 - top, H, BOUNDARY) * sxh, col0, OFF, NB, VEC, BT)
     for d in range(ROWS + KH - 1):
         if d < n_in:
             if PREFETCH > 0:
                 ahead = tl.minimum(tl.maximum(h0 + d + PREFETCH - top, 0), H - 1).to(tl.int64) * sxh
                 _prefetch_l2(x_row0 + ahead + window0)
                 _prefetch_l2(x_row0 + ahead + window0 + (NB * VEC - 1))
-            if LOOKAHEAD:  # the next row's loads go out before this row's arithmetic
-                current = blocks
-                nxt = _clamped_row(h0 + d + 1 - top, H, BOUNDARY) * sxh
-                blocks = _row_window(x_row0 + nxt, col0, OFF, NB, VEC, BT)
-            else:
-                current = _row_window(
-                    x_row0 + _clamped_row(h0 + d - top, H, BOUNDARY) * sxh, col0, OFF, NB, VEC, BT
-                )
-            rok = _ring_row(h0 + d - top, H, BOUNDARY)[1]
+            ridx, rok = _ring_row(h0 + d - top, H, BOUNDARY)
+            x_row = x_row0 + ridx.to(tl.int64) * sxh
             if rok:  # false only for rows outside the image under zero padding
-                hv = _filter_window(current, taps_x, KW, LEFT, OFF, NB, VEC, BT)
+                hv = _long_row_blocked(x_row, col0, taps_x, KW, LEFT, OFF, NB, VEC, BT)
             else:
                 hv = ()
                 for _ in tl.static_range(VEC):
@@ -1154,8 +1122,7 @@ def _ring_kernel(
     x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top,
     LEFT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
     CYCLES: tl.constexpr, EVEN_W: tl.constexpr, WHOLE_W: tl.constexpr, LONG_W: tl.constexpr,
-    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, LONG_PREFETCH: tl.constexpr,
-    LONG_LOOKAHEAD: tl.constexpr, BLOCK_W: tl.constexpr,
+    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, LONG_PREFETCH: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Depthwise correlation, stride 1, one channel plane per program, ``CYCLES·KH - KH + 1`` output rows
     × ``BLOCK_W`` columns (the contiguous axis) per program (forward only, ``J = 1``)::
@@ -1175,9 +1142,8 @@ def _ring_kernel(
     each input row is filtered in a runtime loop, the column taps in a shift register
     (:func:`_shift_rows`) -- the unrolled ring at 31×31 took 7 minutes to compile for sm_90 and 255
     registers; this takes a second. ``LONG_VEC`` (2 or 4; 1: off): interior tiles hold that many adjacent
-    columns per thread and filter each row from registers (:func:`_filter_window`), asking L2 for the
-    input row ``LONG_PREFETCH`` rows ahead (0: not; the interpreter has no prefetch) and, with
-    ``LONG_LOOKAHEAD``, loading the next row's window before filtering the current one.
+    columns per thread and filter each row from registers (:func:`_long_row_blocked`), asking L2 for the
+    input row ``LONG_PREFETCH`` rows ahead (0: not; the interpreter has no prefetch).
 
     ``WHOLE_W``: one tile is the whole row (``W = WO = BLOCK_W``). The widths then become compile-time
     constants, and with ``LEFT`` one too the compiler drops every column mask that cannot fail: a 7×7
@@ -1221,7 +1187,6 @@ def _ring_kernel(
                     x_row0, y_ptr + n * syn + co.to(tl.int64) * syc, _ring_taps(taps, KW), taps_y,
                     col0, h0, H, WO, HO, sxh, syh, syw, top,
                     KH, KW, BOUNDARY, ROWS, LEFT, OFF, NB, LONG_VEC, BLOCK_W // LONG_VEC, LONG_PREFETCH,
-                    LONG_LOOKAHEAD,
                 )  # fmt: skip
             else:
                 _long_band(
@@ -1507,7 +1472,7 @@ def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[in
 
 def long_vec(block_w: int, warps: int) -> int:
     """``LONG_VEC`` of ``_ring_kernel`` for long row taps on unit-stride rows: the columns each thread
-    holds when that is 2 or 4 (interior tiles then filter rows from registers, :func:`_filter_window`),
+    holds when that is 2 or 4 (interior tiles then filter rows from registers, :func:`_long_row_blocked`),
     else 1 (every tile loads per tap, :func:`_long_row`)."""
     vec = block_w // (32 * warps)
     return vec if vec in (2, 4) else 1
@@ -1528,8 +1493,7 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
         KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary], CYCLES=cycles,
         EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
         LONG_UNROLL=_LONG_UNROLL, LONG_VEC=long_vec(bw, warps) if long_w and x.stride(3) == 1 else 1,
-        LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0, LONG_LOOKAHEAD=_LONG_LOOKAHEAD, BLOCK_W=bw,
-        num_warps=warps,
+        LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0, BLOCK_W=bw, num_warps=warps,
     )  # fmt: skip
     return y
 
