@@ -98,15 +98,24 @@ _RING_TALL_TAPS = 7
 _RING_ROWS_TALL = 256
 _RING_BLOCK_W_TALL = 512
 # Separable filters with more than _FUSED_SEP_MAX_TAPS taps on a side and at most _RING_LONG_MAX_TAPS down
-# the column run on the ring with the row taps in a runtime loop (_long_row), unrolled by _LONG_UNROLL,
-# where the row pads are shorter than the row: H200 at 162a995, 31×31 reflect blur 8×3×2048×2048, µs by
-# (CYCLES, BLOCK_W, num_warps) -- (10, 128, 2) 1844, (10, 64, 1) 1800, (5, 128, 2) 1819, (10, 256, 4) 1943,
-# (18, 128, 2) 2085; the tensor-core form 2489, the two-pass stencil 6429. Nothing between 9 and 30 taps
-# was measured.
+# the column run on the ring's shift register (_shift_rows), where the row pads are shorter than the row,
+# in bands of about _RING_ROWS_LONG rows and _RING_BLOCK_W_LONG columns, two per thread. Tiles whose row
+# window lies inside the row filter rows from registers (_shift_rows_blocked: vector loads of the window,
+# row taps in registers, L2 asked for the row _LONG_PREFETCH rows ahead); the others loop over the row
+# taps with a load per tap (_long_row, unrolled by _LONG_UNROLL). H200, 31×31 reflect blur
+# 8×3×2048×2048, µs by (CYCLES, BLOCK_W, num_warps): all tiles per tap (162a995) -- (10, 128, 2) 1844,
+# (10, 64, 1) 1800, (5, 128, 2) 1819, (10, 256, 4) 1943, (18, 128, 2) 2085; blocked interior tiles
+# (2026-12-03, 02f4785) -- (5, 128, 2) 1167, (10, 64, 1) 1224, (10, 128, 2) 1281 (1441 without the
+# prefetch; 1250-1290 at 2, 8 or 16 rows ahead), 4 columns per thread at one warp (255 registers)
+# 1479-2254; the tensor-core form 2489. Nsight Compute at (5, 128, 2): 167 registers (62 of them the
+# taps, the same in every thread) allow 12 warps per SM, the schedulers issue on 48% of cycles and
+# 31% of the warps' stall time waits on L1. Loading the next row's window into registers before
+# filtering the current one (202 registers) measured 1522; two tap chains per column did not help.
+# Nothing between 9 and 30 taps was measured.
 _RING_LONG_MAX_TAPS = 32
+_RING_ROWS_LONG = 120
 _RING_BLOCK_W_LONG = 128
 _LONG_UNROLL = 8
-# Input rows ahead that the long separable filter's interior tiles ask L2 for (_shift_rows_blocked).
 _LONG_PREFETCH = 4
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
 # that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
@@ -1459,10 +1468,10 @@ def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[in
     """``(CYCLES, BLOCK_W, num_warps)`` of ``_ring_kernel``: the output rows split evenly into chunks of
     at most about ``_RING_ROWS`` (fewer halo rows per output row, and no mostly-empty last chunk), a
     whole number of ``KH``-row cycles each; ``_RING_BLOCK_W`` columns or the width, two per thread
-    (the ``_TALL`` sizes from ``_RING_TALL_TAPS`` rows of taps; ``_RING_BLOCK_W_LONG`` columns with the row
-    taps looped, whose edge tiles cost more)."""
+    (the ``_TALL`` sizes from ``_RING_TALL_TAPS`` rows of taps; the ``_LONG`` sizes for long separable
+    filters)."""
     tall = kh >= _RING_TALL_TAPS
-    chunks = -(-ho // (_RING_ROWS_TALL if tall else _RING_ROWS))
+    chunks = -(-ho // (_RING_ROWS_LONG if long_w else _RING_ROWS_TALL if tall else _RING_ROWS))
     rows = -(-ho // chunks)
     cycles = -(-(rows + kh - 1) // kh)
     widest = _RING_BLOCK_W_LONG if long_w else _RING_BLOCK_W_TALL if tall else _RING_BLOCK_W
