@@ -55,7 +55,7 @@ from .filter_design import (
     scharr_kernels,
     sobel_kernels,
 )
-from .reference.depthwise import BOUNDARIES, is_channels_last, sinc_resample_kernel
+from .reference.depthwise import BOUNDARIES, is_channels_last, mark_shared_taps, sinc_resample_kernel
 
 __all__ = [
     "BOUNDARIES",
@@ -455,10 +455,10 @@ def _shared_gaussian_taps(
     idle GPU time: on the H200 a 5×5 blur of 8×3×2048×2048 took 1040 µs per call this way against 688 µs
     for the kernel alone."""
     gy, gx = gaussian_kernel1d(ky, sy), gaussian_kernel1d(kx, sx)
-    return (
-        gy.to(device=device, dtype=dtype).expand(channels, ky).contiguous(),
-        gx.to(device=device, dtype=dtype).expand(channels, kx).contiguous(),
-    )
+    wy = gy.to(device=device, dtype=dtype).expand(channels, ky).contiguous()
+    wx = gx.to(device=device, dtype=dtype).expand(channels, kx).contiguous()
+    # The host values ride along (the long separable stencil takes them as kernel arguments).
+    return mark_shared_taps(wy, gy), mark_shared_taps(wx, gx)
 
 
 def gaussian_blur2d(

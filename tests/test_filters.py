@@ -463,6 +463,31 @@ def test_ring_long_separable_blocked_rows(boundary, generator, device):
             assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
 
 
+def test_gaussian_blur_long_taps_as_kernel_arguments(generator, device, monkeypatch):
+    """The filters' cached Gaussian taps carry their host values, so the long separable path passes them
+    to the kernel as arguments (no registers, no read-back); equal to the reference, interior and edge
+    tiles."""
+    from nbxsig.kernels import depthwise as dk
+    from nbxsig.reference.depthwise import shared_host_taps
+
+    seen = []
+    launch = dk._launch_ring
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("host_taps"))
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(dk, "_launch_ring", spy)
+    x = random_tensor((1, 1, 9, 270), generator=generator).to(device)  # 3 tiles of 128: the middle one inside
+    y = nf.gaussian_blur2d(x, 17, (2.0, 3.0), backend="triton")
+    ref = nf.gaussian_blur2d(x.cpu().double(), 17, (2.0, 3.0), backend="torch")
+    assert_close(y, ref, dtype=torch.float32)
+    assert len(seen) == 1 and seen[0] is not None and tuple(map(len, seen[0])) == (17, 17)
+    wy, wx = nf._shared_gaussian_taps(17, 17, 2.0, 3.0, 1, x.device, torch.float32)
+    assert shared_host_taps(wy, wx) == (tuple(wy[0].tolist()), tuple(wx[0].tolist()))
+    assert shared_host_taps(wy.clone(), wx) is None  # only the marked tensors carry them
+
+
 @pytest.mark.parametrize("kw", [3, 5], ids=["mapped", "direct"])
 def test_ring_kernel_zero_padding(kw, generator, device):
     """Zero padding on the ring's edge tiles, with their mapped column offsets (3 column taps) or

@@ -46,11 +46,16 @@ RING += (("*fp32", 31, 31, True, 1, 2048),)
 for xt, kh, kw, sep, b, size in RING:
     long_w = sep and kw > dk._FUSED_SEP_MAX_TAPS
     cycles, bw, warps = dk._ring_config(size, size, kh, long_w=long_w)
-    build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt},
-          dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
-               WHOLE_W=size == bw, LONG_W=long_w, LONG_UNROLL=dk._LONG_UNROLL,
-               LONG_VEC=dk.long_vec(bw, warps) if long_w else 1, LONG_PREFETCH=dk._LONG_PREFETCH, BLOCK_W=bw),
-          num_warps=warps)
+    vec = dk.long_vec(bw, warps) if long_w else 1
+    # Long taps at 2 columns per thread: interior tiles with the shared taps as arguments, then the edges.
+    for tiles, taps_args in ((1, True), (2, False)) if vec > 1 else ((0, False),):
+        arg_types = ("fp32",) * kh if taps_args else ()
+        build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt, "wy_args": arg_types,
+                                "wx_args": arg_types},
+              dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
+                   WHOLE_W=size == bw, LONG_W=long_w, LONG_UNROLL=dk._LONG_UNROLL, LONG_VEC=vec,
+                   LONG_PREFETCH=dk._LONG_PREFETCH, TAPS_ARGS=taps_args, TILES=tiles, BLOCK_W=bw),
+              num_warps=warps)
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
 r, t, bu, warps = dk._TOEPLITZ_TILE

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from .. import filters as nf
 from ..kernels import depthwise as dk
+from ..reference.depthwise import mark_shared_taps
 from ._harness import Case
 
 _BLUR_SHAPE = (8, 3, 2048, 2048)
@@ -173,13 +174,16 @@ def _form_label(form: str, arg) -> str:
         return f" tensor-core tile {arg}"
     if form == "prefetch":
         return f" fused tile {arg[1]}, L2 prefetch {arg[0]} rows ahead"
+    if form == "taps in registers":
+        return f" fused tile {arg}, taps in registers"
     return f" {form}" + (f" tile {arg}" if arg is not None else "")
 
 
 def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, dev, forms) -> list[Case]:
     """The public call against torch, and ``forms`` of the separable kernels as variants: ("fused",
     ``_separable_fused`` config or None), ("two-pass", chunk budget), ("tensor-core", ``_separable_dot``
-    tile or None), ("prefetch", (rows ahead, fused config)) -- ``_LONG_PREFETCH`` set to that."""
+    tile or None), ("prefetch", (rows ahead, fused config)) -- ``_LONG_PREFETCH`` set to that, ("taps in
+    registers", fused config) -- per-channel taps the kernel loads (not passed as arguments)."""
     g = torch.Generator(device=dev).manual_seed(3)
     x = torch.rand(*_BLUR_SHAPE, device=dev, generator=g)
     g1 = nf.gaussian_kernel1d(k, sigma).float().to(dev)
@@ -198,7 +202,10 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
             return F.conv2d(F.pad(x, (p, p, p, p), mode="reflect"), w2, groups=3)
 
     name = f"gaussian_blur2d {k}×{k} reflect fp32 {'×'.join(map(str, _BLUR_SHAPE))}"
-    taps = g1[None].expand(3, k).contiguous()
+    # Marked like the filters' own cached taps (the long path then takes them as kernel arguments);
+    # the "taps in registers" form runs an unmarked copy.
+    taps = mark_shared_taps(g1[None].expand(3, k).contiguous(), g1)
+    plain = taps.clone()
     pads = (p, p, p, p)
 
     def variant(form, arg):
@@ -210,6 +217,10 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
             return lambda: dk._separable_dot(x, taps, taps, pads=pads, boundary="reflect", config=arg)
         if form == "prefetch":
             return _patched("_LONG_PREFETCH", arg[0], variant("fused", arg[1]))
+        if form == "taps in registers":
+            return lambda: dk._separable_fused(
+                x, plain, plain, stride=(1, 1), pads=pads, boundary="reflect", config=arg
+            )
         return lambda: dk._separable_chunked(
             x, taps, taps, stride=(1, 1), pads=pads, boundary="reflect", budget=arg
         )
@@ -271,8 +282,9 @@ def cases(*, quick: bool = False) -> list[Case]:
     )  # fmt: skip
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
-        forms=[(tc, (64, 32, 64, 16, 4)), ("fused", ("ring", 10, 128, 2)), ("fused", ("ring", 10, 64, 1)),
-               ("prefetch", (0, None)), ("prefetch", (8, None))],
+        forms=[(tc, (64, 32, 64, 16, 4)), ("taps in registers", None), ("fused", ("ring", 10, 128, 2)),
+               ("fused", ("ring", 10, 64, 1)), ("fused", ("ring", 3, 128, 2)), ("fused", ("ring", 5, 256, 4)),
+               ("fused", ("ring", 5, 128, 1)), ("prefetch", (0, None)), ("prefetch", (8, None))],
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,

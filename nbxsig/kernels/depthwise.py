@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from ..errors import bad_value
-from ..reference.depthwise import BOUNDARIES, is_channels_last
+from ..reference.depthwise import BOUNDARIES, is_channels_last, shared_host_taps
 from ..reference.depthwise import resample as _resample_reference
 from ._runtime import check_launchable, empty_output
 
@@ -117,6 +117,8 @@ _RING_ROWS_LONG = 120
 _RING_BLOCK_W_LONG = 128
 _LONG_UNROLL = 8
 _LONG_PREFETCH = 4
+# Whether shared taps known on the host (shared_host_taps) go to the long path as kernel arguments.
+_TAPS_AS_ARGS = True
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
 # that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
@@ -966,12 +968,13 @@ def _ring_rows(
 
 @triton.jit
 def _long_row_blocked(
-    x_row, col0, taps_x, KW: tl.constexpr, LEFT: tl.constexpr, OFF: tl.constexpr, NB: tl.constexpr,
-    VEC: tl.constexpr, BT: tl.constexpr,
+    x_row, col0, taps_x, W, KW: tl.constexpr, LEFT: tl.constexpr, OFF: tl.constexpr, NB: tl.constexpr,
+    VEC: tl.constexpr, BT: tl.constexpr, MAP_W: tl.constexpr, BOUNDARY: tl.constexpr,
 ):  # fmt: skip
     """Input row ``x_row`` (unit stride) filtered along the row by the ``KW`` taps ``taps_x`` (a tuple
-    of registers) for the interior tile whose first output column is ``col0``: a tuple of ``VEC``
-    ``(BT,)`` vectors, entry ``c`` holding columns ``col0 + VEC·t + c``.
+    of scalars) for the tile whose first output column is ``col0``: a tuple of ``VEC`` ``(BT,)``
+    vectors, entry ``c`` holding columns ``col0 + VEC·t + c``. ``MAP_W`` (a tile whose window leaves
+    the row): each window position is mapped by the boundary (:func:`_near_index`) and loaded on its own.
 
     Each thread loads its window -- the ``VEC + KW - 1`` inputs its columns read, rounded out to
     aligned ``VEC``-wide blocks: ``NB`` blocks from column ``col0 + VEC·t + OFF`` (see ``_ring_kernel``)
@@ -983,7 +986,13 @@ def _long_row_blocked(
     e = tl.arange(0, VEC)
     window = ()
     for m in tl.static_range(NB):
-        block = tl.load(x_row + (col0 + OFF + m * VEC + VEC * t)[:, None] + e[None, :])
+        pos = (col0 + OFF + m * VEC + VEC * t)[:, None] + e[None, :]
+        if MAP_W:
+            # The window is rounded out to whole blocks, so a position can sit past the mapped range.
+            idx, ok = _near_index(pos, W, BOUNDARY)
+            block = tl.load(x_row + idx, mask=ok & (idx < W), other=0.0)
+        else:
+            block = tl.load(x_row + pos)
         window = window + _block_columns(block.to(tl.float32), VEC, BT)
     outs = ()
     for c in tl.static_range(VEC):
@@ -1019,9 +1028,10 @@ def _prefetch_l2(ptrs):
 
 @triton.jit
 def _shift_rows_blocked(
-    x_row0, y_ptr0, taps_x, taps_y, col0, h0, H, WO, HO, sxh, syh, syw, top,
+    x_row0, y_ptr0, taps_x, taps_y, col0, h0, H, W, WO, HO, sxh, syh, syw, top,
     KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, LEFT: tl.constexpr,
     OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr, PREFETCH: tl.constexpr,
+    MAP_W: tl.constexpr,
 ):  # fmt: skip
     """:func:`_shift_rows` for an interior tile of unit-stride rows with ``VEC`` adjacent columns per
     thread: the row filter is :func:`_long_row_blocked` (row taps in registers) and each of the ``VEC``
@@ -1040,14 +1050,14 @@ def _shift_rows_blocked(
     n_in = HO - h0 + KH - 1
     for d in range(ROWS + KH - 1):
         if d < n_in:
-            if PREFETCH > 0:
+            if (PREFETCH > 0) and (not MAP_W):
                 ahead = tl.minimum(tl.maximum(h0 + d + PREFETCH - top, 0), H - 1).to(tl.int64) * sxh
                 _prefetch_l2(x_row0 + ahead + window0)
                 _prefetch_l2(x_row0 + ahead + window0 + (NB * VEC - 1))
             ridx, rok = _ring_row(h0 + d - top, H, BOUNDARY)
             x_row = x_row0 + ridx.to(tl.int64) * sxh
             if rok:  # false only for rows outside the image under zero padding
-                hv = _long_row_blocked(x_row, col0, taps_x, KW, LEFT, OFF, NB, VEC, BT)
+                hv = _long_row_blocked(x_row, col0, taps_x, W, KW, LEFT, OFF, NB, VEC, BT, MAP_W, BOUNDARY)
             else:
                 hv = ()
                 for _ in tl.static_range(VEC):
@@ -1128,10 +1138,12 @@ def _long_band(
 
 @triton.jit
 def _ring_kernel(
-    x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top,
+    x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top, wy_args, wx_args,
+    tile_lo, tile_hi,
     LEFT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
     CYCLES: tl.constexpr, EVEN_W: tl.constexpr, WHOLE_W: tl.constexpr, LONG_W: tl.constexpr,
-    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, LONG_PREFETCH: tl.constexpr, BLOCK_W: tl.constexpr,
+    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, LONG_PREFETCH: tl.constexpr, TAPS_ARGS: tl.constexpr,
+    TILES: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Depthwise correlation, stride 1, one channel plane per program, ``CYCLES·KH - KH + 1`` output rows
     × ``BLOCK_W`` columns (the contiguous axis) per program (forward only, ``J = 1``)::
@@ -1164,17 +1176,26 @@ def _ring_kernel(
     if WHOLE_W:
         W = BLOCK_W
         WO = BLOCK_W
+    # TILES: 0 -- every column tile; 1 -- tiles tile_lo..tile_hi-1; 2 -- the others (see _launch_ring).
     n_wt = tl.cdiv(WO, BLOCK_W)
+    if TILES == 1:
+        n_wt = tile_hi - tile_lo
+    elif TILES == 2:
+        n_wt = n_wt - (tile_hi - tile_lo)
     h0 = (tl.program_id(0) // n_wt) * ROWS
     pid_w = tl.program_id(0) % n_wt
+    if TILES == 1:
+        pid_w += tile_lo
+    elif TILES == 2:
+        pid_w = tl.where(pid_w < tile_lo, pid_w, pid_w + (tile_hi - tile_lo))
     co = tl.program_id(1)
     n = tl.program_id(2).to(tl.int64)
     ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
     wmask = ow < WO
     x_row0 = x_ptr + n * sxn + (co // DIV).to(tl.int64) * sxc
     y_row0 = y_ptr + n * syn + co.to(tl.int64) * syc + ow * syw
-    if LONG_W:  # the row taps stay in memory, read by _long_row
-        taps_y = _ring_taps(w_ptr + co * (KH + KW), KH)
+    if LONG_W:  # the row taps stay in memory, read by _long_row (the column taps: loaded where used)
+        taps_y = ()
         taps = w_ptr + co * (KH + KW) + KH
     elif SEPARABLE:
         taps_y = _ring_taps(w_ptr + co * (KH + KW), KH)
@@ -1186,26 +1207,36 @@ def _ring_kernel(
     last = pid_w * BLOCK_W + BLOCK_W - 1 + KW - 1 - left
     if LONG_W:
         if LONG_VEC > 1:
-            # Tiles whose whole row window lies inside the row hold VEC adjacent columns per thread and
-            # keep the row taps in registers: NB aligned blocks from OFF columns before each thread's first.
+            # VEC adjacent columns per thread; each thread's window: NB aligned blocks from OFF columns
+            # before its first column (long_window). Tiles whose windows lie inside the row load whole
+            # blocks; they and the edge tiles are separate launches (TILES 1 and 2): the edges' mapping
+            # costs registers (203 against 124 per thread at 31×31 reflect with the taps as arguments).
             OFF: tl.constexpr = -((LEFT + LONG_VEC - 1) // LONG_VEC) * LONG_VEC
             NB: tl.constexpr = (LONG_VEC - 1 + KW - 1 - LEFT - OFF) // LONG_VEC + 1
             col0 = pid_w * BLOCK_W
-            if (col0 + OFF >= 0) & (col0 + BLOCK_W - LONG_VEC + OFF + NB * LONG_VEC - 1 < W):
-                _shift_rows_blocked(
-                    x_row0, y_ptr + n * syn + co.to(tl.int64) * syc, _ring_taps(taps, KW), taps_y,
-                    col0, h0, H, WO, HO, sxh, syh, syw, top,
-                    KH, KW, BOUNDARY, ROWS, LEFT, OFF, NB, LONG_VEC, BLOCK_W // LONG_VEC, LONG_PREFETCH,
-                )  # fmt: skip
+            if TAPS_ARGS:  # the same taps for every channel, as kernel arguments: no registers
+                row_taps = wx_args
+                column_taps = wy_args
             else:
-                _long_band(
-                    x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-                    first, last, KH, KW, BOUNDARY, ROWS, LONG_UNROLL, BLOCK_W,
+                row_taps = _ring_taps(taps, KW)
+                column_taps = _ring_taps(w_ptr + co * (KH + KW), KH)
+            y_plane = y_ptr + n * syn + co.to(tl.int64) * syc
+            if TILES == 1:  # tiles whose windows lie inside the row (the launcher's tile_lo..tile_hi-1)
+                _shift_rows_blocked(
+                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, syh, syw, top,
+                    KH, KW, BOUNDARY, ROWS, LEFT, OFF, NB, LONG_VEC, BLOCK_W // LONG_VEC, LONG_PREFETCH,
+                    False,
+                )  # fmt: skip
+            else:  # the edge tiles: window positions mapped by the boundary
+                _shift_rows_blocked(
+                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, syh, syw, top,
+                    KH, KW, BOUNDARY, ROWS, LEFT, OFF, NB, LONG_VEC, BLOCK_W // LONG_VEC, LONG_PREFETCH,
+                    True,
                 )  # fmt: skip
         else:
             _long_band(
-                x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-                first, last, KH, KW, BOUNDARY, ROWS, LONG_UNROLL, BLOCK_W,
+                x_row0, y_row0, taps, _ring_taps(w_ptr + co * (KH + KW), KH), ow, h0, H, W, HO, sxh, sxw, syh,
+                top, left, wmask, first, last, KH, KW, BOUNDARY, ROWS, LONG_UNROLL, BLOCK_W,
             )  # fmt: skip
     elif (first >= 0) & (last < W):
         _ring_rows(
@@ -1479,6 +1510,22 @@ def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[in
     return cycles, block_w, max(1, block_w // 64)
 
 
+def long_window_tiles(
+    n_tiles: int, block_w: int, width: int, *, left: int, kw: int, vec: int
+) -> tuple[int, int]:
+    """``(lo, hi)``: the column tiles ``lo..hi-1`` of the long separable path whose every thread's row
+    window -- its ``vec`` columns' inputs rounded out to aligned ``vec``-wide blocks -- lies inside a row
+    of ``width`` inputs (a contiguous run; ``(0, 0)`` when there is none)."""
+    off = -(-left // vec) * vec
+    span = (vec - 1 + kw - 1 - left + off) // vec * vec + vec  # the window, in columns
+    inside = [
+        p
+        for p in range(n_tiles)
+        if p * block_w - off >= 0 and p * block_w + block_w - vec - off + span - 1 < width
+    ]
+    return (inside[0], inside[-1] + 1) if inside else (0, 0)
+
+
 def long_vec(block_w: int, warps: int) -> int:
     """``LONG_VEC`` of ``_ring_kernel`` for long row taps on unit-stride rows: the columns each thread
     holds when that is 2 or 4 (interior tiles then filter rows from registers, :func:`_long_row_blocked`),
@@ -1487,23 +1534,33 @@ def long_vec(block_w: int, warps: int) -> int:
     return vec if vec in (2, 4) else 1
 
 
-def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, config=None):
+def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, config=None, host_taps=None):
     """One launch of ``_ring_kernel``; ``taps`` float32 ``(CO, KH·KW)`` or ``(CO, KH + KW)``
     contiguous; ``config``: ``(CYCLES, BLOCK_W, num_warps)`` instead of :func:`_ring_config` (the
-    benchmark's variants)."""
+    benchmark's variants); ``host_taps``: ``(wy, wx)`` as tuples of floats when every channel has those
+    taps (:func:`shared_host_taps`) -- the long separable path then takes them as kernel arguments."""
     check_launchable(x, taps)
     ho, wo = y.shape[2], y.shape[3]
     long_w = separable and max(kh, kw) > _FUSED_SEP_MAX_TAPS
     cycles, bw, warps = _ring_config(ho, wo, kh, long_w=long_w) if config is None else config
     rows = cycles * kh - kh + 1
-    grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), y.shape[1], x.shape[0])
-    _ring_kernel[grid](
-        x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, LEFT=left,
-        KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary], CYCLES=cycles,
-        EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
-        LONG_UNROLL=_LONG_UNROLL, LONG_VEC=long_vec(bw, warps) if long_w and x.stride(3) == 1 else 1,
-        LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0, BLOCK_W=bw, num_warps=warps,
-    )  # fmt: skip
+    vec = long_vec(bw, warps) if long_w and x.stride(3) == 1 else 1
+    wy_args, wx_args = host_taps if vec > 1 and host_taps is not None and _TAPS_AS_ARGS else ((), ())
+    n_wt = triton.cdiv(wo, bw)
+    # Long taps at VEC columns per thread: the tiles whose row windows lie inside the row, then the edge
+    # tiles, as two launches (TILES 1, 2); else one launch over every tile.
+    lo, hi = long_window_tiles(n_wt, bw, x.shape[3], left=left, kw=kw, vec=vec) if vec > 1 else (0, 0)
+    launches = [(0, n_wt)] if vec == 1 else [(1, hi - lo), (2, n_wt - (hi - lo))]
+    for tiles, count in launches:
+        if count == 0:
+            continue
+        _ring_kernel[(triton.cdiv(ho, rows) * count, y.shape[1], x.shape[0])](
+            x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, wy_args, wx_args,
+            lo, hi, LEFT=left, KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary],
+            CYCLES=cycles, EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
+            LONG_UNROLL=_LONG_UNROLL, LONG_VEC=vec, LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0,
+            TAPS_ARGS=len(wx_args) > 0, TILES=tiles, BLOCK_W=bw, num_warps=warps,
+        )  # fmt: skip
     return y
 
 
@@ -1716,7 +1773,7 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
         taps = torch.cat([wy.detach(), wx.detach()], dim=1).to(torch.float32).contiguous()
         return _launch_ring(
             x, taps, y, kh=kh, kw=kw, div=co // x.shape[1], top=top, left=left, boundary=boundary,
-            separable=True, config=None if config is None else config[1:],
+            separable=True, config=None if config is None else config[1:], host_taps=shared_host_taps(wy, wx),
         )  # fmt: skip
     # Taps-major float32 taps (a few KB): one tap's channel vector is one contiguous load.
     wyt = wy.detach().to(torch.float32).t().contiguous()

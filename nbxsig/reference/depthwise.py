@@ -163,3 +163,22 @@ def resample(x: torch.Tensor, *, orig: int, new: int, kernel: torch.Tensor, widt
     y = F.conv1d(xp[:, None], kernel.to(dtype)[:, None], stride=orig)
     y = y.transpose(1, 2).reshape(b, -1)
     return y[:, : -(-new * length // orig)].to(x.dtype)
+
+
+def mark_shared_taps(weight: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """Record on ``weight`` (``(C, K)``, every row equal to the host tensor ``taps``) the taps' values as
+    floats of ``weight``'s dtype, for :func:`shared_host_taps`. Only for weights that nothing will
+    modify (the filters' cached, never-returned Gaussian taps): the record is not updated by writes."""
+    weight._nbxsig_shared_taps = tuple(taps.to(weight.dtype).tolist())
+    return weight
+
+
+def shared_host_taps(wy: torch.Tensor, wx: torch.Tensor) -> tuple[tuple, tuple] | None:
+    """``(wy, wx)`` taps recorded by :func:`mark_shared_taps`, as float32 tuples, or None. The long
+    separable path passes them as kernel arguments: identical in every thread, they then take uniform
+    registers or the constant bank instead of 62 of ~170 registers per thread at 31×31 (reading device
+    taps back would synchronise every call)."""
+    ty, tx = getattr(wy, "_nbxsig_shared_taps", None), getattr(wx, "_nbxsig_shared_taps", None)
+    if ty is None or tx is None or wy.dtype != torch.float32 or wx.dtype != torch.float32:
+        return None
+    return ty, tx
