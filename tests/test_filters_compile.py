@@ -45,11 +45,16 @@ RING = (("*fp16", 7, 7, False, 0, 512), ("*fp32", 5, 5, True, 1, 2048), ("*fp16"
 RING += (("*fp32", 31, 31, True, 1, 2048),)
 for xt, kh, kw, sep, b, size in RING:
     long_w = sep and kw > dk._FUSED_SEP_MAX_TAPS
-    cycles, bw, warps = dk._ring_config(size, size, kh, long_w=long_w)
-    vec = dk.long_vec(bw, warps) if long_w else 1
-    # Long taps at 2 columns per thread: interior tiles with the shared taps as arguments, then the edges.
-    for tiles, taps_args in ((1, True), (2, False)) if vec > 1 else ((0, False),):
-        arg_types = ("fp32",) * kh if taps_args else ()
+    # Long taps: interior tiles (4 columns per thread) with shared taps as arguments and their edge tiles,
+    # then interior tiles with the taps loaded (2 columns per thread).
+    builds = [(False, 0)]
+    if long_w:
+        builds = [(True, 1), (True, 2), (False, 1)]
+    for taps_args, tiles in builds:
+        cycles, bw, warps = dk._ring_config(size, size, kh, long_w=long_w, taps_as_args=taps_args)
+        vec = dk.long_vec(bw, warps) if long_w else 1
+        arg_types = ("fp32",) * kh if taps_args and tiles == 1 else ()
+        taps_args = taps_args and tiles == 1
         build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt, "wy_args": arg_types,
                                 "wx_args": arg_types},
               dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,

@@ -1495,19 +1495,21 @@ def _ring_fits(x: torch.Tensor, kh: int, kw: int, *, stride, separable: bool, pa
     return kh <= _RING_LONG_MAX_TAPS and max(pads[2], pads[3]) < x.shape[3]
 
 
-def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[int, int, int]:
+def _ring_config(
+    ho: int, wo: int, kh: int, *, long_w: bool = False, taps_as_args: bool = False
+) -> tuple[int, int, int]:
     """``(CYCLES, BLOCK_W, num_warps)`` of ``_ring_kernel``: the output rows split evenly into chunks of
     at most about ``_RING_ROWS`` (fewer halo rows per output row, and no mostly-empty last chunk), a
     whole number of ``KH``-row cycles each; ``_RING_BLOCK_W`` columns or the width, two per thread
     (the ``_TALL`` sizes from ``_RING_TALL_TAPS`` rows of taps; the ``_LONG`` sizes for long separable
-    filters)."""
+    filters, four columns per thread when their taps are kernel arguments: ``taps_as_args``)."""
     tall = kh >= _RING_TALL_TAPS
     chunks = -(-ho // (_RING_ROWS_LONG if long_w else _RING_ROWS_TALL if tall else _RING_ROWS))
     rows = -(-ho // chunks)
     cycles = -(-(rows + kh - 1) // kh)
     widest = _RING_BLOCK_W_LONG if long_w else _RING_BLOCK_W_TALL if tall else _RING_BLOCK_W
     block_w = min(widest, max(16, _next_pow2(wo)))
-    return cycles, block_w, max(1, block_w // 64)
+    return cycles, block_w, max(1, block_w // (128 if long_w and taps_as_args else 64))
 
 
 def long_window_tiles(
@@ -1542,10 +1544,13 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     check_launchable(x, taps)
     ho, wo = y.shape[2], y.shape[3]
     long_w = separable and max(kh, kw) > _FUSED_SEP_MAX_TAPS
-    cycles, bw, warps = _ring_config(ho, wo, kh, long_w=long_w) if config is None else config
+    as_args = long_w and x.stride(3) == 1 and host_taps is not None and _TAPS_AS_ARGS
+    cycles, bw, warps = (
+        _ring_config(ho, wo, kh, long_w=long_w, taps_as_args=as_args) if config is None else config
+    )
     rows = cycles * kh - kh + 1
     vec = long_vec(bw, warps) if long_w and x.stride(3) == 1 else 1
-    wy_args, wx_args = host_taps if vec > 1 and host_taps is not None and _TAPS_AS_ARGS else ((), ())
+    wy_args, wx_args = host_taps if vec > 1 and as_args else ((), ())
     n_wt = triton.cdiv(wo, bw)
     # Long taps at VEC columns per thread: the tiles whose row windows lie inside the row, then the edge
     # tiles, as two launches (TILES 1, 2); else one launch over every tile.
