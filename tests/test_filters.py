@@ -463,16 +463,13 @@ def test_ring_long_separable_blocked_rows(boundary, generator, device):
             assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
 
 
-@pytest.mark.parametrize("edge_tile", [None, (2, 32, 1)], ids=["edges-as-interior", "edges-per-tap"])
-def test_gaussian_blur_long_taps_as_kernel_arguments(edge_tile, generator, device, monkeypatch):
+def test_gaussian_blur_long_taps_as_kernel_arguments(generator, device, monkeypatch):
     """The filters' cached Gaussian taps carry their host values, so the long separable path passes them
     to the kernel as arguments (no registers, no read-back); equal to the reference, interior and edge
-    tiles -- the edges at the interior's tile or at their own (``_LONG_EDGE_TILE``, one column per
-    thread: loads per tap)."""
+    tiles."""
     from nbxsig.kernels import depthwise as dk
     from nbxsig.reference.depthwise import shared_host_taps
 
-    monkeypatch.setattr(dk, "_LONG_EDGE_TILE", edge_tile)
     seen = []
     launch = dk._launch_ring
 

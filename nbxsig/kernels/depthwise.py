@@ -119,9 +119,6 @@ _LONG_UNROLL = 8
 _LONG_PREFETCH = 4
 # Whether shared taps known on the host (shared_host_taps) go to the long path as kernel arguments.
 _TAPS_AS_ARGS = True
-# (CYCLES, BLOCK_W, num_warps) of the long separable path's edge-tile launch (BLOCK_W dividing the
-# interior tiles'), or None: the interior tiles' own.
-_LONG_EDGE_TILE = None
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
 # that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
@@ -1551,32 +1548,23 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     cycles, bw, warps = (
         _ring_config(ho, wo, kh, long_w=long_w, taps_as_args=as_args) if config is None else config
     )
+    rows = cycles * kh - kh + 1
     vec = long_vec(bw, warps) if long_w and x.stride(3) == 1 else 1
     wy_args, wx_args = host_taps if vec > 1 and as_args else ((), ())
     n_wt = triton.cdiv(wo, bw)
-    # (TILES, tiles, CYCLES, BLOCK_W, num_warps, LONG_VEC, tile_lo, tile_hi) per launch. Long taps at VEC
-    # columns per thread: the tiles whose row windows lie inside the row, then the edge tiles, as two
-    # launches (TILES 1, 2; the edges at _LONG_EDGE_TILE when set); else one launch over every tile.
-    if vec == 1:
-        launches = [(0, n_wt, cycles, bw, warps, 1, 0, 0)]
-    else:
-        lo, hi = long_window_tiles(n_wt, bw, x.shape[3], left=left, kw=kw, vec=vec)
-        launches = [(1, hi - lo, cycles, bw, warps, vec, lo, hi)]
-        edge = _LONG_EDGE_TILE if _LONG_EDGE_TILE is not None and config is None else (cycles, bw, warps)
-        ecycles, ebw, ewarps = edge
-        elo, ehi = lo * bw // ebw, hi * bw // ebw  # the same columns in tiles of ebw
-        evec = long_vec(ebw, ewarps)
-        launches.append((2, triton.cdiv(wo, ebw) - (ehi - elo), ecycles, ebw, ewarps, evec, elo, ehi))
-    for tiles, count, cyc, block_w, nw, lvec, lo, hi in launches:
+    # Long taps at VEC columns per thread: the tiles whose row windows lie inside the row, then the edge
+    # tiles, as two launches (TILES 1, 2); else one launch over every tile.
+    lo, hi = long_window_tiles(n_wt, bw, x.shape[3], left=left, kw=kw, vec=vec) if vec > 1 else (0, 0)
+    launches = [(0, n_wt)] if vec == 1 else [(1, hi - lo), (2, n_wt - (hi - lo))]
+    for tiles, count in launches:
         if count == 0:
             continue
-        band = cyc * kh - kh + 1
-        _ring_kernel[(triton.cdiv(ho, band) * count, y.shape[1], x.shape[0])](
+        _ring_kernel[(triton.cdiv(ho, rows) * count, y.shape[1], x.shape[0])](
             x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, wy_args, wx_args,
             lo, hi, LEFT=left, KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary],
-            CYCLES=cyc, EVEN_W=wo % block_w == 0, WHOLE_W=wo == x.shape[3] == block_w, LONG_W=long_w,
-            LONG_UNROLL=_LONG_UNROLL, LONG_VEC=lvec, LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0,
-            TAPS_ARGS=len(wx_args) > 0 and lvec > 1, TILES=tiles, BLOCK_W=block_w, num_warps=nw,
+            CYCLES=cycles, EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
+            LONG_UNROLL=_LONG_UNROLL, LONG_VEC=vec, LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0,
+            TAPS_ARGS=len(wx_args) > 0, TILES=tiles, BLOCK_W=bw, num_warps=warps,
         )  # fmt: skip
     return y
 
