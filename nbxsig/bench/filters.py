@@ -283,9 +283,7 @@ def cases(*, quick: bool = False) -> list[Case]:
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
         forms=[(tc, (64, 32, 64, 16, 4)), ("taps in registers", None), ("fused", ("ring", 5, 128, 2)),
-               ("fused", ("ring", 3, 128, 1)), ("fused", ("ring", 8, 128, 1)), ("fused", ("ring", 5, 256, 2)),
-               ("fused", ("ring", 5, 512, 4)), ("prefetch", (0, None)), ("prefetch", (2, None)),
-               ("prefetch", (8, None))],
+               ("fused", ("ring", 8, 128, 1)), ("prefetch", (0, None)), ("prefetch", (2, None))],
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,

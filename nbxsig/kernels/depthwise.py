@@ -98,20 +98,24 @@ _RING_TALL_TAPS = 7
 _RING_ROWS_TALL = 256
 _RING_BLOCK_W_TALL = 512
 # Separable filters with more than _FUSED_SEP_MAX_TAPS taps on a side and at most _RING_LONG_MAX_TAPS down
-# the column run on the ring's shift register (_shift_rows), where the row pads are shorter than the row,
-# in bands of about _RING_ROWS_LONG rows and _RING_BLOCK_W_LONG columns, two per thread. Tiles whose row
-# window lies inside the row filter rows from registers (_shift_rows_blocked: vector loads of the window,
-# row taps in registers, L2 asked for the row _LONG_PREFETCH rows ahead); the others loop over the row
-# taps with a load per tap (_long_row, unrolled by _LONG_UNROLL). H200, 31×31 reflect blur
-# 8×3×2048×2048, µs by (CYCLES, BLOCK_W, num_warps): all tiles per tap (162a995) -- (10, 128, 2) 1844,
-# (10, 64, 1) 1800, (5, 128, 2) 1819, (10, 256, 4) 1943, (18, 128, 2) 2085; blocked interior tiles
-# (2026-12-03, 02f4785) -- (5, 128, 2) 1167, (10, 64, 1) 1224, (10, 128, 2) 1281 (1441 without the
-# prefetch; 1250-1290 at 2, 8 or 16 rows ahead), 4 columns per thread at one warp (255 registers)
-# 1479-2254; the tensor-core form 2489. Nsight Compute at (5, 128, 2): 167 registers (62 of them the
-# taps, the same in every thread) allow 12 warps per SM, the schedulers issue on 48% of cycles and
-# 31% of the warps' stall time waits on L1. Loading the next row's window into registers before
-# filtering the current one (202 registers) measured 1522; two tap chains per column did not help.
-# Nothing between 9 and 30 taps was measured.
+# the column run on the ring's shift register, where the row pads are shorter than the row, in bands of
+# about _RING_ROWS_LONG rows and _RING_BLOCK_W_LONG columns. On unit-stride rows a thread holds 2 columns,
+# 4 when the taps are kernel arguments (shared_host_taps: the filters' Gaussian taps), and filters each
+# row from registers: the tiles whose row windows lie inside the row (vector loads of the window, L2
+# asked for the row _LONG_PREFETCH rows ahead), then the edge tiles (positions mapped), as two launches
+# (_shift_rows_blocked). Other strides loop over the row taps with a load per tap (_long_row, unrolled by
+# _LONG_UNROLL). H200, 31×31 reflect blur 8×3×2048×2048 fp32, µs by (CYCLES, BLOCK_W, num_warps):
+#   a load per tap everywhere (162a995) -- (10, 128, 2) 1844, (10, 64, 1) 1800, (5, 128, 2) 1819;
+#   2 columns from registers, taps loaded (02f4785) -- (5, 128, 2) 1167, (10, 128, 2) 1281 (1441 without
+#     the prefetch), 4 columns at one warp (255 registers) 1479-2254; a next-row register lookahead
+#     (202 registers) 1522;
+#   taps as arguments (e62b834) -- 4 columns (5, 128, 1) 805 (196 registers), (8, 128, 1) 834-837,
+#     (3, 128, 1) 901, (5, 256, 2) 881, (5, 512, 4) 989; 2 columns (5, 128, 2) 1039 (124 registers; the
+#     taps loaded instead: 1105); prefetch 0 / 2 / 4 / 8
+#     rows ahead 1187 / 802 / 805 / 811; the edge tiles at a tile of their own (2-5 cycles, 32-128
+#     columns, 1-2 warps; a load per tap at one column per thread) 829-1070.
+# Nsight Compute at 02f4785 (5, 128, 2): 167 registers (62 of them the taps, the same in every thread) allowed
+# 12 warps per SM, the schedulers issued on 48% of cycles. Nothing between 9 and 30 taps was measured.
 _RING_LONG_MAX_TAPS = 32
 _RING_ROWS_LONG = 120
 _RING_BLOCK_W_LONG = 128
@@ -1033,15 +1037,15 @@ def _shift_rows_blocked(
     OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr, PREFETCH: tl.constexpr,
     MAP_W: tl.constexpr,
 ):  # fmt: skip
-    """:func:`_shift_rows` for an interior tile of unit-stride rows with ``VEC`` adjacent columns per
-    thread: the row filter is :func:`_long_row_blocked` (row taps in registers) and each of the ``VEC``
-    columns keeps its own ``KH``-slot shift register, so every value stays in the thread that computed
-    it. ``y_ptr0`` is the plane's output row 0.
+    """:func:`_shift_rows` for a tile of unit-stride rows with ``VEC`` adjacent columns per thread: the
+    row filter is :func:`_long_row_blocked` (taps as registers or kernel arguments; ``MAP_W`` for the
+    edge tiles, whose windows leave the row) and each of the ``VEC`` columns keeps its own ``KH``-slot
+    shift register, so every value stays in the thread that computed it. ``y_ptr0`` is the plane's
+    output row 0.
 
-    ``PREFETCH > 0``: each row also asks L2 for the window of the input row ``PREFETCH`` rows ahead
-    (:func:`_prefetch_l2`, clamped into the image), so the row's own loads find their lines in L2 rather
-    than wait on DRAM -- without it every row waited a full DRAM latency (the loop has no other
-    lookahead) and the 31×31 blur ran at ~25% of its instruction issue rate."""
+    ``PREFETCH > 0`` (interior tiles): each row also asks L2 for the window of the input row
+    ``PREFETCH`` rows ahead (:func:`_prefetch_l2`, clamped into the image), so the row's own loads find
+    their lines in L2 rather than wait on DRAM (31×31 blur: 805 against 1187 µs without it)."""
     cols = col0 + VEC * tl.arange(0, BT)
     window0 = col0 + OFF + VEC * tl.arange(0, BT)
     acc = ()
@@ -1162,9 +1166,12 @@ def _ring_kernel(
     ``LONG_W`` (separable filters longer than the unrolled ring takes): the row taps stay in memory and
     each input row is filtered in a runtime loop, the column taps in a shift register
     (:func:`_shift_rows`) -- the unrolled ring at 31×31 took 7 minutes to compile for sm_90 and 255
-    registers; this takes a second. ``LONG_VEC`` (2 or 4; 1: off): interior tiles hold that many adjacent
-    columns per thread and filter each row from registers (:func:`_long_row_blocked`), asking L2 for the
-    input row ``LONG_PREFETCH`` rows ahead (0: not; the interpreter has no prefetch).
+    registers; this takes a second. ``LONG_VEC`` (2 or 4; 1: off): tiles hold that many adjacent columns
+    per thread and filter each row from registers (:func:`_shift_rows_blocked`): ``TILES`` 1 the tiles
+    ``tile_lo..tile_hi-1``, whose windows lie inside the row (whole vector blocks; L2 asked for the input
+    row ``LONG_PREFETCH`` rows ahead, 0: not -- the interpreter has no prefetch), ``TILES`` 2 the others
+    (positions mapped), as separate launches since the mapping costs registers; ``TAPS_ARGS``: the taps
+    are ``wy_args``/``wx_args`` (kernel arguments, the same for every channel), not loaded.
 
     ``WHOLE_W``: one tile is the whole row (``W = WO = BLOCK_W``). The widths then become compile-time
     constants, and with ``LEFT`` one too the compiler drops every column mask that cannot fail: a 7×7
@@ -1530,8 +1537,8 @@ def long_window_tiles(
 
 def long_vec(block_w: int, warps: int) -> int:
     """``LONG_VEC`` of ``_ring_kernel`` for long row taps on unit-stride rows: the columns each thread
-    holds when that is 2 or 4 (interior tiles then filter rows from registers, :func:`_long_row_blocked`),
-    else 1 (every tile loads per tap, :func:`_long_row`)."""
+    holds when that is 2 or 4 (tiles then filter rows from registers, :func:`_shift_rows_blocked`), else 1
+    (every tile loads per tap, :func:`_long_row`)."""
     vec = block_w // (32 * warps)
     return vec if vec in (2, 4) else 1
 
