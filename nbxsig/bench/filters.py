@@ -176,8 +176,6 @@ def _form_label(form: str, arg) -> str:
         return f" fused tile {arg[1]}, L2 prefetch {arg[0]} rows ahead"
     if form == "taps in registers":
         return f" fused tile {arg}, taps in registers"
-    if form == "maxnreg":
-        return f" fused, interior launch at maxnreg {arg}"
     return f" {form}" + (f" tile {arg}" if arg is not None else "")
 
 
@@ -185,8 +183,7 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
     """The public call against torch, and ``forms`` of the separable kernels as variants: ("fused",
     ``_separable_fused`` config or None), ("two-pass", chunk budget), ("tensor-core", ``_separable_dot``
     tile or None), ("prefetch", (rows ahead, fused config)) -- ``_LONG_PREFETCH`` set to that, ("taps in
-    registers", fused config) -- per-channel taps the kernel loads (not passed as arguments), ("maxnreg",
-    registers) -- ``_LONG_MAXNREG`` set to that."""
+    registers", fused config) -- per-channel taps the kernel loads (not passed as arguments)."""
     g = torch.Generator(device=dev).manual_seed(3)
     x = torch.rand(*_BLUR_SHAPE, device=dev, generator=g)
     g1 = nf.gaussian_kernel1d(k, sigma).float().to(dev)
@@ -220,8 +217,6 @@ def _blur_case(k: int, sigma: float, *, separable_baseline: bool, target: str, d
             return lambda: dk._separable_dot(x, taps, taps, pads=pads, boundary="reflect", config=arg)
         if form == "prefetch":
             return _patched("_LONG_PREFETCH", arg[0], variant("fused", arg[1]))
-        if form == "maxnreg":
-            return _patched("_LONG_MAXNREG", arg, variant("fused", None))
         if form == "taps in registers":
             return lambda: dk._separable_fused(
                 x, plain, plain, stride=(1, 1), pads=pads, boundary="reflect", config=arg
@@ -288,8 +283,7 @@ def cases(*, quick: bool = False) -> list[Case]:
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
         forms=[(tc, (64, 32, 64, 16, 4)), ("taps in registers", None), ("fused", ("ring", 5, 128, 2)),
-               ("fused", ("ring", 8, 128, 1)), ("prefetch", (0, None)), ("prefetch", (2, None)),
-               ("maxnreg", 168), ("maxnreg", 160), ("maxnreg", 184)],
+               ("fused", ("ring", 8, 128, 1)), ("prefetch", (0, None)), ("prefetch", (2, None))],
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,

@@ -123,8 +123,6 @@ _LONG_UNROLL = 8
 _LONG_PREFETCH = 4
 # Whether shared taps known on the host (shared_host_taps) go to the long path as kernel arguments.
 _TAPS_AS_ARGS = True
-# Registers per thread ptxas may give the long path's interior-tile launch (None: its own choice).
-_LONG_MAXNREG = None
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
 # that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
@@ -1574,7 +1572,6 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
             CYCLES=cycles, EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
             LONG_UNROLL=_LONG_UNROLL, LONG_VEC=vec, LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0,
             TAPS_ARGS=len(wx_args) > 0, TILES=tiles, BLOCK_W=bw, num_warps=warps,
-            **({"maxnreg": _LONG_MAXNREG} if tiles == 1 and _LONG_MAXNREG else {}),
         )  # fmt: skip
     return y
 
