@@ -121,8 +121,6 @@ _RING_ROWS_LONG = 120
 _RING_BLOCK_W_LONG = 128
 _LONG_UNROLL = 8
 _LONG_PREFETCH = 4
-# Whether shared taps known on the host (shared_host_taps) go to the long path as kernel arguments.
-_TAPS_AS_ARGS = True
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
 # that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
@@ -1551,7 +1549,7 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     check_launchable(x, taps)
     ho, wo = y.shape[2], y.shape[3]
     long_w = separable and max(kh, kw) > _FUSED_SEP_MAX_TAPS
-    as_args = long_w and x.stride(3) == 1 and host_taps is not None and _TAPS_AS_ARGS
+    as_args = long_w and x.stride(3) == 1 and host_taps is not None
     cycles, bw, warps = (
         _ring_config(ho, wo, kh, long_w=long_w, taps_as_args=as_args) if config is None else config
     )
