@@ -19,7 +19,7 @@ LOP3 and one FADD to extract (:func:`_nibble`), one FFMA to dequantize and one t
 sm_90 loop issues 635 instructions per 128 weights per thread (5.0 per weight; 789 = 6.2 with a
 separate multiply and add and the scale pre-multiplied per nibble position, the form before
 0335a71). On the H200 that took the 4096×11008 layer from 16.1 to 14.9 µs (graph replays, bench
-``quant_sweep``, 2026-12-03), 4096×4096 from 8.2 to 7.6 and 11008×4096 from 16.2 to 15.1: the
+``quant_sweep``, 2026-12-03), 4096×4096 from 8.2 to 7.6 and 11008×4096 from 16.2 to 14.9: the
 kernel is not bound by its instruction issue alone (~6.7 µs of issue at 4096×11008) but by the
 latency of its short programs -- load, compute, then the split's arrival -- which the one-warp
 programs with every lane of a column in one thread (BLOCK_N 128-512) made worse: 15.5-47 µs.
