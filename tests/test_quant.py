@@ -83,6 +83,38 @@ def test_int4_linear_half_inputs(dtype, generator, device):
     assert_close(out, ref, dtype=dtype)
 
 
+def test_fma_float32_rounds_once(generator):
+    """The oracle's float32 FMA is correctly rounded: against exact rational arithmetic on random
+    operands, and on hand-built sums that land exactly halfway between two float32 values after the
+    float64 rounding (where rounding float64 to float32 goes the wrong way)."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    def exact(a, b, c):  # the float32 nearest a·b + c, ties to even
+        v = Fraction(a) * Fraction(b) + Fraction(c)
+        r = np.float32(float(v))
+        near = [np.nextafter(r, np.float32(-np.inf)), r, np.nextafter(r, np.float32(np.inf))]
+        return min(near, key=lambda t: (abs(Fraction(float(t)) - v), int(np.float32(t).view(np.uint32)) & 1))
+
+    a, b, c = (torch.randn(3000, generator=generator) for _ in range(3))
+    fused = R.fma_float32(a, b, c)
+    assert all(
+        np.float32(f) == exact(x, y, z)
+        for f, x, y, z in zip(fused.tolist(), a.tolist(), b.tolist(), c.tolist(), strict=True)
+    )
+    # 1 + 2^-23 + 2^-24 - 2^-70 is just below the midpoint of 1 + 2^-23 and 1 + 2^-22: float64 rounds it onto
+    # the midpoint, and float64 → float32 would then round to even (1 + 2^-22).
+    a, b, c = (
+        torch.tensor([1 + 2.0**-23]),
+        torch.tensor([2.0**-24 * (1 - 2.0**-23)]),
+        torch.tensor([1 + 2.0**-23]),
+    )
+    assert R.fma_float32(a, b, c).item() == 1 + 2.0**-23
+    assert (a.double() * b.double() + c.double()).float().item() == 1 + 2.0**-22
+    assert R.fma_float32(a, b, -c).item() == float(exact(a.item(), b.item(), -c.item()))
+
+
 @pytest.mark.parametrize("m", [1, 2, 5, 8], ids=lambda m: f"M{m}")
 @pytest.mark.parametrize("k,gs", [(128, 128), (512, 64), (136, 8)], ids=lambda v: str(v))
 def test_fused_gemv_equals_blocked_oracle_bit_for_bit(m, k, gs, generator, device):
