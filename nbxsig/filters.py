@@ -525,8 +525,11 @@ def box_blur(
     ky, kx = _pair("kernel_size", kernel_size)
     c = x.shape[1]
     if separable:
-        wy = _per_channel(torch.full((ky,), 1.0 / ky, dtype=torch.float64), c, x)
-        wx = _per_channel(torch.full((kx,), 1.0 / kx, dtype=torch.float64), c, x)
+        # Built here, never returned: they may carry their host values (long filters take them as
+        # kernel arguments, as the Gaussian's).
+        ty = torch.full((ky,), 1.0 / ky, dtype=torch.float64)
+        tx = torch.full((kx,), 1.0 / kx, dtype=torch.float64)
+        wy, wx = mark_shared_taps(_per_channel(ty, c, x), ty), mark_shared_taps(_per_channel(tx, c, x), tx)
         return depthwise_conv2d(x, (wy, wx), boundary=boundary, backend=backend)
     return depthwise_conv2d(x, _per_channel(box_kernel((ky, kx)), c, x), boundary=boundary, backend=backend)
 

@@ -464,9 +464,9 @@ def test_ring_long_separable_blocked_rows(boundary, generator, device):
 
 
 def test_gaussian_blur_long_taps_as_kernel_arguments(generator, device, monkeypatch):
-    """The filters' cached Gaussian taps carry their host values, so the long separable path passes them
-    to the kernel as arguments (no registers, no read-back); equal to the reference, interior and edge
-    tiles."""
+    """The filters' cached Gaussian taps (and the box blur's) carry their host values, so the long
+    separable path passes them to the kernel as arguments (no registers, no read-back); equal to the
+    reference, interior and edge tiles."""
     from nbxsig.kernels import depthwise as dk
     from nbxsig.reference.depthwise import shared_host_taps
 
@@ -483,6 +483,10 @@ def test_gaussian_blur_long_taps_as_kernel_arguments(generator, device, monkeypa
     ref = nf.gaussian_blur2d(x.cpu().double(), 17, (2.0, 3.0), backend="torch")
     assert_close(y, ref, dtype=torch.float32)
     assert len(seen) == 1 and seen[0] is not None and tuple(map(len, seen[0])) == (17, 17)
+    # The box blur's taps too (built per call).
+    box = nf.box_blur(x, (9, 17), backend="triton")
+    assert_close(box, nf.box_blur(x.cpu().double(), (9, 17), backend="torch"), dtype=torch.float32)
+    assert len(seen) == 2 and seen[1] == tuple(tuple(torch.full((k,), 1 / k).tolist()) for k in (9, 17))
     wy, wx = nf._shared_gaussian_taps(17, 17, 2.0, 3.0, 1, x.device, torch.float32)
     assert shared_host_taps(wy, wx) == (tuple(wy[0].tolist()), tuple(wx[0].tolist()))
     assert shared_host_taps(wy.clone(), wx) is None  # only the marked tensors carry them
