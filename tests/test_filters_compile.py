@@ -53,13 +53,15 @@ for xt, kh, kw, sep, b, size in RING:
     for taps_args, tiles in builds:
         cycles, bw, warps = dk._ring_config(size, size, kh, long_w=long_w, taps_as_args=taps_args)
         vec = dk.long_vec(bw, warps) if long_w else 1
+        window = dk.long_window(kw // 2, kw, vec)
         arg_types = ("fp32",) * kh if taps_args and tiles == 1 else ()
         taps_args = taps_args and tiles == 1
         build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt, "wy_args": arg_types,
                                 "wx_args": arg_types},
               dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
                    WHOLE_W=size == bw, LONG_W=long_w, LONG_UNROLL=dk._LONG_UNROLL, LONG_VEC=vec,
-                   LONG_PREFETCH=dk._LONG_PREFETCH, TAPS_ARGS=taps_args, TILES=tiles, BLOCK_W=bw),
+                   LONG_OFF=window[0], LONG_NB=window[1], LONG_PREFETCH=dk._LONG_PREFETCH,
+                   TAPS_ARGS=taps_args, TILES=tiles, BLOCK_W=bw),
               num_warps=warps)
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}

@@ -103,7 +103,7 @@ _RING_BLOCK_W_TALL = 512
 # 4 when the taps are kernel arguments (shared_host_taps: the filters' Gaussian taps), and filters each
 # row from registers: the tiles whose row windows lie inside the row (vector loads of the window, L2
 # asked for the row _LONG_PREFETCH rows ahead), then the edge tiles (positions mapped), as two launches
-# (_shift_rows_blocked). Other strides loop over the row taps with a load per tap (_long_row, unrolled by
+# (_shift_rows). Other strides loop over the row taps with a load per tap (_long_row, unrolled by
 # _LONG_UNROLL). H200, 31×31 reflect blur 8×3×2048×2048 fp32, µs by (CYCLES, BLOCK_W, num_warps):
 #   a load per tap everywhere (162a995) -- (10, 128, 2) 1844, (10, 64, 1) 1800, (5, 128, 2) 1819;
 #   2 columns from registers, taps loaded (02f4785) -- (5, 128, 2) 1167, (10, 128, 2) 1281 (1441 without
@@ -979,7 +979,7 @@ def _long_row_blocked(
     the row): each window position is mapped by the boundary (:func:`_near_index`) and loaded on its own.
 
     Each thread loads its window -- the ``VEC + KW - 1`` inputs its columns read, rounded out to
-    aligned ``VEC``-wide blocks: ``NB`` blocks from column ``col0 + VEC·t + OFF`` (see ``_ring_kernel``)
+    aligned ``VEC``-wide blocks: ``NB`` blocks from column ``col0 + VEC·t + OFF`` (:func:`long_window`)
     -- with one vector load per block, splits the blocks into registers
     (:func:`_block_columns`, no data leaves the thread) and runs ``VEC`` chains of ``KW`` multiply-adds
     over them. The per-tap loads of :func:`_long_row` cost one unaligned L1 access per tap per column
@@ -1029,37 +1029,54 @@ def _prefetch_l2(ptrs):
 
 
 @triton.jit
-def _shift_rows_blocked(
-    x_row0, y_ptr0, taps_x, taps_y, col0, h0, H, W, WO, HO, sxh, syh, syw, top,
+def _shift_rows(
+    x_row0, y_ptr0, taps_x, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
     KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, LEFT: tl.constexpr,
-    OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr, PREFETCH: tl.constexpr,
-    MAP_W: tl.constexpr,
+    OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr, U: tl.constexpr,
+    PREFETCH: tl.constexpr, MAP_W: tl.constexpr,
 ):  # fmt: skip
-    """:func:`_shift_rows` for a tile of unit-stride rows with ``VEC`` adjacent columns per thread: the
-    row filter is :func:`_long_row_blocked` (taps as registers or kernel arguments; ``MAP_W`` for the
-    edge tiles, whose windows leave the row) and each of the ``VEC`` columns keeps its own ``KH``-slot
-    shift register, so every value stays in the thread that computed it. ``y_ptr0`` is the plane's
-    output row 0.
+    """The band of a separable filter with long row taps (``LONG_W``) for the tile whose first output
+    column is ``col0``, ``VEC`` adjacent columns per thread over ``BT`` threads: each input row filtered
+    along the row once, then added into the ``KH`` output rows it reaches, held as a shift register --
+    slot ``j`` is output row ``d - (KH - 1) + j`` at input row ``d`` and takes column tap ``KH - 1 - j``;
+    slot 0 is then complete, stored, and the slots move down one. Each column keeps its own slots, so
+    every value stays in the thread that computed it. Unlike the ring's unrolled cycles
+    (:func:`_ring_rows`) the row loop is one body, so long filters compile in seconds. ``y_ptr0`` is the
+    plane's output row 0; ``MAP_W``: the tile's inputs leave the row, positions are mapped by the
+    boundary.
 
-    ``PREFETCH > 0`` (interior tiles): each row also asks L2 for the window of the input row
+    The row filter: ``VEC > 1`` (unit-stride rows) :func:`_long_row_blocked`, the thread's window from
+    registers, ``taps_x`` a tuple (registers or kernel arguments); ``VEC = 1`` :func:`_long_row`, a load
+    per tap, ``taps_x`` a pointer to the row taps.
+
+    ``PREFETCH > 0`` (``VEC > 1``, unmapped tiles): each row also asks L2 for the window of the input row
     ``PREFETCH`` rows ahead (:func:`_prefetch_l2`, clamped into the image), so the row's own loads find
     their lines in L2 rather than wait on DRAM (31×31 blur: 805 against 1187 µs without it)."""
     cols = col0 + VEC * tl.arange(0, BT)
-    window0 = col0 + OFF + VEC * tl.arange(0, BT)
     acc = ()
     for _ in tl.static_range(KH * VEC):  # slot j of column c at KH·c + j
         acc = acc + (tl.zeros((BT,), dtype=tl.float32),)
+    # The last band of the image skips the input rows after the one that completes its last output row.
     n_in = HO - h0 + KH - 1
     for d in range(ROWS + KH - 1):
         if d < n_in:
-            if (PREFETCH > 0) and (not MAP_W):
+            if (PREFETCH > 0) and (VEC > 1) and (not MAP_W):
                 ahead = tl.minimum(tl.maximum(h0 + d + PREFETCH - top, 0), H - 1).to(tl.int64) * sxh
-                _prefetch_l2(x_row0 + ahead + window0)
-                _prefetch_l2(x_row0 + ahead + window0 + (NB * VEC - 1))
+                _prefetch_l2(x_row0 + ahead + cols + OFF)
+                _prefetch_l2(x_row0 + ahead + cols + (OFF + NB * VEC - 1))
             ridx, rok = _ring_row(h0 + d - top, H, BOUNDARY)
             x_row = x_row0 + ridx.to(tl.int64) * sxh
             if rok:  # false only for rows outside the image under zero padding
-                hv = _long_row_blocked(x_row, col0, taps_x, W, KW, LEFT, OFF, NB, VEC, BT, MAP_W, BOUNDARY)
+                if VEC > 1:
+                    hv = _long_row_blocked(
+                        x_row, col0, taps_x, W, KW, LEFT, OFF, NB, VEC, BT, MAP_W, BOUNDARY
+                    )
+                else:
+                    tap0 = cols - LEFT  # each column's first input
+                    hv = (
+                        _long_row(x_row, x_row + tap0 * sxw, taps_x, tap0, W, sxw, cols < WO, KW, U, MAP_W,
+                                  BOUNDARY, BT),
+                    )  # fmt: skip
             else:
                 hv = ()
                 for _ in tl.static_range(VEC):
@@ -1081,60 +1098,23 @@ def _shift_rows_blocked(
 
 
 @triton.jit
-def _shift_rows(
-    x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, MAP_W: tl.constexpr,
+def _long_band(
+    x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top, first, last,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, LEFT: tl.constexpr,
     U: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
-    """The band of a separable filter with long row taps (``LONG_W``): each input row filtered along the
-    row once (:func:`_long_row`, a runtime loop), then added into the ``KH`` output rows it reaches, held
-    as a shift register -- slot ``j`` is output row ``d - (KH - 1) + j`` at input row ``d`` and takes column
-    tap ``KH - 1 - j``; slot 0 is then complete, stored, and the slots move down one. Unlike the ring's
-    unrolled cycles (:func:`_ring_rows`) the row loop is one body, so long filters compile in seconds; the
-    shift costs ``KH - 1`` register moves per input row."""
-    cols = ow - left
-    acc = ()
-    for _ in tl.static_range(KH):
-        acc = acc + (tl.zeros((BLOCK_W,), dtype=tl.float32),)
-    # The last band of the image skips the input rows after the one that completes its last output row.
-    n_in = HO - h0 + KH - 1
-    for d in range(ROWS + KH - 1):
-        if d < n_in:
-            ridx, rok = _ring_row(h0 + d - top, H, BOUNDARY)
-            x_row = x_row0 + ridx.to(tl.int64) * sxh
-            if rok:  # false only for rows outside the image under zero padding
-                hv = _long_row(
-                    x_row, x_row + cols * sxw, wx_ptr, cols, W, sxw, wmask, KW, U, MAP_W, BOUNDARY, BLOCK_W
-                )
-            else:
-                hv = tl.zeros((BLOCK_W,), dtype=tl.float32)
-            r = d - (KH - 1)  # the output row (of this program's ROWS) that is now complete
-            h = h0 + r
-            done = acc[0] + taps_y[KH - 1] * hv
-            tl.store(y_row0 + h.to(tl.int64) * syh, done.to(y_row0.dtype.element_ty), mask=wmask & (r >= 0))
-            new = ()
-            for j in tl.static_range(1, KH):
-                new = new + (acc[j] + taps_y[KH - 1 - j] * hv,)
-            acc = new + (tl.zeros((BLOCK_W,), dtype=tl.float32),)
-
-
-@triton.jit
-def _long_band(
-    x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask, first, last,
-    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, U: tl.constexpr,
-    BLOCK_W: tl.constexpr,
-):  # fmt: skip
-    """:func:`_shift_rows` for a tile whose inputs span columns ``first..last``: plain offsets when they
-    lie inside the row, mapped ones (the boundary) otherwise."""
+    """:func:`_shift_rows` at one column per thread (a load per row tap) for a tile whose inputs span
+    columns ``first..last``: plain offsets when they lie inside the row, mapped ones (the boundary)
+    otherwise."""
     if (first >= 0) & (last < W):
         _shift_rows(
-            x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-            KH, KW, BOUNDARY, ROWS, False, U, BLOCK_W,
+            x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
+            KH, KW, BOUNDARY, ROWS, LEFT, 0, 1, 1, BLOCK_W, U, 0, False,
         )  # fmt: skip
     else:
         _shift_rows(
-            x_row0, y_row0, wx_ptr, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
-            KH, KW, BOUNDARY, ROWS, True, U, BLOCK_W,
+            x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
+            KH, KW, BOUNDARY, ROWS, LEFT, 0, 1, 1, BLOCK_W, U, 0, True,
         )  # fmt: skip
 
 
@@ -1144,8 +1124,8 @@ def _ring_kernel(
     tile_lo, tile_hi,
     LEFT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
     CYCLES: tl.constexpr, EVEN_W: tl.constexpr, WHOLE_W: tl.constexpr, LONG_W: tl.constexpr,
-    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, LONG_PREFETCH: tl.constexpr, TAPS_ARGS: tl.constexpr,
-    TILES: tl.constexpr, BLOCK_W: tl.constexpr,
+    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, LONG_OFF: tl.constexpr, LONG_NB: tl.constexpr,
+    LONG_PREFETCH: tl.constexpr, TAPS_ARGS: tl.constexpr, TILES: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Depthwise correlation, stride 1, one channel plane per program, ``CYCLES·KH - KH + 1`` output rows
     × ``BLOCK_W`` columns (the contiguous axis) per program (forward only, ``J = 1``)::
@@ -1165,7 +1145,7 @@ def _ring_kernel(
     each input row is filtered in a runtime loop, the column taps in a shift register
     (:func:`_shift_rows`) -- the unrolled ring at 31×31 took 7 minutes to compile for sm_90 and 255
     registers; this takes a second. ``LONG_VEC`` (2 or 4; 1: off): tiles hold that many adjacent columns
-    per thread and filter each row from registers (:func:`_shift_rows_blocked`): ``TILES`` 1 the tiles
+    per thread and filter each row from registers (:func:`_shift_rows`): ``TILES`` 1 the tiles
     ``tile_lo..tile_hi-1``, whose windows lie inside the row (whole vector blocks; L2 asked for the input
     row ``LONG_PREFETCH`` rows ahead, 0: not -- the interpreter has no prefetch), ``TILES`` 2 the others
     (positions mapped), as separate launches since the mapping costs registers; ``TAPS_ARGS``: the taps
@@ -1200,7 +1180,6 @@ def _ring_kernel(
     x_row0 = x_ptr + n * sxn + (co // DIV).to(tl.int64) * sxc
     y_row0 = y_ptr + n * syn + co.to(tl.int64) * syc + ow * syw
     if LONG_W:  # the row taps stay in memory, read by _long_row (the column taps: loaded where used)
-        taps_y = ()
         taps = w_ptr + co * (KH + KW) + KH
     elif SEPARABLE:
         taps_y = _ring_taps(w_ptr + co * (KH + KW), KH)
@@ -1211,37 +1190,35 @@ def _ring_kernel(
     first = pid_w * BLOCK_W - left
     last = pid_w * BLOCK_W + BLOCK_W - 1 + KW - 1 - left
     if LONG_W:
+        col0 = pid_w * BLOCK_W
+        y_plane = y_ptr + n * syn + co.to(tl.int64) * syc
         if LONG_VEC > 1:
-            # VEC adjacent columns per thread; each thread's window: NB aligned blocks from OFF columns
-            # before its first column (long_window). Tiles whose windows lie inside the row load whole
-            # blocks; they and the edge tiles are separate launches (TILES 1 and 2): the edges' mapping
-            # costs registers (203 against 124 per thread at 31×31 reflect with the taps as arguments).
-            OFF: tl.constexpr = -((LEFT + LONG_VEC - 1) // LONG_VEC) * LONG_VEC
-            NB: tl.constexpr = (LONG_VEC - 1 + KW - 1 - LEFT - OFF) // LONG_VEC + 1
-            col0 = pid_w * BLOCK_W
+            # VEC adjacent columns per thread; each thread's window: LONG_NB aligned blocks from LONG_OFF
+            # columns from its first column (long_window). Tiles whose windows lie inside the row load
+            # whole blocks; they and the edge tiles are separate launches (TILES 1 and 2): the edges'
+            # mapping costs registers (203 against 124 per thread at 31×31 reflect, taps as arguments).
             if TAPS_ARGS:  # the same taps for every channel, as kernel arguments: no registers
                 row_taps = wx_args
                 column_taps = wy_args
             else:
                 row_taps = _ring_taps(taps, KW)
                 column_taps = _ring_taps(w_ptr + co * (KH + KW), KH)
-            y_plane = y_ptr + n * syn + co.to(tl.int64) * syc
             if TILES == 1:  # tiles whose windows lie inside the row (the launcher's tile_lo..tile_hi-1)
-                _shift_rows_blocked(
-                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, syh, syw, top,
-                    KH, KW, BOUNDARY, ROWS, LEFT, OFF, NB, LONG_VEC, BLOCK_W // LONG_VEC, LONG_PREFETCH,
-                    False,
+                _shift_rows(
+                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
+                    KH, KW, BOUNDARY, ROWS, LEFT, LONG_OFF, LONG_NB, LONG_VEC, BLOCK_W // LONG_VEC,
+                    LONG_UNROLL, LONG_PREFETCH, False,
                 )  # fmt: skip
             else:  # the edge tiles: window positions mapped by the boundary
-                _shift_rows_blocked(
-                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, syh, syw, top,
-                    KH, KW, BOUNDARY, ROWS, LEFT, OFF, NB, LONG_VEC, BLOCK_W // LONG_VEC, LONG_PREFETCH,
-                    True,
+                _shift_rows(
+                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
+                    KH, KW, BOUNDARY, ROWS, LEFT, LONG_OFF, LONG_NB, LONG_VEC, BLOCK_W // LONG_VEC,
+                    LONG_UNROLL, LONG_PREFETCH, True,
                 )  # fmt: skip
         else:
             _long_band(
-                x_row0, y_row0, taps, _ring_taps(w_ptr + co * (KH + KW), KH), ow, h0, H, W, HO, sxh, sxw, syh,
-                top, left, wmask, first, last, KH, KW, BOUNDARY, ROWS, LONG_UNROLL, BLOCK_W,
+                x_row0, y_plane, taps, _ring_taps(w_ptr + co * (KH + KW), KH), col0, h0, H, W, WO, HO, sxh,
+                sxw, syh, syw, top, first, last, KH, KW, BOUNDARY, ROWS, LEFT, LONG_UNROLL, BLOCK_W,
             )  # fmt: skip
     elif (first >= 0) & (last < W):
         _ring_rows(
@@ -1517,25 +1494,32 @@ def _ring_config(
     return cycles, block_w, max(1, block_w // (128 if long_w and taps_as_args else 64))
 
 
+def long_window(left: int, kw: int, vec: int) -> tuple[int, int]:
+    """``(OFF, NB)`` of the long separable path at ``vec`` columns per thread: a thread's row window -- its
+    columns' inputs rounded out to aligned ``vec``-wide blocks -- is ``NB`` blocks from ``OFF`` (≤ 0)
+    columns from its first column."""
+    off = -(-left // vec) * vec
+    return -off, (vec - 1 + kw - 1 - left + off) // vec + 1
+
+
 def long_window_tiles(
     n_tiles: int, block_w: int, width: int, *, left: int, kw: int, vec: int
 ) -> tuple[int, int]:
     """``(lo, hi)``: the column tiles ``lo..hi-1`` of the long separable path whose every thread's row
-    window -- its ``vec`` columns' inputs rounded out to aligned ``vec``-wide blocks -- lies inside a row
-    of ``width`` inputs (a contiguous run; ``(0, 0)`` when there is none)."""
-    off = -(-left // vec) * vec
-    span = (vec - 1 + kw - 1 - left + off) // vec * vec + vec  # the window, in columns
+    window (:func:`long_window`) lies inside a row of ``width`` inputs (a contiguous run; ``(0, 0)`` when
+    there is none)."""
+    off, nb = long_window(left, kw, vec)
     inside = [
         p
         for p in range(n_tiles)
-        if p * block_w - off >= 0 and p * block_w + block_w - vec - off + span - 1 < width
+        if p * block_w + off >= 0 and p * block_w + block_w - vec + off + nb * vec - 1 < width
     ]
     return (inside[0], inside[-1] + 1) if inside else (0, 0)
 
 
 def long_vec(block_w: int, warps: int) -> int:
     """``LONG_VEC`` of ``_ring_kernel`` for long row taps on unit-stride rows: the columns each thread
-    holds when that is 2 or 4 (tiles then filter rows from registers, :func:`_shift_rows_blocked`), else 1
+    holds when that is 2 or 4 (tiles then filter rows from registers, :func:`_shift_rows`), else 1
     (every tile loads per tap, :func:`_long_row`)."""
     vec = block_w // (32 * warps)
     return vec if vec in (2, 4) else 1
@@ -1560,6 +1544,7 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     # Long taps at VEC columns per thread: the tiles whose row windows lie inside the row, then the edge
     # tiles, as two launches (TILES 1, 2); else one launch over every tile.
     lo, hi = long_window_tiles(n_wt, bw, x.shape[3], left=left, kw=kw, vec=vec) if vec > 1 else (0, 0)
+    window = long_window(left, kw, vec)  # (OFF, NB); read at 2 or 4 columns per thread only
     launches = [(0, n_wt)] if vec == 1 else [(1, hi - lo), (2, n_wt - (hi - lo))]
     for tiles, count in launches:
         if count == 0:
@@ -1568,7 +1553,8 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
             x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, wy_args, wx_args,
             lo, hi, LEFT=left, KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary],
             CYCLES=cycles, EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
-            LONG_UNROLL=_LONG_UNROLL, LONG_VEC=vec, LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0,
+            LONG_UNROLL=_LONG_UNROLL, LONG_VEC=vec, LONG_OFF=window[0], LONG_NB=window[1],
+            LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0,
             TAPS_ARGS=len(wx_args) > 0, TILES=tiles, BLOCK_W=bw, num_warps=warps,
         )  # fmt: skip
     return y
