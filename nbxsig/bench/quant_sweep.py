@@ -10,10 +10,9 @@ reference (GEMV: on the dequantized weight; its default also with the capture co
 ``_splitsum.CAPTURE_ARENA``, one memset node per call). Attention rows also set decode attention's
 launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the label, "-" for none) and say whether
 a default-config row gave the first row's bits (GEMV rows: whether each gave its config's oracle's
-bits); each shape's first row is timed again at its end
-to show drift. Each row is
-printed as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv``
-limits the sweep to one kernel.
+bits); each shape's first row is timed again at its end to show drift. Each row is printed as it is
+measured, so a time limit loses only the rows after it. ``--only attn|gemv`` limits the sweep to one
+kernel.
 """
 
 from __future__ import annotations

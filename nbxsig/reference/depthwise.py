@@ -167,8 +167,9 @@ def resample(x: torch.Tensor, *, orig: int, new: int, kernel: torch.Tensor, widt
 
 def mark_shared_taps(weight: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     """Record on ``weight`` (``(C, K)``, every row equal to the host tensor ``taps``) the taps' values as
-    floats of ``weight``'s dtype, for :func:`shared_host_taps`. Only for weights that nothing will
-    modify (the filters' cached, never-returned Gaussian taps): the record is not updated by writes."""
+    floats of ``weight``'s dtype, for :func:`shared_host_taps`. Only for weights built internally that
+    nothing will modify (the filters' Gaussian and box taps, never handed out): the record is not updated
+    by writes."""
     weight._nbxsig_shared_taps = tuple(taps.to(weight.dtype).tolist())
     return weight
 
