@@ -435,32 +435,73 @@ def test_ring_long_separable_is_reference(boundary, generator, device):
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)
-def test_ring_long_separable_blocked_rows(boundary, generator, device):
-    """Long row taps on unit-stride rows (``LONG_VEC``): tiles whose row window lies inside the row hold
-    2 or 4 adjacent columns per thread and filter each row from registers, the other tiles load per
-    tap; both against the float64 reference, with bands across the top/bottom edges (the boundary maps
-    the rows) and float16 rounding once on the store."""
+def test_long_rows_kernel_is_reference(boundary, generator, device):
+    """Long row taps on unit-stride rows (``_long_rows_kernel``): 2 or 4 adjacent columns per thread,
+    the row filtered from registers on the tiles whose window lies inside the row and with mapped
+    positions on the others; against the float64 reference, with rows across the top/bottom edges (the
+    boundary maps them) and float16 rounding once on the store. The rows are shared out over 1, 3 or 5
+    programs, so shares start and end mid-strip and cross strips, tiles and images."""
     from nbxsig.kernels import depthwise as dk
 
     kh, kw = 11, 10
     pads = (4, 6, 6, 3)
-    wy = random_tensor((2, kh), generator=generator, dtype=torch.float64)
-    wx = random_tensor((2, kw), generator=generator, dtype=torch.float64)
-    # (tile width, warps, image width): 2 columns per thread on 64-column tiles, 4 on 128; tile 1 of
-    # each is the one whose window (tile ± the pads, rounded out to blocks) fits in the row.
-    for block_w, warps, width in ((64, 1, 150), (128, 1, 270)):
-        assert dk.long_vec(block_w, warps) == block_w // 32
-        x = random_tensor((1, 2, 9, width), generator=generator, dtype=torch.float64)
-        for dtype in (torch.float32, torch.float16):
-            ref = nf.depthwise_conv2d(
-                x.to(dtype).double(), (wy, wx), padding=pads, boundary=boundary, backend="torch"
-            )
+    wy = random_tensor((1, kh), generator=generator, dtype=torch.float64)
+    wx = random_tensor((1, kw), generator=generator, dtype=torch.float64)
+    # (tile width, warps, image width, dtype, program counts): 2 columns per thread on 64-column tiles,
+    # 4 on 128; tile 1 of each is the one whose window (tile ± the pads, rounded out to blocks) fits in
+    # the row; None: the interpreter's default count (_LONG_PROGRAMS_CPU).
+    for block_w, warps, width, dtype, programs in (
+        (64, 1, 150, torch.float32, (1, 3)),
+        (128, 1, 270, torch.float32, (None,)),
+        (128, 1, 270, torch.float16, (3,)),
+    ):
+        n_tiles = -(-width // block_w)
+        assert dk.long_window_tiles(n_tiles, block_w, width, left=6, kw=kw, vec=block_w // 32) == (1, 2)
+        x = random_tensor((2, 1, 9, width), generator=generator, dtype=torch.float64).to(dtype)
+        ref = nf.depthwise_conv2d(x.double(), (wy, wx), padding=pads, boundary=boundary, backend="torch")
+        for count in programs:
             with torch.no_grad():
                 y = dk._separable_fused(
-                    x.to(dtype).to(device), wy.float().to(device), wx.float().to(device), stride=(1, 1),
-                    pads=pads, boundary=boundary, config=("ring", 2, block_w, warps),
+                    x.to(device), wy.float().to(device), wx.float().to(device), stride=(1, 1), pads=pads,
+                    boundary=boundary, config=("long", block_w, warps, 200, 255, count),
                 )  # fmt: skip
             assert_close(y, ref, dtype=dtype, **_dtype_tol(dtype))
+
+
+def test_long_rows_more_programs_than_rows(generator, device):
+    """Programs past the last row have nothing to do; a share of one row still fills its register first."""
+    from nbxsig.kernels import depthwise as dk
+
+    x = random_tensor((1, 1, 6, 150), generator=generator).to(device)
+    wy = random_tensor((1, 11), generator=generator).to(device)
+    wx = random_tensor((1, 10), generator=generator).to(device)
+    pads = (5, 5, 4, 5)  # 6 × 150 outputs: 6 rows on the interior tile, 12 on the edge tiles; 16 programs
+    taps = (wy.cpu().double(), wx.cpu().double())
+    ref = nf.depthwise_conv2d(x.cpu().double(), taps, padding=pads, boundary="reflect", backend="torch")
+    with torch.no_grad():
+        y = dk._separable_fused(
+            x, wy, wx, stride=(1, 1), pads=pads, boundary="reflect", config=("long", 64, 1, 200, 255, 16)
+        )
+    assert_close(y, ref, dtype=torch.float32)
+
+
+def test_long_rows_programs():
+    """The long path's program count: what the GPU holds at once (SMs × programs per SM at the
+    registers given), fewer where a share would be under 2·(KH - 1) rows."""
+    from nbxsig.kernels import depthwise as dk
+
+    # 200 registers: 6400 a warp, 2 warps in each scheduler's 16384, 8 an SM (not 65536 // 6400 = 10)
+    assert dk.resident_programs(200, 1) == 8
+    assert dk.resident_programs(168, 1) == 12  # 5376 a warp: 3 per scheduler
+    assert dk.resident_programs(255, 1) == 8  # rounded up to 256
+    assert dk.resident_programs(168, 2) == 6
+    assert dk.resident_programs(128, 1) == 16
+    assert dk.resident_programs(32, 1) == 32  # the 32-program cap
+    assert dk.resident_programs(32, 4) == 16  # the 64-warp cap
+    x = torch.zeros(1)
+    assert dk.long_rows_programs(x, 10_000, 31, 200, 1) == dk._LONG_PROGRAMS_CPU
+    assert dk.long_rows_programs(x, 119, 31, 200, 1) == 1  # under 2·30 rows a program: one
+    assert dk.long_rows_programs(x, 180, 31, 200, 1) == 3
 
 
 def test_gaussian_blur_long_taps_as_kernel_arguments(generator, device, monkeypatch):
@@ -471,13 +512,13 @@ def test_gaussian_blur_long_taps_as_kernel_arguments(generator, device, monkeypa
     from nbxsig.reference.depthwise import shared_host_taps
 
     seen = []
-    launch = dk._launch_ring
+    launch = dk._launch_long_rows
 
     def spy(*args, **kwargs):
         seen.append(kwargs.get("host_taps"))
         return launch(*args, **kwargs)
 
-    monkeypatch.setattr(dk, "_launch_ring", spy)
+    monkeypatch.setattr(dk, "_launch_long_rows", spy)
     x = random_tensor((1, 1, 9, 270), generator=generator).to(device)  # 3 tiles of 128: the middle one inside
     y = nf.gaussian_blur2d(x, 17, (2.0, 3.0), backend="triton")
     ref = nf.gaussian_blur2d(x.cpu().double(), 17, (2.0, 3.0), backend="torch")
@@ -829,8 +870,9 @@ def test_gpu_ring_whole_row_tile(dtype, generator, cuda_device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_gpu_long_separable(boundary, generator, cuda_device):
-    """Separable filters with long taps on the ring's shift register, unequal lengths: the default tile
-    (2 columns per thread) and one of 4 columns per thread; interior tiles filter rows from registers."""
+    """Separable filters with long taps on the shift register, unequal lengths: the default tile of
+    ``_long_rows_kernel`` (2 columns per thread: the taps are loaded), one of 4 columns per thread and
+    the strided rows' path (``_ring_kernel``, a load per tap)."""
     from nbxsig.kernels import depthwise as dk
 
     x = random_tensor((2, 3, 301, 389), generator=generator).to(cuda_device)
@@ -840,10 +882,55 @@ def test_gpu_long_separable(boundary, generator, cuda_device):
     with torch.no_grad():
         y = nf.depthwise_conv2d(x, (wy, wx), boundary=boundary, backend="triton")
         y4 = dk._separable_fused(
-            x, wy, wx, stride=(1, 1), pads=(15, 15, 8, 8), boundary=boundary, config=("ring", 4, 128, 1)
+            x, wy, wx, stride=(1, 1), pads=(15, 15, 8, 8), boundary=boundary,
+            config=("long", 128, 1, 200, 255, None),
+        )  # fmt: skip
+        ring = dk._separable_fused(
+            x, wy, wx, stride=(1, 1), pads=(15, 15, 8, 8), boundary=boundary, config=("ring", 4, 128, 2)
         )
     assert_close(y, ref, dtype=torch.float32)
     assert_close(y4, ref, dtype=torch.float32)
+    assert_close(ring, ref, dtype=torch.float32)
+
+
+@pytest.mark.gpu
+def test_gpu_long_rows_programs_fill_the_gpu(generator, cuda_device, monkeypatch):
+    """The long path's grid is what the GPU holds at once: for each launch of the 31×31 blur's two tile
+    configurations, :func:`resident_programs` at the kernel's own register count equals the driver's
+    occupancy (``cuOccupancyMaxActiveBlocksPerMultiprocessor``), and the grid is that times the SMs."""
+    import ctypes
+
+    from nbxsig.kernels import depthwise as dk
+
+    driver = ctypes.CDLL("libcuda.so.1")
+    launches = []
+    kernel = dk._long_rows_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append((grid[0], kwargs["num_warps"], kernel[grid](*args, **kwargs)))
+
+            return launch
+
+    monkeypatch.setattr(dk, "_long_rows_kernel", Recording())
+    # Tall enough that every launch has rows for each program (2·30 or more): 3 column tiles of 128, the
+    # middle one inside the row.
+    x = random_tensor((2, 3, 10560, 384), generator=generator).to(cuda_device)
+    taps = random_tensor((3, 31), generator=generator).to(cuda_device)
+    with torch.no_grad():
+        nf.gaussian_blur2d(x, 31, (5.0, 5.0), backend="triton")  # shared taps: 4 columns, 1 warp
+        dk.depthwise_conv2d_separable(x, taps, taps, stride=(1, 1), pads=(15,) * 4, boundary="reflect")
+    assert len(launches) == 4  # interior and edge tiles, twice
+    sms = torch.cuda.get_device_properties(cuda_device).multi_processor_count
+    for grid, warps, compiled in launches:
+        blocks = ctypes.c_int()
+        status = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(blocks), ctypes.c_void_p(compiled.function), 32 * warps, ctypes.c_size_t(0)
+        )
+        assert status == 0
+        assert dk.resident_programs(compiled.n_regs, warps) == blocks.value, (compiled.n_regs, warps)
+        assert grid == sms * blocks.value
 
 
 @pytest.mark.gpu

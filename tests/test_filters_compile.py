@@ -13,13 +13,23 @@ SCRIPT = r"""
 import time
 from nbxsig.kernels import depthwise as dk
 
-def build(kernel, pointers, constexprs, **options):
+def build(kernel, pointers, constexprs, attrs=None, **options):
     t = time.time()
-    compiled = compile_sm90(kernel, pointers, constexprs, **options)  # from _sm90.PRELUDE
+    compiled = compile_sm90(kernel, pointers, constexprs, attrs=attrs, **options)  # from _sm90.PRELUDE
     print(kernel.__name__, constexprs, f"{time.time() - t:.1f}s", flush=True)
     # TF32 wgmma pieces of N = 8 faulted on the H200 (tile (64, 128, 16, 8) of _sep_dot_kernel, the only
     # tile whose PTX had m64n8k8); _check_tf32_tile refuses such tiles, and no default may produce one.
     assert "m64n8k8" not in compiled.asm["ptx"], (kernel.__name__, constexprs, options)
+    return compiled
+
+def stack_bytes(compiled):  # bytes of local stack (spilled registers) ptxas gave it, by cuobjdump
+    import os, re, subprocess, tempfile
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True)
+    return int(re.search(r"STACK:(\d+)", usage.stdout).group(1))
 
 for xt in ("*fp32", "*fp16"):
     ptr = {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt}
@@ -41,28 +51,35 @@ for xt in ("*fp32", "*fp16"):
 # zero padding (mapped edge columns)
 RING = (("*fp16", 7, 7, False, 0, 512), ("*fp32", 5, 5, True, 1, 2048), ("*fp16", 3, 3, False, 2, 512),
         ("*fp32", 3, 3, False, 0, 512))
-# and the 31x31 separable reflect blur (long row taps: the shift register) at 2048
-RING += (("*fp32", 31, 31, True, 1, 2048),)
 for xt, kh, kw, sep, b, size in RING:
-    long_w = sep and kw > dk._FUSED_SEP_MAX_TAPS
-    # Long taps: interior tiles (4 columns per thread) with shared taps as arguments and their edge tiles,
-    # then interior tiles with the taps loaded (2 columns per thread).
-    builds = [(False, 0)]
-    if long_w:
-        builds = [(True, 1), (True, 2), (False, 1)]
-    for taps_args, tiles in builds:
-        cycles, bw, warps = dk._ring_config(size, size, kh, long_w=long_w, taps_as_args=taps_args)
-        vec = dk.long_vec(bw, warps) if long_w else 1
-        window = dk.long_window(kw // 2, kw, vec)
-        arg_types = ("fp32",) * kh if taps_args and tiles == 1 else ()
-        taps_args = taps_args and tiles == 1
-        build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt, "wy_args": arg_types,
-                                "wx_args": arg_types},
-              dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
-                   WHOLE_W=size == bw, LONG_W=long_w, LONG_UNROLL=dk._LONG_UNROLL, LONG_VEC=vec,
-                   LONG_OFF=window[0], LONG_NB=window[1], LONG_PREFETCH=dk._LONG_PREFETCH,
-                   TAPS_ARGS=taps_args, TILES=tiles, BLOCK_W=bw),
-              num_warps=warps)
+    cycles, bw, warps = dk._ring_config(size, size, kh)
+    build(dk._ring_kernel, {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt},
+          dict(LEFT=kw // 2, KH=kh, KW=kw, SEPARABLE=sep, BOUNDARY=b, CYCLES=cycles, EVEN_W=True,
+               WHOLE_W=size == bw, LONG_W=False, LONG_UNROLL=dk._LONG_UNROLL, BLOCK_W=bw),
+          num_warps=warps)
+# the 31x31 separable reflect blur (long row taps: the shift register) at 2048: strided rows on the ring,
+# unit-stride rows on _long_rows_kernel at its two default tiles (taps as arguments, taps loaded), interior
+# and edge tiles, each at its register cap with no spill
+cycles, bw, warps = dk._ring_config(2048, 2048, 31, long_w=True)
+build(dk._ring_kernel, {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"},
+      dict(LEFT=15, KH=31, KW=31, SEPARABLE=True, BOUNDARY=1, CYCLES=cycles, EVEN_W=True, WHOLE_W=False,
+           LONG_W=True, LONG_UNROLL=dk._LONG_UNROLL, BLOCK_W=bw), num_warps=warps)
+# (the interior launch of 16-byte aligned rows at its cap; unaligned rows at the edge tiles' cap)
+aligned = ("x_ptr", "w_ptr", "y_ptr", "H", "W", "HO", "WO", "sxn", "sxc", "sxh", "syn", "syc", "syh")
+for taps_args, (bw, warps, regs, edge_regs) in ((True, dk._LONG_ROWS_ARGS), (False, dk._LONG_ROWS_LOADED)):
+    vec = bw // (32 * warps)
+    off, nb = dk.long_window(15, 31, vec)
+    arg_types = ("fp32",) * 31 if taps_args else ()
+    for map_w, registers, divisible in ((False, regs, 1), (False, edge_regs, 0), (True, edge_regs, 1)):
+        names = dk._long_rows_kernel.arg_names
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if divisible and n in aligned}
+        compiled = build(dk._long_rows_kernel, {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32",
+                                                "wy_args": arg_types, "wx_args": arg_types},
+                         dict(LEFT=15, KH=31, KW=31, BOUNDARY=1, OFF=off, NB=nb, VEC=vec,
+                              PREFETCH=dk._LONG_PREFETCH, TAPS_ARGS=taps_args, MAP_W=map_w, BLOCK_W=bw),
+                         attrs=attrs, num_warps=warps, maxnreg=registers)
+        if not map_w:  # the interior launch is the hot one: no spill (a local load per row)
+            assert stack_bytes(compiled) == 0, (taps_args, registers, divisible)
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
 r, t, bu, warps = dk._TOEPLITZ_TILE

@@ -275,7 +275,9 @@ def cases(*, quick: bool = False) -> list[Case]:
     tc = "tensor-core"
     # Ring variants ("ring", CYCLES, BLOCK_W, num_warps) of _ring_kernel (NCHW, stride 1, the default for
     # the 5×5 blur and the NCHW rows; _ring_config's even split of the rows); the band kernels it
-    # replaced as the comparison. 31×31: BLOCK_W / (32·num_warps) columns per thread (long_vec: 2 or 4).
+    # replaced as the comparison. 31×31: ("long", BLOCK_W, num_warps, registers, edge registers,
+    # programs) of _long_rows_kernel (BLOCK_W / (32·num_warps) columns per thread; programs None: as
+    # many as the GPU holds at those registers), and the ring's strided-rows path.
     out += _blur_case(
         5, 1.5, separable_baseline=False, target="≥ 5×", dev=dev,
         forms=[("fused", (1, 4, 256, 4, True)), ("fused", ("ring", 11, 128, 2))],
@@ -283,7 +285,9 @@ def cases(*, quick: bool = False) -> list[Case]:
     out += _blur_case(
         31, 5.0, separable_baseline=True, target="≥ 10×", dev=dev,
         forms=[(tc, (64, 32, 64, 16, 4)), ("taps in registers", None), ("fused", ("ring", 5, 128, 2)),
-               ("fused", ("ring", 8, 128, 1)), ("prefetch", (0, None)), ("prefetch", (2, None))],
+               ("fused", ("long", 128, 1, 168, 255, None)), ("fused", ("long", 128, 1, 255, 255, None)),
+               ("fused", ("long", 128, 1, 232, 255, 2112)), ("fused", ("long", 256, 2, 232, 255, None)),
+               ("prefetch", (0, None)), ("prefetch", (8, None))],
     )  # fmt: skip
     out += _conv2d_cases(
         *big, 3, torch.float32, "nchw", "≥ 3.5×", dev,

@@ -98,13 +98,17 @@ _RING_TALL_TAPS = 7
 _RING_ROWS_TALL = 256
 _RING_BLOCK_W_TALL = 512
 # Separable filters with more than _FUSED_SEP_MAX_TAPS taps on a side and at most _RING_LONG_MAX_TAPS down
-# the column run on the ring's shift register, where the row pads are shorter than the row, in bands of
-# about _RING_ROWS_LONG rows and _RING_BLOCK_W_LONG columns. On unit-stride rows a thread holds 2 columns,
-# 4 when the taps are kernel arguments (shared_host_taps: the filters' Gaussian taps), and filters each
-# row from registers: the tiles whose row windows lie inside the row (vector loads of the window, L2
-# asked for the row _LONG_PREFETCH rows ahead), then the edge tiles (positions mapped), as two launches
-# (_shift_rows). Other strides loop over the row taps with a load per tap (_long_row, unrolled by
-# _LONG_UNROLL). H200, 31×31 reflect blur 8×3×2048×2048 fp32, µs by (CYCLES, BLOCK_W, num_warps):
+# the column run on a shift register of output rows (_shift_rows), where the row pads are shorter than the
+# row. On unit-stride rows (_long_rows_kernel) a thread holds 4 columns when the taps are kernel arguments
+# (shared_host_taps: the filters' Gaussian and box taps), 2 when it loads them (_LONG_ROWS_ARGS,
+# _LONG_ROWS_LOADED: BLOCK_W, num_warps, registers for the interior and for the edge tiles), and
+# filters each row from registers: the tiles whose row windows lie inside the row (vector loads of the
+# window, L2 asked for the row _LONG_PREFETCH rows ahead), then the edge tiles (positions mapped), as two
+# launches, each of as many programs as the GPU holds at once (the registers set that number), the rows
+# shared out evenly. Other strides run on _ring_kernel in bands of about _RING_ROWS_LONG rows and
+# _RING_BLOCK_W_LONG columns, looping over the row taps with a load per tap (_long_row, unrolled by
+# _LONG_UNROLL). H200, 31×31 reflect blur 8×3×2048×2048 fp32, µs by (CYCLES, BLOCK_W, num_warps) of the
+# banded grid the rows had before _long_rows_kernel:
 #   a load per tap everywhere (162a995) -- (10, 128, 2) 1844, (10, 64, 1) 1800, (5, 128, 2) 1819;
 #   2 columns from registers, taps loaded (02f4785) -- (5, 128, 2) 1167, (10, 128, 2) 1281 (1441 without
 #     the prefetch), 4 columns at one warp (255 registers) 1479-2254; a next-row register lookahead
@@ -121,6 +125,10 @@ _RING_ROWS_LONG = 120
 _RING_BLOCK_W_LONG = 128
 _LONG_UNROLL = 8
 _LONG_PREFETCH = 4
+_LONG_ROWS_ARGS = (128, 1, 232, 232)
+_LONG_ROWS_LOADED = (128, 2, 168, 255)
+# Programs of _long_rows_kernel under the interpreter (no GPU to fill): a few, so shares cross strips.
+_LONG_PROGRAMS_CPU = 5
 # Separable filters without gradients, stride 1, not channels_last, with at least this many taps on a side,
 # that the ring does not take (more than _RING_LONG_MAX_TAPS down the column, or row pads as long as the row):
 # both passes fused as Toeplitz products on tensor cores (_sep_dot_kernel), tile (BH, BW, BU, BV,
@@ -1030,20 +1038,20 @@ def _prefetch_l2(ptrs):
 
 @triton.jit
 def _shift_rows(
-    x_row0, y_ptr0, taps_x, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
-    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, LEFT: tl.constexpr,
-    OFF: tl.constexpr, NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr, U: tl.constexpr,
-    PREFETCH: tl.constexpr, MAP_W: tl.constexpr,
+    x_row0, y_ptr0, taps_x, taps_y, col0, h0, rows, H, W, WO, sxh, sxw, syh, syw, top,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, LEFT: tl.constexpr, OFF: tl.constexpr,
+    NB: tl.constexpr, VEC: tl.constexpr, BT: tl.constexpr, U: tl.constexpr, PREFETCH: tl.constexpr,
+    MAP_W: tl.constexpr,
 ):  # fmt: skip
-    """The band of a separable filter with long row taps (``LONG_W``) for the tile whose first output
-    column is ``col0``, ``VEC`` adjacent columns per thread over ``BT`` threads: each input row filtered
-    along the row once, then added into the ``KH`` output rows it reaches, held as a shift register --
-    slot ``j`` is output row ``d - (KH - 1) + j`` at input row ``d`` and takes column tap ``KH - 1 - j``;
-    slot 0 is then complete, stored, and the slots move down one. Each column keeps its own slots, so
-    every value stays in the thread that computed it. Unlike the ring's unrolled cycles
-    (:func:`_ring_rows`) the row loop is one body, so long filters compile in seconds. ``y_ptr0`` is the
-    plane's output row 0; ``MAP_W``: the tile's inputs leave the row, positions are mapped by the
-    boundary.
+    """Output rows ``h0..h0+rows-1`` of a separable filter with long row taps for the tile whose first
+    output column is ``col0``, ``VEC`` adjacent columns per thread over ``BT`` threads: each input row
+    filtered along the row once, then added into the ``KH`` output rows it reaches, held as a shift
+    register -- slot ``j`` is output row ``h + top - (KH - 1) + j`` at input row ``h`` and takes column
+    tap ``KH - 1 - j``; slot 0 is then complete, stored, and the slots move down one. Each column keeps
+    its own slots, so every value stays in the thread that computed it. Unlike the ring's unrolled
+    cycles (:func:`_ring_rows`) the row loop is one body, so long filters compile in seconds.
+    ``y_ptr0`` is the plane's output row 0; ``MAP_W``: the tile's inputs leave the row, positions are
+    mapped by the boundary.
 
     The row filter: ``VEC > 1`` (unit-stride rows) :func:`_long_row_blocked`, the thread's window from
     registers, ``taps_x`` a tuple (registers or kernel arguments); ``VEC = 1`` :func:`_long_row`, a load
@@ -1056,76 +1064,73 @@ def _shift_rows(
     acc = ()
     for _ in tl.static_range(KH * VEC):  # slot j of column c at KH·c + j
         acc = acc + (tl.zeros((BT,), dtype=tl.float32),)
-    # The last band of the image skips the input rows after the one that completes its last output row.
-    n_in = HO - h0 + KH - 1
-    for d in range(ROWS + KH - 1):
-        if d < n_in:
-            if (PREFETCH > 0) and (VEC > 1) and (not MAP_W):
-                ahead = tl.minimum(tl.maximum(h0 + d + PREFETCH - top, 0), H - 1).to(tl.int64) * sxh
-                _prefetch_l2(x_row0 + ahead + cols + OFF)
-                _prefetch_l2(x_row0 + ahead + cols + (OFF + NB * VEC - 1))
-            ridx, rok = _ring_row(h0 + d - top, H, BOUNDARY)
-            x_row = x_row0 + ridx.to(tl.int64) * sxh
-            if rok:  # false only for rows outside the image under zero padding
-                if VEC > 1:
-                    hv = _long_row_blocked(
-                        x_row, col0, taps_x, W, KW, LEFT, OFF, NB, VEC, BT, MAP_W, BOUNDARY
-                    )
-                else:
-                    tap0 = cols - LEFT  # each column's first input
-                    hv = (
-                        _long_row(x_row, x_row + tap0 * sxw, taps_x, tap0, W, sxw, cols < WO, KW, U, MAP_W,
-                                  BOUNDARY, BT),
-                    )  # fmt: skip
+    # Input rows h0 - top .. h0 + rows + KH - 2 - top: the first KH - 1 only fill the register. A while
+    # loop, as its bounds come from the program id (Triton 3.6's interpreter cannot range() over those).
+    h = h0 - top
+    while h < h0 + rows + (KH - 1) - top:
+        if (PREFETCH > 0) and (VEC > 1) and (not MAP_W):
+            ahead = tl.minimum(tl.maximum(h + PREFETCH, 0), H - 1).to(tl.int64) * sxh
+            _prefetch_l2(x_row0 + ahead + cols + OFF)
+            _prefetch_l2(x_row0 + ahead + cols + (OFF + NB * VEC - 1))
+        ridx, rok = _ring_row(h, H, BOUNDARY)
+        x_row = x_row0 + ridx.to(tl.int64) * sxh
+        if rok:  # false only for rows outside the image under zero padding
+            if VEC > 1:
+                hv = _long_row_blocked(x_row, col0, taps_x, W, KW, LEFT, OFF, NB, VEC, BT, MAP_W, BOUNDARY)
             else:
-                hv = ()
-                for _ in tl.static_range(VEC):
-                    hv = hv + (tl.zeros((BT,), dtype=tl.float32),)
-            r = d - (KH - 1)  # the output row (of this program's ROWS) that is now complete
-            y_row = y_ptr0 + (h0 + r).to(tl.int64) * syh
-            new = ()
-            for c in tl.static_range(VEC):
-                done = acc[KH * c] + taps_y[KH - 1] * hv[c]
-                tl.store(
-                    y_row + (cols + c) * syw,
-                    done.to(y_ptr0.dtype.element_ty),
-                    mask=(cols + c < WO) & (r >= 0),
-                )
-                for j in tl.static_range(1, KH):
-                    new = new + (acc[KH * c + j] + taps_y[KH - 1 - j] * hv[c],)
-                new = new + (tl.zeros((BT,), dtype=tl.float32),)
-            acc = new
+                tap0 = cols - LEFT  # each column's first input
+                hv = (
+                    _long_row(x_row, x_row + tap0 * sxw, taps_x, tap0, W, sxw, cols < WO, KW, U, MAP_W,
+                              BOUNDARY, BT),
+                )  # fmt: skip
+        else:
+            hv = ()
+            for _ in tl.static_range(VEC):
+                hv = hv + (tl.zeros((BT,), dtype=tl.float32),)
+        r = h + top - (KH - 1)  # the output row that input row h completes
+        y_row = y_ptr0 + r.to(tl.int64) * syh
+        new = ()
+        for c in tl.static_range(VEC):
+            done = acc[KH * c] + taps_y[KH - 1] * hv[c]
+            tl.store(
+                y_row + (cols + c) * syw,
+                done.to(y_ptr0.dtype.element_ty),
+                mask=(cols + c < WO) & (r >= h0),
+            )
+            for j in tl.static_range(1, KH):
+                new = new + (acc[KH * c + j] + taps_y[KH - 1 - j] * hv[c],)
+            new = new + (tl.zeros((BT,), dtype=tl.float32),)
+        acc = new
+        h += 1
 
 
 @triton.jit
 def _long_band(
-    x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top, first, last,
-    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, ROWS: tl.constexpr, LEFT: tl.constexpr,
-    U: tl.constexpr, BLOCK_W: tl.constexpr,
+    x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, rows, H, W, WO, sxh, sxw, syh, syw, top, first, last,
+    KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, LEFT: tl.constexpr, U: tl.constexpr,
+    BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """:func:`_shift_rows` at one column per thread (a load per row tap) for a tile whose inputs span
     columns ``first..last``: plain offsets when they lie inside the row, mapped ones (the boundary)
     otherwise."""
     if (first >= 0) & (last < W):
         _shift_rows(
-            x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
-            KH, KW, BOUNDARY, ROWS, LEFT, 0, 1, 1, BLOCK_W, U, 0, False,
+            x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, rows, H, W, WO, sxh, sxw, syh, syw, top,
+            KH, KW, BOUNDARY, LEFT, 0, 1, 1, BLOCK_W, U, 0, False,
         )  # fmt: skip
     else:
         _shift_rows(
-            x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
-            KH, KW, BOUNDARY, ROWS, LEFT, 0, 1, 1, BLOCK_W, U, 0, True,
+            x_row0, y_ptr0, wx_ptr, taps_y, col0, h0, rows, H, W, WO, sxh, sxw, syh, syw, top,
+            KH, KW, BOUNDARY, LEFT, 0, 1, 1, BLOCK_W, U, 0, True,
         )  # fmt: skip
 
 
 @triton.jit
 def _ring_kernel(
-    x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top, wy_args, wx_args,
-    tile_lo, tile_hi,
+    x_ptr, w_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top,
     LEFT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SEPARABLE: tl.constexpr, BOUNDARY: tl.constexpr,
     CYCLES: tl.constexpr, EVEN_W: tl.constexpr, WHOLE_W: tl.constexpr, LONG_W: tl.constexpr,
-    LONG_UNROLL: tl.constexpr, LONG_VEC: tl.constexpr, LONG_OFF: tl.constexpr, LONG_NB: tl.constexpr,
-    LONG_PREFETCH: tl.constexpr, TAPS_ARGS: tl.constexpr, TILES: tl.constexpr, BLOCK_W: tl.constexpr,
+    LONG_UNROLL: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
     """Depthwise correlation, stride 1, one channel plane per program, ``CYCLES·KH - KH + 1`` output rows
     × ``BLOCK_W`` columns (the contiguous axis) per program (forward only, ``J = 1``)::
@@ -1141,15 +1146,10 @@ def _ring_kernel(
     the runtime-looped band of 8 rows spends ``(8-1+KH)·KW`` weight loads and multiply-adds on every 8
     rows), and a program covers many rows, so the ``KH - 1`` halo rows are a small share of its loads.
 
-    ``LONG_W`` (separable filters longer than the unrolled ring takes): the row taps stay in memory and
-    each input row is filtered in a runtime loop, the column taps in a shift register
-    (:func:`_shift_rows`) -- the unrolled ring at 31×31 took 7 minutes to compile for sm_90 and 255
-    registers; this takes a second. ``LONG_VEC`` (2 or 4; 1: off): tiles hold that many adjacent columns
-    per thread and filter each row from registers (:func:`_shift_rows`): ``TILES`` 1 the tiles
-    ``tile_lo..tile_hi-1``, whose windows lie inside the row (whole vector blocks; L2 asked for the input
-    row ``LONG_PREFETCH`` rows ahead, 0: not -- the interpreter has no prefetch), ``TILES`` 2 the others
-    (positions mapped), as separate launches since the mapping costs registers; ``TAPS_ARGS``: the taps
-    are ``wy_args``/``wx_args`` (kernel arguments, the same for every channel), not loaded.
+    ``LONG_W`` (separable filters longer than the unrolled ring takes, on strided rows; unit-stride rows
+    go to :func:`_long_rows_kernel`): each input row is filtered in a runtime loop over the row
+    taps, which stay in memory, the column taps in a shift register (:func:`_shift_rows`) -- the
+    unrolled ring at 31×31 took 7 minutes to compile for sm_90 and 255 registers; this takes a second.
 
     ``WHOLE_W``: one tile is the whole row (``W = WO = BLOCK_W``). The widths then become compile-time
     constants, and with ``LEFT`` one too the compiler drops every column mask that cannot fail: a 7×7
@@ -1161,18 +1161,9 @@ def _ring_kernel(
     if WHOLE_W:
         W = BLOCK_W
         WO = BLOCK_W
-    # TILES: 0 -- every column tile; 1 -- tiles tile_lo..tile_hi-1; 2 -- the others (see _launch_ring).
     n_wt = tl.cdiv(WO, BLOCK_W)
-    if TILES == 1:
-        n_wt = tile_hi - tile_lo
-    elif TILES == 2:
-        n_wt = n_wt - (tile_hi - tile_lo)
     h0 = (tl.program_id(0) // n_wt) * ROWS
     pid_w = tl.program_id(0) % n_wt
-    if TILES == 1:
-        pid_w += tile_lo
-    elif TILES == 2:
-        pid_w = tl.where(pid_w < tile_lo, pid_w, pid_w + (tile_hi - tile_lo))
     co = tl.program_id(1)
     n = tl.program_id(2).to(tl.int64)
     ow = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -1190,36 +1181,11 @@ def _ring_kernel(
     first = pid_w * BLOCK_W - left
     last = pid_w * BLOCK_W + BLOCK_W - 1 + KW - 1 - left
     if LONG_W:
-        col0 = pid_w * BLOCK_W
-        y_plane = y_ptr + n * syn + co.to(tl.int64) * syc
-        if LONG_VEC > 1:
-            # VEC adjacent columns per thread; each thread's window: LONG_NB aligned blocks from LONG_OFF
-            # columns from its first column (long_window). Tiles whose windows lie inside the row load
-            # whole blocks; they and the edge tiles are separate launches (TILES 1 and 2): the edges'
-            # mapping costs registers (203 against 124 per thread at 31×31 reflect, taps as arguments).
-            if TAPS_ARGS:  # the same taps for every channel, as kernel arguments: no registers
-                row_taps = wx_args
-                column_taps = wy_args
-            else:
-                row_taps = _ring_taps(taps, KW)
-                column_taps = _ring_taps(w_ptr + co * (KH + KW), KH)
-            if TILES == 1:  # tiles whose windows lie inside the row (the launcher's tile_lo..tile_hi-1)
-                _shift_rows(
-                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
-                    KH, KW, BOUNDARY, ROWS, LEFT, LONG_OFF, LONG_NB, LONG_VEC, BLOCK_W // LONG_VEC,
-                    LONG_UNROLL, LONG_PREFETCH, False,
-                )  # fmt: skip
-            else:  # the edge tiles: window positions mapped by the boundary
-                _shift_rows(
-                    x_row0, y_plane, row_taps, column_taps, col0, h0, H, W, WO, HO, sxh, sxw, syh, syw, top,
-                    KH, KW, BOUNDARY, ROWS, LEFT, LONG_OFF, LONG_NB, LONG_VEC, BLOCK_W // LONG_VEC,
-                    LONG_UNROLL, LONG_PREFETCH, True,
-                )  # fmt: skip
-        else:
-            _long_band(
-                x_row0, y_plane, taps, _ring_taps(w_ptr + co * (KH + KW), KH), col0, h0, H, W, WO, HO, sxh,
-                sxw, syh, syw, top, first, last, KH, KW, BOUNDARY, ROWS, LEFT, LONG_UNROLL, BLOCK_W,
-            )  # fmt: skip
+        _long_band(
+            x_row0, y_ptr + n * syn + co.to(tl.int64) * syc, taps, _ring_taps(w_ptr + co * (KH + KW), KH),
+            pid_w * BLOCK_W, h0, tl.minimum(ROWS, HO - h0), H, W, WO, sxh, sxw, syh, syw, top, first, last,
+            KH, KW, BOUNDARY, LEFT, LONG_UNROLL, BLOCK_W,
+        )  # fmt: skip
     elif (first >= 0) & (last < W):
         _ring_rows(
             x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
@@ -1230,6 +1196,64 @@ def _ring_kernel(
             x_row0, y_row0, taps, taps_y, ow, h0, H, W, HO, sxh, sxw, syh, top, left, wmask,
             KH, KW, SEPARABLE, BOUNDARY, CYCLES, ROWS, True, EVEN_W, BLOCK_W,
         )  # fmt: skip
+
+
+@triton.jit
+def _long_rows_kernel(
+    x_ptr, w_ptr, y_ptr, H, W, HO, WO, CO, DIV, sxn, sxc, sxh, syn, syc, syh, top, wy_args, wx_args,
+    tile_lo, tile_hi, n_tiles, total,
+    LEFT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, OFF: tl.constexpr,
+    NB: tl.constexpr, VEC: tl.constexpr, PREFETCH: tl.constexpr, TAPS_ARGS: tl.constexpr,
+    MAP_W: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """Separable correlation with long row taps on unit-stride rows (stride 1, forward only), the
+    work split evenly over a fixed number of programs -- as many as the GPU holds at once
+    (:func:`_launch_long_rows`)::
+
+        y[n, o, h, w] = Σ_i Σ_k  wy[o, i] · wx[o, k] · x̃[n, o // DIV, h + i - top, w + k - LEFT]
+
+    The work is ``total`` strip rows: strip ``s`` is column tile ``s % n_tiles`` of plane ``s //
+    n_tiles`` (``BLOCK_W`` columns, ``VEC`` adjacent ones per thread), and program ``p`` computes the rows
+    ``p·total/P .. (p+1)·total/P - 1`` of the strips laid end to end, a segment per strip it touches,
+    each a :func:`_shift_rows` walk (the thread's row window from registers) that spends ``KH - 1``
+    input rows filling its register. Why not a program per band of rows (the ring's grid): the 31×31
+    blur's 5712 one-warp bands ran in 4.3 waves of 1320 programs, the last a third full, and each band
+    re-read 30 halo rows for its 125; here every program holds an equal share, once.
+
+    ``MAP_W``: the launch over the edge tiles (window positions mapped by the boundary) -- tile
+    ``t`` of ``n_tiles`` is column tile ``t``, or ``t + tile_hi - tile_lo`` past ``tile_lo``; else the
+    tiles ``tile_lo + t``, whose windows lie inside the row (whole aligned ``VEC``-wide blocks, L2 asked
+    for the input row ``PREFETCH`` rows ahead; 0: not -- the interpreter has no prefetch). The row
+    window: ``NB`` blocks from ``OFF`` columns from each thread's first column (:func:`long_window`).
+    ``TAPS_ARGS``: the taps are ``wy_args``/``wx_args`` (kernel arguments, the same for every channel,
+    no registers); else float32 ``(CO, KH + KW)`` at ``w_ptr`` (``wy`` then ``wx``)."""
+    p = tl.program_id(0).to(tl.int64)
+    f = p * total // tl.num_programs(0)
+    f_end = (p + 1) * total // tl.num_programs(0)
+    while f < f_end:
+        strip = f // HO
+        h0 = (f - strip * HO).to(tl.int32)
+        rows = tl.minimum(f_end - f, HO - h0).to(tl.int32)
+        tile = (strip % n_tiles).to(tl.int32)
+        plane = strip // n_tiles
+        co = (plane % CO).to(tl.int32)
+        if MAP_W:  # noqa: SIM108 -- a compile-time branch
+            pid_w = tl.where(tile < tile_lo, tile, tile + (tile_hi - tile_lo))
+        else:
+            pid_w = tile + tile_lo
+        x_row0 = x_ptr + (plane // CO) * sxn + (co // DIV).to(tl.int64) * sxc
+        y_plane = y_ptr + (plane // CO) * syn + co.to(tl.int64) * syc
+        if TAPS_ARGS:
+            row_taps = wx_args
+            column_taps = wy_args
+        else:
+            row_taps = _ring_taps(w_ptr + co * (KH + KW) + KH, KW)
+            column_taps = _ring_taps(w_ptr + co * (KH + KW), KH)
+        _shift_rows(
+            x_row0, y_plane, row_taps, column_taps, pid_w * BLOCK_W, h0, rows, H, W, WO, sxh, 1, syh, 1, top,
+            KH, KW, BOUNDARY, LEFT, OFF, NB, VEC, BLOCK_W // VEC, 1, PREFETCH, MAP_W,
+        )  # fmt: skip
+        f += rows
 
 
 @triton.jit
@@ -1477,21 +1501,19 @@ def _ring_fits(x: torch.Tensor, kh: int, kw: int, *, stride, separable: bool, pa
     return kh <= _RING_LONG_MAX_TAPS and max(pads[2], pads[3]) < x.shape[3]
 
 
-def _ring_config(
-    ho: int, wo: int, kh: int, *, long_w: bool = False, taps_as_args: bool = False
-) -> tuple[int, int, int]:
+def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[int, int, int]:
     """``(CYCLES, BLOCK_W, num_warps)`` of ``_ring_kernel``: the output rows split evenly into chunks of
     at most about ``_RING_ROWS`` (fewer halo rows per output row, and no mostly-empty last chunk), a
     whole number of ``KH``-row cycles each; ``_RING_BLOCK_W`` columns or the width, two per thread
     (the ``_TALL`` sizes from ``_RING_TALL_TAPS`` rows of taps; the ``_LONG`` sizes for long separable
-    filters, four columns per thread when their taps are kernel arguments: ``taps_as_args``)."""
+    filters on strided rows)."""
     tall = kh >= _RING_TALL_TAPS
     chunks = -(-ho // (_RING_ROWS_LONG if long_w else _RING_ROWS_TALL if tall else _RING_ROWS))
     rows = -(-ho // chunks)
     cycles = -(-(rows + kh - 1) // kh)
     widest = _RING_BLOCK_W_LONG if long_w else _RING_BLOCK_W_TALL if tall else _RING_BLOCK_W
     block_w = min(widest, max(16, _next_pow2(wo)))
-    return cycles, block_w, max(1, block_w // (128 if long_w and taps_as_args else 64))
+    return cycles, block_w, max(1, block_w // 64)
 
 
 def long_window(left: int, kw: int, vec: int) -> tuple[int, int]:
@@ -1517,47 +1539,96 @@ def long_window_tiles(
     return (inside[0], inside[-1] + 1) if inside else (0, 0)
 
 
-def long_vec(block_w: int, warps: int) -> int:
-    """``LONG_VEC`` of ``_ring_kernel`` for long row taps on unit-stride rows: the columns each thread
-    holds when that is 2 or 4 (tiles then filter rows from registers, :func:`_shift_rows`), else 1
-    (every tile loads per tap, :func:`_long_row`)."""
-    vec = block_w // (32 * warps)
-    return vec if vec in (2, 4) else 1
-
-
-def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, config=None, host_taps=None):
+def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, config=None):
     """One launch of ``_ring_kernel``; ``taps`` float32 ``(CO, KH·KW)`` or ``(CO, KH + KW)``
     contiguous; ``config``: ``(CYCLES, BLOCK_W, num_warps)`` instead of :func:`_ring_config` (the
-    benchmark's variants); ``host_taps``: ``(wy, wx)`` as tuples of floats when every channel has those
-    taps (:func:`shared_host_taps`) -- the long separable path then takes them as kernel arguments."""
+    benchmark's variants)."""
     check_launchable(x, taps)
     ho, wo = y.shape[2], y.shape[3]
     long_w = separable and max(kh, kw) > _FUSED_SEP_MAX_TAPS
-    as_args = long_w and x.stride(3) == 1 and host_taps is not None
-    cycles, bw, warps = (
-        _ring_config(ho, wo, kh, long_w=long_w, taps_as_args=as_args) if config is None else config
-    )
+    cycles, bw, warps = _ring_config(ho, wo, kh, long_w=long_w) if config is None else config
     rows = cycles * kh - kh + 1
-    vec = long_vec(bw, warps) if long_w and x.stride(3) == 1 else 1
-    wy_args, wx_args = host_taps if vec > 1 and as_args else ((), ())
+    _ring_kernel[(triton.cdiv(ho, rows) * triton.cdiv(wo, bw), y.shape[1], x.shape[0])](
+        x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top,
+        LEFT=left, KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary], CYCLES=cycles,
+        EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w, LONG_UNROLL=_LONG_UNROLL,
+        BLOCK_W=bw, num_warps=warps,
+    )  # fmt: skip
+    return y
+
+
+def resident_programs(registers: int, warps: int) -> int:
+    """Programs of ``warps`` warps that one H100/H200 SM holds at ``registers`` per thread. Each of the
+    SM's four schedulers has its own 16384 registers, given out per warp in units of 256, and keeps its
+    warps: 168 registers allow 3 warps per scheduler, 171-255 only 2 (at 200 registers, 8 warps an SM,
+    not the 10 that 65536 ÷ 6400 suggests -- the long path's first grid, sized for 10, ran in 1.25
+    waves: 991 against 703 µs on the H200). At most 64 warps and 32 programs an SM."""
+    per_warp = -(-registers * 32 // 256) * 256
+    return max(1, min(4 * (16384 // per_warp) // warps, 64 // warps, 32))
+
+
+@lru_cache(maxsize=8)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def long_rows_programs(x: torch.Tensor, total: int, kh: int, registers: int, warps: int) -> int:
+    """Programs of :func:`_long_rows_kernel` for ``total`` strip rows: as many as the GPU holds at once
+    (SMs × :func:`resident_programs`), fewer where a share would be under ``2·(KH - 1)`` rows (each
+    segment spends ``KH - 1`` rows filling its register); under the interpreter ``_LONG_PROGRAMS_CPU``."""
+    slots = (
+        _sm_count(x.device.index or 0) * resident_programs(registers, warps)
+        if x.is_cuda
+        else _LONG_PROGRAMS_CPU
+    )
+    return max(1, min(slots, total // (2 * (kh - 1))))
+
+
+def _launch_long_rows(x, taps, y, *, kh, kw, div, top, left, boundary, config=None, host_taps=None):
+    """``_long_rows_kernel`` over the tiles whose row windows lie inside the row, then over the edge
+    tiles (positions mapped; the mapping costs registers, so it is a launch of its own). ``taps``
+    float32 ``(CO, KH + KW)`` contiguous; ``host_taps``: ``(wy, wx)`` as tuples of floats when every
+    channel has those taps (:func:`shared_host_taps`), passed as kernel arguments. ``config``:
+    ``(BLOCK_W, num_warps, registers, edge registers, programs)`` instead of :func:`_long_rows_config`
+    (``programs`` None: :func:`long_rows_programs`)."""
+    check_launchable(x, taps)
+    ho, wo = y.shape[2], y.shape[3]
+    assert x.stride(3) == 1 and y.stride(3) == 1, "unit-stride rows"
+    bw, warps, regs, edge_regs, programs = (
+        _long_rows_config(host_taps is not None) if config is None else config
+    )
+    vec = bw // (32 * warps)
+    if vec not in (2, 4):
+        raise ValueError(f"config: BLOCK_W / (32·num_warps) must be 2 or 4 columns per thread, got {config}")
+    wy_args, wx_args = host_taps if host_taps is not None else ((), ())
     n_wt = triton.cdiv(wo, bw)
-    # Long taps at VEC columns per thread: the tiles whose row windows lie inside the row, then the edge
-    # tiles, as two launches (TILES 1, 2); else one launch over every tile.
-    lo, hi = long_window_tiles(n_wt, bw, x.shape[3], left=left, kw=kw, vec=vec) if vec > 1 else (0, 0)
-    window = long_window(left, kw, vec)  # (OFF, NB); read at 2 or 4 columns per thread only
-    launches = [(0, n_wt)] if vec == 1 else [(1, hi - lo), (2, n_wt - (hi - lo))]
-    for tiles, count in launches:
+    lo, hi = long_window_tiles(n_wt, bw, x.shape[3], left=left, kw=kw, vec=vec)
+    off, nb = long_window(left, kw, vec)
+    # Rows Triton sees as 16-byte aligned (pointers, widths and strides, as it specializes them) load
+    # their windows as vectors; others go through a layout change that needs the edge tiles' registers.
+    aligned = x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
+    aligned = aligned and all(v % 16 == 0 for v in (*x.shape[2:], ho, wo, *x.stride()[:3], *y.stride()[:3]))
+    interior = regs if aligned else edge_regs
+    for map_w, count, registers in ((False, hi - lo, interior), (True, n_wt - (hi - lo), edge_regs)):
         if count == 0:
             continue
-        _ring_kernel[(triton.cdiv(ho, rows) * count, y.shape[1], x.shape[0])](
-            x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top, wy_args, wx_args,
-            lo, hi, LEFT=left, KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary],
-            CYCLES=cycles, EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w,
-            LONG_UNROLL=_LONG_UNROLL, LONG_VEC=vec, LONG_OFF=window[0], LONG_NB=window[1],
-            LONG_PREFETCH=_LONG_PREFETCH if x.is_cuda else 0,
-            TAPS_ARGS=len(wx_args) > 0, TILES=tiles, BLOCK_W=bw, num_warps=warps,
+        total = x.shape[0] * y.shape[1] * count * ho
+        grid = programs or long_rows_programs(x, total, kh, registers, warps)
+        _long_rows_kernel[(grid,)](
+            x, taps, y, x.shape[2], x.shape[3], ho, wo, y.shape[1], div, *x.stride()[:3], *y.stride()[:3],
+            top, wy_args, wx_args, lo, hi, count, total,
+            LEFT=left, KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], OFF=off, NB=nb, VEC=vec,
+            PREFETCH=_LONG_PREFETCH if x.is_cuda else 0, TAPS_ARGS=host_taps is not None, MAP_W=map_w,
+            BLOCK_W=bw, num_warps=warps, **({"maxnreg": registers} if x.is_cuda else {}),
         )  # fmt: skip
     return y
+
+
+def _long_rows_config(taps_as_args: bool) -> tuple[int, int, int, int, None]:
+    """``(BLOCK_W, num_warps, registers, edge registers, programs)`` of :func:`_launch_long_rows`: 4
+    columns per thread when the taps are kernel arguments (``_LONG_ROWS_ARGS``), else 2
+    (``_LONG_ROWS_LOADED``: the taps take registers)."""
+    return (*(_LONG_ROWS_ARGS if taps_as_args else _LONG_ROWS_LOADED), None)
 
 
 def _forward(
@@ -1752,9 +1823,11 @@ def depthwise_conv2d(
 
 
 def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
-    """One launch of ``_ring_kernel`` (NCHW, stride 1) or ``_sep_kernel`` (forward only). ``config``:
-    ``("ring", CYCLES, BLOCK_W, num_warps)``, or ``(BLOCK_C, ROWS, BLOCK_W, num_warps)`` of ``_sep_kernel``,
-    with a fifth entry, whether the band is unrolled (default: ``_SEP_STATIC_MAX_LOADS``)."""
+    """``_ring_kernel`` or ``_long_rows_kernel`` (NCHW, stride 1; long row taps on unit-stride rows: the
+    latter) or ``_sep_kernel`` (forward only). ``config``: ``("ring", CYCLES, BLOCK_W, num_warps)``,
+    ``("long", BLOCK_W, num_warps, registers, edge registers, programs)`` (:func:`_launch_long_rows`), or
+    ``(BLOCK_C, ROWS, BLOCK_W, num_warps)`` of ``_sep_kernel``, with a fifth entry, whether the band is
+    unrolled (default: ``_SEP_STATIC_MAX_LOADS``)."""
     top, bottom, left, right = pads
     co, kh, kw = wy.shape[0], wy.shape[1], wx.shape[1]
     ho = (x.shape[2] + top + bottom - kh) // stride[0] + 1
@@ -1765,11 +1838,18 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
         if config is not None
         else _ring_fits(x, kh, kw, stride=stride, separable=True, pads=pads)
     )
-    if ring:
+    long_rows = (
+        config[0] == "long"
+        if config is not None
+        else ring and max(kh, kw) > _FUSED_SEP_MAX_TAPS and x.stride(3) == 1 and y.stride(3) == 1
+    )
+    if ring or long_rows:
         taps = torch.cat([wy.detach(), wx.detach()], dim=1).to(torch.float32).contiguous()
-        return _launch_ring(
+        launch = _launch_long_rows if long_rows else _launch_ring
+        kwargs = {"host_taps": shared_host_taps(wy, wx)} if long_rows else {"separable": True}
+        return launch(
             x, taps, y, kh=kh, kw=kw, div=co // x.shape[1], top=top, left=left, boundary=boundary,
-            separable=True, config=None if config is None else config[1:], host_taps=shared_host_taps(wy, wx),
+            config=None if config is None else config[1:], **kwargs,
         )  # fmt: skip
     # Taps-major float32 taps (a few KB): one tap's channel vector is one contiguous load.
     wyt = wy.detach().to(torch.float32).t().contiguous()
