@@ -120,12 +120,19 @@ _RING_BLOCK_W_TALL = 512
 #     columns, 1-2 warps; a load per tap at one column per thread) 829-1070.
 # Nsight Compute at 02f4785 (5, 128, 2): 167 registers (62 of them the taps, the same in every thread) allowed
 # 12 warps per SM, the schedulers issued on 48% of cycles. Nothing between 9 and 30 taps was measured.
+# _long_rows_kernel (H200, same blur, A/B in one process against e62b834's 800-805 µs): 4 columns, taps as
+# arguments, 232 registers (8 warps an SM) 701 µs -- the interior launch 494, the edge one (255
+# registers) 212 -- then 639 with the edge tiles' inner blocks loaded as vectors (edge launch 149; 642 at
+# 232 edge registers, 669 at 200); capped at 168 registers (12 warps, spilling) 959; 2 or 3 programs per
+# slot 779 / 828; 8 columns over 2 warps 802. Taps loaded
+# (per-channel filters): 2 columns at 168 registers 867, then 899 with the vector blocks on the edges
+# (1100 before).
 _RING_LONG_MAX_TAPS = 32
 _RING_ROWS_LONG = 120
 _RING_BLOCK_W_LONG = 128
 _LONG_UNROLL = 8
 _LONG_PREFETCH = 4
-_LONG_ROWS_ARGS = (128, 1, 232, 232)
+_LONG_ROWS_ARGS = (128, 1, 232, 255)
 _LONG_ROWS_LOADED = (128, 2, 168, 255)
 # Programs of _long_rows_kernel under the interpreter (no GPU to fill): a few, so shares cross strips.
 _LONG_PROGRAMS_CPU = 5
@@ -984,7 +991,10 @@ def _long_row_blocked(
     """Input row ``x_row`` (unit stride) filtered along the row by the ``KW`` taps ``taps_x`` (a tuple
     of scalars) for the tile whose first output column is ``col0``: a tuple of ``VEC`` ``(BT,)``
     vectors, entry ``c`` holding columns ``col0 + VEC·t + c``. ``MAP_W`` (a tile whose window leaves
-    the row): each window position is mapped by the boundary (:func:`_near_index`) and loaded on its own.
+    the row): a block that lies inside the row for every thread is loaded as in the interior (a branch
+    the whole warp takes together); in the others each position is mapped by the boundary
+    (:func:`_near_index`) and loaded on its own -- on the 31×31 blur's edge tiles 4 of the 9 blocks, and
+    the edge launch took 153 instead of 212 µs.
 
     Each thread loads its window -- the ``VEC + KW - 1`` inputs its columns read, rounded out to
     aligned ``VEC``-wide blocks: ``NB`` blocks from column ``col0 + VEC·t + OFF`` (:func:`long_window`)
@@ -996,11 +1006,15 @@ def _long_row_blocked(
     e = tl.arange(0, VEC)
     window = ()
     for m in tl.static_range(NB):
-        pos = (col0 + OFF + m * VEC + VEC * t)[:, None] + e[None, :]
+        start = col0 + OFF + m * VEC  # block m's first column, at thread 0
+        pos = (start + VEC * t)[:, None] + e[None, :]
         if MAP_W:
-            # The window is rounded out to whole blocks, so a position can sit past the mapped range.
-            idx, ok = _near_index(pos, W, BOUNDARY)
-            block = tl.load(x_row + idx, mask=ok & (idx < W), other=0.0)
+            if (start >= 0) & (start + VEC * BT <= W):  # every thread's block m inside the row
+                block = tl.load(x_row + pos)
+            else:
+                # The window is rounded out to whole blocks, so a position can sit past the mapped range.
+                idx, ok = _near_index(pos, W, BOUNDARY)
+                block = tl.load(x_row + idx, mask=ok & (idx < W), other=0.0)
         else:
             block = tl.load(x_row + pos)
         window = window + _block_columns(block.to(tl.float32), VEC, BT)
