@@ -43,7 +43,9 @@ from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
-_TARGET_PROGRAMS = 1024  # ~8 per SM on a 132-SM H100/H200: enough loads in flight, short tails
+# About 1024 programs: 7.8 an SM on a 132-SM H100/H200, which holds 7 at the kernel's 72 registers (1.49 waves
+# at 4096×11008); 688 and 2752 programs measured slower (docs/benchmarks.md, eighth round, call 5).
+_TARGET_PROGRAMS = 1024
 _MAX_SPLITS = 64
 
 
