@@ -1627,15 +1627,26 @@ def _launch_long_rows(x, taps, y, *, kh, kw, div, top, left, boundary, config=No
         if count == 0:
             continue
         total = x.shape[0] * y.shape[1] * count * ho
-        grid = programs or long_rows_programs(x, total, kh, registers, warps)
-        _long_rows_kernel[(grid,)](
+        # The grid from the registers the compiled kernel uses, once a launch has told them (a short
+        # filter needs far fewer than the cap, and an SM then holds more programs); the cap before that,
+        # which can only undercount what an SM holds. The rows' arithmetic does not depend on the grid.
+        key = (x.device.index, x.dtype, kh, kw, boundary, bw, warps, registers, map_w, aligned, len(wx_args))
+        used = _LONG_ROWS_REGISTERS.get(key, registers)
+        grid = programs or long_rows_programs(x, total, kh, used, warps)
+        compiled = _long_rows_kernel[(grid,)](
             x, taps, y, x.shape[2], x.shape[3], ho, wo, y.shape[1], div, *x.stride()[:3], *y.stride()[:3],
             top, wy_args, wx_args, lo, hi, count, total,
             LEFT=left, KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], OFF=off, NB=nb, VEC=vec,
             PREFETCH=_LONG_PREFETCH if x.is_cuda else 0, TAPS_ARGS=host_taps is not None, MAP_W=map_w,
             BLOCK_W=bw, num_warps=warps, **({"maxnreg": registers} if x.is_cuda else {}),
         )  # fmt: skip
+        if x.is_cuda and getattr(compiled, "n_regs", None):
+            _LONG_ROWS_REGISTERS[key] = compiled.n_regs
     return y
+
+
+# Registers per thread of each compiled _long_rows_kernel launch, by the launch's key (_launch_long_rows).
+_LONG_ROWS_REGISTERS: dict[tuple, int] = {}
 
 
 def _long_rows_config(taps_as_args: bool) -> tuple[int, int, int, int, None]:
