@@ -101,10 +101,10 @@ _RING_BLOCK_W_TALL = 512
 # the column run on a shift register of output rows (_shift_rows), where the row pads are shorter than the
 # row. On unit-stride rows (_long_rows_kernel) a thread holds 4 columns when the taps are kernel arguments
 # (shared_host_taps: the filters' Gaussian and box taps), 2 when it loads them (_LONG_ROWS_ARGS,
-# _LONG_ROWS_LOADED: BLOCK_W, num_warps, registers for the interior and for the edge tiles), and
+# _LONG_ROWS_LOADED: BLOCK_W, num_warps, register caps of the interior and of the edge tiles), and
 # filters each row from registers: the tiles whose row windows lie inside the row (vector loads of the
 # window, L2 asked for the row _LONG_PREFETCH rows ahead), then the edge tiles (positions mapped), as two
-# launches, each of as many programs as the GPU holds at once (the registers set that number), the rows
+# launches, each of as many programs as the GPU holds at once (at the kernel's registers), the rows
 # shared out evenly. Other strides run on _ring_kernel in bands of about _RING_ROWS_LONG rows and
 # _RING_BLOCK_W_LONG columns, looping over the row taps with a load per tap (_long_row, unrolled by
 # _LONG_UNROLL). H200, 31×31 reflect blur 8×3×2048×2048 fp32, µs by (CYCLES, BLOCK_W, num_warps) of the
