@@ -1231,8 +1231,8 @@ def _long_rows_kernel(
     ``p·total/P .. (p+1)·total/P - 1`` of the strips laid end to end, a segment per strip it touches,
     each a :func:`_shift_rows` walk (the thread's row window from registers) that spends ``KH - 1``
     input rows filling its register. Why not a program per band of rows (the ring's grid): the 31×31
-    blur's 5712 one-warp bands ran in 4.3 waves of 1320 programs, the last a third full, and each band
-    re-read 30 halo rows for its 125; here every program holds an equal share, once.
+    blur's 5712 one-warp bands ran in 5.4 waves of 1056 (196 registers: 8 an SM), the last 41% full,
+    and each band re-read 30 halo rows for its 125; here every program holds an equal share, once.
 
     ``MAP_W``: the launch over the edge tiles (window positions mapped by the boundary) -- tile
     ``t`` of ``n_tiles`` is column tile ``t``, or ``t + tile_hi - tile_lo`` past ``tile_lo``; else the
