@@ -485,6 +485,26 @@ def test_long_rows_more_programs_than_rows(generator, device):
     assert_close(y, ref, dtype=torch.float32)
 
 
+def test_long_rows_narrow_and_cropped_rows(generator, device, monkeypatch):
+    """Rows narrower than one 64-column tile (no interior tile: the edge launch only, its row window
+    wider than the row) and a crop whose rows start mid-line (unit stride, unaligned start): equal to
+    the reference; the dispatch sends both to the long rows' kernel."""
+    from nbxsig.kernels import depthwise as dk
+
+    launch, launched = dk._launch_long_rows, []
+    monkeypatch.setattr(dk, "_launch_long_rows", lambda *a, **k: launched.append(1) or launch(*a, **k))
+    x = random_tensor((1, 2, 7, 40), generator=generator).to(device)
+    wy = random_tensor((2, 9), generator=generator).to(device)
+    wx = random_tensor((2, 17), generator=generator).to(device)
+    taps = (wy.cpu().double(), wx.cpu().double())
+    for view in (x[..., :20], x[..., 3:40]):
+        ref = nf.depthwise_conv2d(view.cpu().double(), taps, boundary="symmetric", backend="torch")
+        with torch.no_grad():
+            y = nf.depthwise_conv2d(view, (wy, wx), boundary="symmetric", backend="triton")
+        assert_close(y, ref, dtype=torch.float32)
+    assert len(launched) == 2
+
+
 def test_long_rows_programs():
     """The long path's program count: what the GPU holds at once (SMs × programs per SM at the
     registers given), fewer where a share would be under 2·(KH - 1) rows."""
