@@ -509,15 +509,16 @@ def test_long_rows_programs():
     """The long path's program count: what the GPU holds at once (SMs × programs per SM at the
     registers given), fewer where a share would be under 2·(KH - 1) rows."""
     from nbxsig.kernels import depthwise as dk
+    from nbxsig.kernels._runtime import resident_programs
 
     # 200 registers: 6400 a warp, 2 warps in each scheduler's 16384, 8 an SM (not 65536 // 6400 = 10)
-    assert dk.resident_programs(200, 1) == 8
-    assert dk.resident_programs(168, 1) == 12  # 5376 a warp: 3 per scheduler
-    assert dk.resident_programs(255, 1) == 8  # rounded up to 256
-    assert dk.resident_programs(168, 2) == 6
-    assert dk.resident_programs(128, 1) == 16
-    assert dk.resident_programs(32, 1) == 32  # the 32-program cap
-    assert dk.resident_programs(32, 4) == 16  # the 64-warp cap
+    assert resident_programs(200, 1) == 8
+    assert resident_programs(168, 1) == 12  # 5376 a warp: 3 per scheduler
+    assert resident_programs(255, 1) == 8  # rounded up to 256
+    assert resident_programs(168, 2) == 6
+    assert resident_programs(128, 1) == 16
+    assert resident_programs(32, 1) == 32  # the 32-program cap
+    assert resident_programs(32, 4) == 16  # the 64-warp cap
     x = torch.zeros(1)
     assert dk.long_rows_programs(x, 10_000, 31, 200, 1) == dk._LONG_PROGRAMS_CPU
     assert dk.long_rows_programs(x, 119, 31, 200, 1) == 1  # under 2·30 rows a program: one
@@ -923,6 +924,7 @@ def test_gpu_long_rows_programs_fill_the_gpu(generator, cuda_device, monkeypatch
     import ctypes
 
     from nbxsig.kernels import depthwise as dk
+    from nbxsig.kernels._runtime import resident_programs
 
     driver = ctypes.CDLL("libcuda.so.1")
     launches = []
@@ -958,7 +960,7 @@ def test_gpu_long_rows_programs_fill_the_gpu(generator, cuda_device, monkeypatch
             ctypes.byref(blocks), ctypes.c_void_p(compiled.function), 32 * warps, ctypes.c_size_t(0)
         )
         assert status == 0
-        assert dk.resident_programs(compiled.n_regs, warps) == blocks.value, (compiled.n_regs, warps)
+        assert resident_programs(compiled.n_regs, warps) == blocks.value, (compiled.n_regs, warps)
         assert grid == min(sms * blocks.value, most)
         assert first <= grid
 

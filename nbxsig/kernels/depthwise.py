@@ -37,7 +37,7 @@ import triton.language as tl
 from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES, is_channels_last, shared_host_taps
 from ..reference.depthwise import resample as _resample_reference
-from ._runtime import check_launchable, empty_output
+from ._runtime import check_launchable, empty_output, resident_programs, sm_count
 
 _BOUNDARY_CODE = {
     name: i for i, name in enumerate(BOUNDARIES)
@@ -1571,30 +1571,11 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     return y
 
 
-def resident_programs(registers: int, warps: int) -> int:
-    """Programs of ``warps`` warps that one H100/H200 SM holds at ``registers`` per thread. Each of the
-    SM's four schedulers has its own 16384 registers, given out per warp in units of 256, and keeps its
-    warps: 168 registers allow 3 warps per scheduler, 171-255 only 2 (at 200 registers, 8 warps an SM,
-    not the 10 that 65536 ÷ 6400 suggests -- the long path's first grid, sized for 10, ran in 1.25
-    waves: 991 against 703 µs on the H200). At most 64 warps and 32 programs an SM."""
-    per_warp = -(-registers * 32 // 256) * 256
-    return max(1, min(4 * (16384 // per_warp) // warps, 64 // warps, 32))
-
-
-@lru_cache(maxsize=8)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def long_rows_programs(x: torch.Tensor, total: int, kh: int, registers: int, warps: int) -> int:
     """Programs of :func:`_long_rows_kernel` for ``total`` strip rows: as many as the GPU holds at once
     (SMs × :func:`resident_programs`), fewer where a share would be under ``2·(KH - 1)`` rows (each
     segment spends ``KH - 1`` rows filling its register); under the interpreter ``_LONG_PROGRAMS_CPU``."""
-    slots = (
-        _sm_count(x.device.index or 0) * resident_programs(registers, warps)
-        if x.is_cuda
-        else _LONG_PROGRAMS_CPU
-    )
+    slots = sm_count(x.device) * resident_programs(registers, warps) if x.is_cuda else _LONG_PROGRAMS_CPU
     return max(1, min(slots, total // (2 * (kh - 1))))
 
 
@@ -1603,14 +1584,14 @@ def _launch_long_rows(x, taps, y, *, kh, kw, div, top, left, boundary, config=No
     tiles (positions mapped; the mapping costs registers, so it is a launch of its own). ``taps``
     float32 ``(CO, KH + KW)`` contiguous; ``host_taps``: ``(wy, wx)`` as tuples of floats when every
     channel has those taps (:func:`shared_host_taps`), passed as kernel arguments. ``config``:
-    ``(BLOCK_W, num_warps, registers, edge registers, programs)`` instead of :func:`_long_rows_config`
-    (``programs`` None: :func:`long_rows_programs`)."""
+    ``(BLOCK_W, num_warps, registers, edge registers, programs)`` instead of ``_LONG_ROWS_ARGS`` /
+    ``_LONG_ROWS_LOADED`` (``programs`` None: :func:`long_rows_programs`)."""
     check_launchable(x, taps)
     ho, wo = y.shape[2], y.shape[3]
     assert x.stride(3) == 1 and y.stride(3) == 1, "unit-stride rows"
-    bw, warps, regs, edge_regs, programs = (
-        _long_rows_config(host_taps is not None) if config is None else config
-    )
+    # Defaults: 4 columns per thread when the taps are kernel arguments, else 2 (the taps take registers).
+    default = (*(_LONG_ROWS_ARGS if host_taps is not None else _LONG_ROWS_LOADED), None)
+    bw, warps, regs, edge_regs, programs = default if config is None else config
     vec = bw // (32 * warps)
     if vec not in (2, 4):
         raise ValueError(f"config: BLOCK_W / (32·num_warps) must be 2 or 4 columns per thread, got {config}")
@@ -1647,13 +1628,6 @@ def _launch_long_rows(x, taps, y, *, kh, kw, div, top, left, boundary, config=No
 
 # Registers per thread of each compiled _long_rows_kernel launch, by the launch's key (_launch_long_rows).
 _LONG_ROWS_REGISTERS: dict[tuple, int] = {}
-
-
-def _long_rows_config(taps_as_args: bool) -> tuple[int, int, int, int, None]:
-    """``(BLOCK_W, num_warps, registers, edge registers, programs)`` of :func:`_launch_long_rows`: 4
-    columns per thread when the taps are kernel arguments (``_LONG_ROWS_ARGS``), else 2
-    (``_LONG_ROWS_LOADED``: the taps take registers)."""
-    return (*(_LONG_ROWS_ARGS if taps_as_args else _LONG_ROWS_LOADED), None)
 
 
 def _forward(
