@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -274,13 +275,18 @@ def test_errors_name_the_problem():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stages", [None, 3], ids=lambda s: "default" if s is None else f"stages{s}")
 @pytest.mark.parametrize("m", [1, 4, 8], ids=lambda m: f"M{m}")
-def test_gpu_fused_gemv_bit_exact_large(m, generator, cuda_device):
+def test_gpu_fused_gemv_bit_exact_large(m, stages, generator, cuda_device):
+    # stages: the K loop software-pipelined (cp.async, only on the GPU) over 8-step splits -- the
+    # loads move through shared memory, the arithmetic and its order do not change.
     n, k, gs = 4096, 4096, 128
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), gs)
     x = random_tensor((m, k), generator=generator, device=cuda_device)
-    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs)
     cfg = K.gemv_config(m, k, n, gs)
+    if stages is not None:
+        cfg = dataclasses.replace(cfg, num_stages=stages, split_rows=8 * cfg.block_r)
+    fused = K.int4_gemv(x, qw.packed, qw.scales, qw.mins, gs, config=cfg)
     oracle = R.int4_gemv_blocked(
         x, qw.packed, qw.scales, qw.mins, gs, block_rows=cfg.block_r, split_rows=cfg.split_rows
     )
@@ -291,7 +297,7 @@ def test_gpu_fused_gemv_bit_exact_large(m, generator, cuda_device):
     # another alignment class (a view 4 bytes into its storage) and back.
     shifted = torch.empty(m * k + 1, device=cuda_device)[1:].view(m, k).copy_(x)
     for inp in (x, shifted, x):
-        assert torch.equal(K.int4_gemv(inp, qw.packed, qw.scales, qw.mins, gs), fused)
+        assert torch.equal(K.int4_gemv(inp, qw.packed, qw.scales, qw.mins, gs, config=cfg), fused)
 
 
 def test_gemv_cached_launch_passes_options_and_every_parameter(record_cached_launch, generator):

@@ -15,6 +15,7 @@ from _sm90 import run_sm90_script
 pytest.importorskip("triton")
 
 SCRIPT = r"""
+import dataclasses
 from nbxsig.kernels import decode_attention as KA, int4_gemv as KG
 
 def build(kernel, pointers, constexprs, attrs=None, **options):
@@ -24,14 +25,19 @@ def build(kernel, pointers, constexprs, attrs=None, **options):
 
 gemv = {"x_ptr": "*bf16", "packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16",
         "bias_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32"}
-for m, k, n, gs, bias, even_n in [(1, 4096, 11008, 128, False, True), (1, 11008, 4096, 128, True, True),
-                                   (3, 136, 41, 8, True, False), (8, 4096, 4096, 128, False, True)]:
+# (M, K, N, group, bias, N a multiple of the tile, K-loop pipeline stages: None = the default config)
+for m, k, n, gs, bias, even_n, stages in [
+        (1, 4096, 11008, 128, False, True, None), (1, 11008, 4096, 128, True, True, None),
+        (3, 136, 41, 8, True, False, None), (8, 4096, 4096, 128, False, True, None),
+        (1, 4096, 11008, 128, False, True, 3), (8, 4096, 4096, 128, False, True, 4)]:
     cfg = KG.gemv_config(m, k, n, gs)
+    if stages is not None:  # the pipelined loop over 8-step splits (bench.quant_sweep's candidates)
+        cfg = dataclasses.replace(cfg, num_stages=stages, split_rows=8 * cfg.block_r)
     splits = cfg.n_splits(k // 8)
     build(KG._int4_gemv_kernel, gemv,
           dict(N_ROWS=k // 8, GROUP_ROWS=gs // 8, SPLIT_ROWS=cfg.split_rows if splits > 1 else k // 8,
                N_SPLITS=splits, HAS_BIAS=bias, EVEN_N=even_n, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r,
-               BLOCK_N=cfg.block_n),
+               BLOCK_N=cfg.block_n, STAGES=cfg.num_stages),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
 deq = {"packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16", "out_ptr": "*bf16"}
 build(KG._dequant_kernel, deq, dict(N_ROWS=512, GROUP_ROWS=16, BLOCK_R=16, BLOCK_N=128), num_warps=4)

@@ -53,19 +53,37 @@ ATTN = {
 }
 _SWITCHES = {"q": "Q_IN_LOOP", "p": "PDL"}
 # (K, N) -> [(block_r, block_n, num_warps, num_stages, split_rows)]; None = gemv_config's default.
+# num_stages is the K loop's software pipeline (cp.async into shared memory, stages - 1 steps ahead;
+# 1 = none, the default). Until the ninth round it reached only the kernel's launch option, which
+# pipelines no load that feeds no dot, so every earlier "stages" row ran the same loop. The rows below
+# pair the pipeline with longer splits (fewer programs, each with several steps in flight).
 GEMV = {
     (4096, 11008): [
         None,
-        (16, 128, 4, 1, 32),
+        (16, 128, 4, 2, 32),
         (16, 128, 4, 3, 32),
-        (32, 128, 4, 2, 32),
-        (16, 128, 8, 2, 32),
-        (8, 128, 4, 2, 32),
-        (16, 256, 8, 2, 32),
+        (16, 128, 4, 3, 64),
+        (16, 128, 4, 3, 128),
+        (16, 128, 4, 4, 128),
+        (16, 128, 4, 3, 256),
+        (32, 128, 8, 3, 128),
+        (32, 128, 8, 3, 256),
     ],
-    (4096, 4096): [None, (16, 128, 4, 2, 16), (8, 128, 4, 2, 16), (32, 128, 4, 2, 32)],
-    (11008, 4096): [None, (16, 128, 4, 2, 64), (32, 128, 4, 2, 32)],
-    (1024, 1024): [None, (8, 128, 4, 2, 16)],
+    (4096, 4096): [
+        None,
+        (16, 128, 4, 3, 32),
+        (16, 128, 4, 3, 64),
+        (16, 128, 4, 4, 128),
+        (32, 128, 8, 3, 128),
+    ],
+    (11008, 4096): [
+        None,
+        (16, 128, 4, 3, 32),
+        (16, 128, 4, 3, 64),
+        (16, 128, 4, 3, 128),
+        (32, 128, 8, 3, 256),
+    ],
+    (1024, 1024): [None, (16, 128, 4, 3, 32), (8, 128, 4, 2, 16)],
 }
 
 

@@ -24,6 +24,11 @@ kernel is not bound by its instruction issue alone (~6.7 µs of issue at 4096×1
 latency of its short programs -- load, compute, then the split's arrival -- which the one-warp
 programs with every lane of a column in one thread (BLOCK_N 128-512) made worse: 15.5-47 µs.
 
+The K loop is a ``tl.range`` with ``num_stages=STAGES``: with more than one stage Triton copies
+the next steps' words (and scales/mins) into shared memory with cp.async while this step computes,
+so a program keeps several steps of loads in flight. The default keeps one stage (no pipeline), the
+loop every measurement so far has timed (see :func:`gemv_config`).
+
 Why the split: one program per column tile walking all of K gave 128-344 programs on a 132-SM H200
 with one 16-iteration to 43-iteration dependent chain each -- 27-65 µs for layers whose int4 bytes
 take 2-6 µs to read (bench suite "quant" at e7e6e3a). Splitting K gives every SM several short
@@ -55,6 +60,8 @@ class GemvConfig:
     block_r: int
     block_n: int
     num_warps: int
+    # The K loop's software pipeline: 1 = none (each step loads, then computes); s > 1 = cp.async
+    # copies into shared memory s - 1 steps ahead. It changes where the words wait, not the arithmetic.
     num_stages: int
     split_rows: int = 0  # packed rows per split; 0 = all of K in one split
 
@@ -73,7 +80,10 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
     stay under 1/8 of the weight's bytes. A split count that divides the steps evenly is preferred
     (within a factor 2 of the target): the kernel then compiles without row masks (~14% fewer
     instructions in its loop). The split depends on the shape only, never on the GPU, so the result
-    is the same on every device. With ``k``/``n`` left at 0 no split is made.
+    is the same on every device. With ``k``/``n`` left at 0 no split is made. The loop is not
+    pipelined (``num_stages=1``): the measured default; until the ninth round ``num_stages`` reached
+    only the launch option, which Triton 3.6 applies to no load that feeds no dot, so every timed
+    variant ran this loop. Pipelined loops with longer splits are ``bench.quant_sweep``'s open rows.
     """
     block_m = max(1, triton.next_power_of_2(m))
     block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
@@ -94,7 +104,7 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
             split_rows = steps // splits * block_r
         elif want > 1:
             split_rows = -(-steps // want) * block_r
-    return GemvConfig(block_m, block_r, block_n, num_warps=4, num_stages=2, split_rows=split_rows)
+    return GemvConfig(block_m, block_r, block_n, num_warps=4, num_stages=1, split_rows=split_rows)
 
 
 @triton.jit
@@ -177,6 +187,7 @@ def _int4_gemv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     sp = tl.program_id(1)
@@ -195,7 +206,7 @@ def _int4_gemv_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_R, BLOCK_N), dtype=tl.float32)
     row0 = sp * SPLIT_ROWS
-    for j in range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R):
+    for j in tl.range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R, num_stages=STAGES):
         start = row0 + j * BLOCK_R
         row = start + r
         row_mask = row < N_ROWS
@@ -366,7 +377,7 @@ def int4_gemv(
     # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
     constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, SPLIT_ROWS=split_rows, N_SPLITS=n_splits,
                       HAS_BIAS=bias is not None, EVEN_N=n % cfg.block_n == 0, BLOCK_M=cfg.block_m,
-                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n)  # fmt: skip
+                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages)  # fmt: skip
     # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
     options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False)
     # Through the compiled handle: one token's GEMV is a few µs of GPU time, and Triton's own launch
