@@ -190,6 +190,40 @@ def _col_load(
 
 
 @triton.jit
+def _tap_into_row(acc, xv, w_row, d, k, cmask, w_ts, KH: tl.constexpr, KW: tl.constexpr, i):
+    """``acc + w[i, k]·xv``: input row ``d`` of the band is row ``i`` of this output row's taps
+    (a zero weight where ``i`` is outside ``0..KH-1``)."""
+    w = tl.load(w_row + (i * KW + k) * w_ts, mask=cmask & (i >= 0) & (i < KH), other=0.0)
+    return acc + w[:, None] * xv
+
+
+@triton.jit
+def _tap_into_rows(
+    a0, a1, a2, a3, a4, a5, a6, a7, xv, w_row, d, k, cmask, w_ts,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
+    """Column tap ``k`` of input row ``d`` into each of the ``ROWS`` output rows (row ``r`` uses tap row
+    ``d - r·STRIDE_H``)."""
+    if ROWS > 0:
+        a0 = _tap_into_row(a0, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 0 * STRIDE_H)
+    if ROWS > 1:
+        a1 = _tap_into_row(a1, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 1 * STRIDE_H)
+    if ROWS > 2:
+        a2 = _tap_into_row(a2, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 2 * STRIDE_H)
+    if ROWS > 3:
+        a3 = _tap_into_row(a3, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 3 * STRIDE_H)
+    if ROWS > 4:
+        a4 = _tap_into_row(a4, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 4 * STRIDE_H)
+    if ROWS > 5:
+        a5 = _tap_into_row(a5, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 5 * STRIDE_H)
+    if ROWS > 6:
+        a6 = _tap_into_row(a6, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 6 * STRIDE_H)
+    if ROWS > 7:
+        a7 = _tap_into_row(a7, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 7 * STRIDE_H)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@triton.jit
 def _rows(
     a0,
     a1,
@@ -242,105 +276,15 @@ def _rows(
             if UNROLL:
                 for k in tl.static_range(KW):
                     xv = _col_load(x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY, MAP_W)
-                    if ROWS > 0:
-                        i0 = d - 0 * STRIDE_H
-                        w0 = tl.load(
-                            w_row + (i0 * KW + k) * w_ts, mask=cmask & (i0 >= 0) & (i0 < KH), other=0.0
-                        )
-                        a0 += w0[:, None] * xv
-                    if ROWS > 1:
-                        i1 = d - 1 * STRIDE_H
-                        w1 = tl.load(
-                            w_row + (i1 * KW + k) * w_ts, mask=cmask & (i1 >= 0) & (i1 < KH), other=0.0
-                        )
-                        a1 += w1[:, None] * xv
-                    if ROWS > 2:
-                        i2 = d - 2 * STRIDE_H
-                        w2 = tl.load(
-                            w_row + (i2 * KW + k) * w_ts, mask=cmask & (i2 >= 0) & (i2 < KH), other=0.0
-                        )
-                        a2 += w2[:, None] * xv
-                    if ROWS > 3:
-                        i3 = d - 3 * STRIDE_H
-                        w3 = tl.load(
-                            w_row + (i3 * KW + k) * w_ts, mask=cmask & (i3 >= 0) & (i3 < KH), other=0.0
-                        )
-                        a3 += w3[:, None] * xv
-                    if ROWS > 4:
-                        i4 = d - 4 * STRIDE_H
-                        w4 = tl.load(
-                            w_row + (i4 * KW + k) * w_ts, mask=cmask & (i4 >= 0) & (i4 < KH), other=0.0
-                        )
-                        a4 += w4[:, None] * xv
-                    if ROWS > 5:
-                        i5 = d - 5 * STRIDE_H
-                        w5 = tl.load(
-                            w_row + (i5 * KW + k) * w_ts, mask=cmask & (i5 >= 0) & (i5 < KH), other=0.0
-                        )
-                        a5 += w5[:, None] * xv
-                    if ROWS > 6:
-                        i6 = d - 6 * STRIDE_H
-                        w6 = tl.load(
-                            w_row + (i6 * KW + k) * w_ts, mask=cmask & (i6 >= 0) & (i6 < KH), other=0.0
-                        )
-                        a6 += w6[:, None] * xv
-                    if ROWS > 7:
-                        i7 = d - 7 * STRIDE_H
-                        w7 = tl.load(
-                            w_row + (i7 * KW + k) * w_ts, mask=cmask & (i7 >= 0) & (i7 < KH), other=0.0
-                        )
-                        a7 += w7[:, None] * xv
+                    a0, a1, a2, a3, a4, a5, a6, a7 = _tap_into_rows(
+                        a0, a1, a2, a3, a4, a5, a6, a7, xv, w_row, d, k, cmask, w_ts, KH, KW, STRIDE_H, ROWS
+                    )
             else:
                 for k in range(KW):
                     xv = _col_load(x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY, MAP_W)
-                    if ROWS > 0:
-                        i0 = d - 0 * STRIDE_H
-                        w0 = tl.load(
-                            w_row + (i0 * KW + k) * w_ts, mask=cmask & (i0 >= 0) & (i0 < KH), other=0.0
-                        )
-                        a0 += w0[:, None] * xv
-                    if ROWS > 1:
-                        i1 = d - 1 * STRIDE_H
-                        w1 = tl.load(
-                            w_row + (i1 * KW + k) * w_ts, mask=cmask & (i1 >= 0) & (i1 < KH), other=0.0
-                        )
-                        a1 += w1[:, None] * xv
-                    if ROWS > 2:
-                        i2 = d - 2 * STRIDE_H
-                        w2 = tl.load(
-                            w_row + (i2 * KW + k) * w_ts, mask=cmask & (i2 >= 0) & (i2 < KH), other=0.0
-                        )
-                        a2 += w2[:, None] * xv
-                    if ROWS > 3:
-                        i3 = d - 3 * STRIDE_H
-                        w3 = tl.load(
-                            w_row + (i3 * KW + k) * w_ts, mask=cmask & (i3 >= 0) & (i3 < KH), other=0.0
-                        )
-                        a3 += w3[:, None] * xv
-                    if ROWS > 4:
-                        i4 = d - 4 * STRIDE_H
-                        w4 = tl.load(
-                            w_row + (i4 * KW + k) * w_ts, mask=cmask & (i4 >= 0) & (i4 < KH), other=0.0
-                        )
-                        a4 += w4[:, None] * xv
-                    if ROWS > 5:
-                        i5 = d - 5 * STRIDE_H
-                        w5 = tl.load(
-                            w_row + (i5 * KW + k) * w_ts, mask=cmask & (i5 >= 0) & (i5 < KH), other=0.0
-                        )
-                        a5 += w5[:, None] * xv
-                    if ROWS > 6:
-                        i6 = d - 6 * STRIDE_H
-                        w6 = tl.load(
-                            w_row + (i6 * KW + k) * w_ts, mask=cmask & (i6 >= 0) & (i6 < KH), other=0.0
-                        )
-                        a6 += w6[:, None] * xv
-                    if ROWS > 7:
-                        i7 = d - 7 * STRIDE_H
-                        w7 = tl.load(
-                            w_row + (i7 * KW + k) * w_ts, mask=cmask & (i7 >= 0) & (i7 < KH), other=0.0
-                        )
-                        a7 += w7[:, None] * xv
+                    a0, a1, a2, a3, a4, a5, a6, a7 = _tap_into_rows(
+                        a0, a1, a2, a3, a4, a5, a6, a7, xv, w_row, d, k, cmask, w_ts, KH, KW, STRIDE_H, ROWS
+                    )
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
