@@ -55,8 +55,8 @@ _SWITCHES = {"q": "Q_IN_LOOP", "p": "PDL"}
 # (K, N) -> [(block_r, block_n, num_warps, num_stages, split_rows)]; None = gemv_config's default.
 # num_stages is the K loop's software pipeline (cp.async into shared memory, stages - 1 steps ahead;
 # 1 = none, the default). Until the ninth round it reached only the kernel's launch option, which
-# pipelines no load that feeds no dot, so every earlier "stages" row ran the same loop. The rows below
-# pair the pipeline with longer splits (fewer programs, each with several steps in flight).
+# left this loop unpipelined (no cp.async), so every earlier "stages" row ran the same loop. The
+# rows below pair the pipeline with longer splits (fewer programs, each with several steps in flight).
 GEMV = {
     (4096, 11008): [
         None,

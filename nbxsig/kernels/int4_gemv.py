@@ -82,7 +82,7 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
     instructions in its loop). The split depends on the shape only, never on the GPU, so the result
     is the same on every device. With ``k``/``n`` left at 0 no split is made. The loop is not
     pipelined (``num_stages=1``): the measured default; until the ninth round ``num_stages`` reached
-    only the launch option, which Triton 3.6 applies to no load that feeds no dot, so every timed
+    only the launch option, which left this loop unpipelined (no cp.async at 2-4), so every timed
     variant ran this loop. Pipelined loops with longer splits are ``bench.quant_sweep``'s open rows.
     """
     block_m = max(1, triton.next_power_of_2(m))
