@@ -26,6 +26,7 @@ import functools
 import io
 import os
 import secrets
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,44 @@ def _check_readable(path: Path) -> None:
         raise InputFileError(f"{path}: the file is empty (0 bytes)")
 
 
+#: Data lengths a writer puts in a header when it cannot write the real one (its output was a pipe):
+#: 0 and 0xFFFFFFFF (libsndfile, ffmpeg), 0x7FFFF000 (SoX's "unspecified"). Not checked.
+_UNKNOWN_LENGTHS = frozenset({0, 0xFFFFFFFF, 0x7FFFF000})
+
+
+def _check_not_truncated(path: Path) -> None:
+    """Refuse a WAV, AIFF or AU file whose audio data is shorter than its header declares -- a copy or
+    download cut short. libsndfile and the ``wave`` module read what is there and report the shorter
+    length as the file's own, so without this a cut file would be processed as a short one."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if head[:4] == b".snd" and len(head) == 12:  # AU: data offset and size, big-endian
+            offset, declared = struct.unpack(">II", head[4:12])
+            _check_declared(path, declared, size - offset)
+            return
+        riff = head[:4] == b"RIFF" and head[8:12] == b"WAVE"
+        aiff = head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC")
+        if not (riff or aiff):
+            return
+        chunk_format, data_id = ("<4sI", b"data") if riff else (">4sI", b"SSND")
+        offset = 12
+        while offset + 8 <= size:  # walk the chunks up to the one that holds the samples
+            f.seek(offset)
+            chunk_id, declared = struct.unpack(chunk_format, f.read(8))
+            if chunk_id == data_id:
+                _check_declared(path, declared, size - offset - 8)
+                return
+            offset += 8 + declared + (declared & 1)  # chunks are padded to an even length
+
+
+def _check_declared(path: Path, declared: int, available: int) -> None:
+    if declared not in _UNKNOWN_LENGTHS and declared > available:
+        held = max(available, 0)
+        message = f"the header declares {declared} bytes of audio, the file holds {held}"
+        raise InputFileError(f"{path}: truncated: {message}")
+
+
 def check_finite(path: str | os.PathLike[str], data: np.ndarray) -> np.ndarray:
     """Return ``data``; raise :class:`InputFileError` if it holds NaN or ±inf."""
     if np.issubdtype(data.dtype, np.inexact) and not np.isfinite(data).all():
@@ -143,11 +182,13 @@ def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False, pcm16
         :class:`Audio`.
 
     Raises:
-        InputFileError: missing, empty, corrupt or unsupported file; zero frames; non-finite
-        samples (possible in FLOAT/DOUBLE files).
+        InputFileError: missing, empty, corrupt, truncated (WAV, AIFF, AU: less data than the
+        header declares) or unsupported file; zero frames; non-finite samples (possible in
+        FLOAT/DOUBLE files).
     """
     path = Path(path)
     _check_readable(path)
+    _check_not_truncated(path)
     soundfile = _soundfile()
     if soundfile is None:
         data, rate, subtype = _read_wav_stdlib(path, pcm16=pcm16)
@@ -202,10 +243,11 @@ def audio_info(path: str | os.PathLike[str]) -> dict[str, Any]:
     format, subtype.
 
     Raises:
-        InputFileError: missing, empty, corrupt or unsupported file.
+        InputFileError: missing, empty, corrupt, truncated or unsupported file.
     """
     path = Path(path)
     _check_readable(path)
+    _check_not_truncated(path)
     soundfile = _soundfile()
     if soundfile is None:
         data, rate, subtype = _read_wav_stdlib(path)

@@ -154,6 +154,20 @@ def test_stft_options_match_torch(tmp_path: Path, flags: list[str]) -> None:
     assert_close(torch.from_numpy(spec).to(torch.complex128), ref, dtype="float32")
 
 
+def test_truncated_wav_is_reported_not_processed(tmp_path: Path) -> None:
+    # A copy cut short decodes as a shorter file; the batch must report it, not write its features.
+    src = make_folder(tmp_path)
+    whole = (src / "c.wav").read_bytes()
+    (src / "cut.wav").write_bytes(whole[: len(whole) // 2])
+    out = tmp_path / "out"
+    result = invoke("mel", src / "c.wav", src / "cut.wav", "-o", out, "-j", "0", "--device", "cpu")
+    assert result.exit_code == 1
+    rows = manifest(out / "manifest.jsonl")
+    assert rows["c.wav"]["status"] == "ok" and rows["cut.wav"]["status"] == "failed"
+    assert "truncated: the header declares 4700 bytes of audio" in rows["cut.wav"]["error"]
+    assert not (out / "cut.npy").exists()
+
+
 def test_rerun_skips_existing_and_overwrite_redoes(tmp_path: Path) -> None:
     src = make_folder(tmp_path)
     out = tmp_path / "out"

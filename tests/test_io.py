@@ -75,6 +75,45 @@ def test_bad_audio_files_are_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "data_bytes", "soundfile_present"),
+    [("cut.wav", 4000, True), ("cut.aiff", 4008, True), ("cut.au", 4000, True), ("cut.wav", 4000, False)],
+    ids=["wav", "aiff", "au", "wav-stdlib"],
+)
+def test_truncated_audio_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, data_bytes: int, soundfile_present: bool
+) -> None:
+    # A copy cut short: libsndfile (and the stdlib wave reader) would read the first half as if it
+    # were the whole file. data_bytes: 2000 PCM_16 frames, plus the SSND chunk's 8-byte offset/block.
+    path = tmp_path / name
+    nio.write_audio(path, _noise(3, (1, 2000)), 16000, subtype="PCM_16")
+    whole = path.read_bytes()
+    cut = len(whole) - 1000
+    path.write_bytes(whole[:cut])
+    if not soundfile_present:  # the GPU machine's reader (stdlib wave) would read the half too
+        monkeypatch.setattr(nio, "_soundfile", lambda: None)
+    held = data_bytes - 1000
+    pattern = f"{name}: truncated: the header declares {data_bytes} bytes of audio, the file holds {held}"
+    with pytest.raises(nio.InputFileError, match=pattern):
+        nio.read_audio(path)
+    with pytest.raises(nio.InputFileError, match="truncated"):
+        nio.audio_info(path)
+
+
+@pytest.mark.parametrize("length", [0xFFFFFFFF, 0x7FFFF000], ids=["ffffffff", "sox-unspecified"])
+def test_streamed_wav_without_a_length_is_read_whole(tmp_path: Path, length: int) -> None:
+    # Writers to a pipe cannot go back to fill in the data length; they leave a placeholder, and the
+    # data runs to the end of the file. That is not a truncation.
+    path = tmp_path / "streamed.wav"
+    data = _noise(4, (1, 500))
+    nio.write_audio(path, data, 8000, subtype="FLOAT")
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"data") + 4
+    raw[at : at + 4] = length.to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    np.testing.assert_array_equal(nio.read_audio(path).data, data)
+
+
+@pytest.mark.parametrize(
     ("shape", "channels"), [((50,), 1), ((3, 50), 3), ((2, 3, 50), 6)], ids=["L", "C-L", "B-C-L"]
 )
 def test_read_signal_from_npy(tmp_path: Path, shape: tuple[int, ...], channels: int) -> None:
