@@ -129,15 +129,26 @@ _UNKNOWN_LENGTHS = frozenset({0, 0xFFFFFFFF, 0x7FFFF000})
 
 
 def _check_not_truncated(path: Path) -> None:
-    """Refuse a WAV, AIFF or AU file whose audio data is shorter than its header declares -- a copy or
-    download cut short. libsndfile and the ``wave`` module read what is there and report the shorter
-    length as the file's own, so without this a cut file would be processed as a short one."""
+    """Refuse a WAV, AIFF, AU or W64 file whose audio data is shorter than its header declares -- a
+    copy or download cut short. libsndfile and the ``wave`` module read what is there and report the
+    shorter length as the file's own, so without this a cut file would be processed as a short one."""
     size = path.stat().st_size
     with open(path, "rb") as f:
-        head = f.read(12)
-        if head[:4] == b".snd" and len(head) == 12:  # AU: data offset and size, big-endian
+        head = f.read(40)
+        if head[:4] == b".snd" and len(head) >= 12:  # AU: data offset and size, big-endian
             offset, declared = struct.unpack(">II", head[4:12])
             _check_declared(path, declared, size - offset)
+            return
+        if head[:4] == b"riff" and head[24:28] == b"wave":  # Sony Wave64: 16-byte GUID ids, 64-bit sizes
+            offset = 40
+            while offset + 24 <= size:
+                f.seek(offset)
+                chunk = f.read(24)
+                (length,) = struct.unpack("<Q", chunk[16:24])  # the chunk's header included
+                if chunk[:4] == b"data":
+                    _check_declared(path, length - 24, size - offset - 24)
+                    return
+                offset += max(24, -(-length // 8) * 8)  # chunks are aligned to 8 bytes
             return
         riff = head[:4] == b"RIFF" and head[8:12] == b"WAVE"
         aiff = head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC")
@@ -182,8 +193,8 @@ def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False, pcm16
         :class:`Audio`.
 
     Raises:
-        InputFileError: missing, empty, corrupt, truncated (WAV, AIFF, AU: less data than the
-        header declares) or unsupported file; zero frames; non-finite samples (possible in
+        InputFileError: missing, empty, corrupt, truncated (WAV, AIFF, AU, W64: less data than
+        the header declares) or unsupported file; zero frames; non-finite samples (possible in
         FLOAT/DOUBLE files).
     """
     path = Path(path)

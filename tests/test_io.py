@@ -76,8 +76,14 @@ def test_bad_audio_files_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("name", "data_bytes", "soundfile_present"),
-    [("cut.wav", 4000, True), ("cut.aiff", 4008, True), ("cut.au", 4000, True), ("cut.wav", 4000, False)],
-    ids=["wav", "aiff", "au", "wav-stdlib"],
+    [
+        ("cut.wav", 4000, True),
+        ("cut.aiff", 4008, True),
+        ("cut.au", 4000, True),
+        ("cut.w64", 4000, True),
+        ("cut.wav", 4000, False),
+    ],
+    ids=["wav", "aiff", "au", "w64", "wav-stdlib"],
 )
 def test_truncated_audio_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, data_bytes: int, soundfile_present: bool
