@@ -22,6 +22,10 @@ def build(kernel, pointers, constexprs, attrs=None, **options):
     compiled = compile_sm90(kernel, pointers, constexprs, attrs=attrs, **options)  # from _sm90.PRELUDE
     # An H100/H200 block gets at most 227 KB of shared memory (checked only at launch otherwise).
     assert compiled.metadata.shared <= 227 * 1024, (kernel.__name__, constexprs, compiled.metadata.shared)
+    return compiled
+
+def pipelined(compiled):  # whether the loop's loads go through cp.async (Triton's software pipeline)
+    return "async_copy_global_to_local" in compiled.asm["ttgir"]
 
 gemv = {"x_ptr": "*bf16", "packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16",
         "bias_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32"}
@@ -34,11 +38,13 @@ for m, k, n, gs, bias, even_n, stages in [
     if stages is not None:  # the pipelined loop over 8-step splits (bench.quant_sweep's candidates)
         cfg = dataclasses.replace(cfg, num_stages=stages, split_rows=8 * cfg.block_r)
     splits = cfg.n_splits(k // 8)
-    build(KG._int4_gemv_kernel, gemv,
+    compiled = build(KG._int4_gemv_kernel, gemv,
           dict(N_ROWS=k // 8, GROUP_ROWS=gs // 8, SPLIT_ROWS=cfg.split_rows if splits > 1 else k // 8,
                N_SPLITS=splits, HAS_BIAS=bias, EVEN_N=even_n, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r,
                BLOCK_N=cfg.block_n, STAGES=cfg.num_stages),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
+    # num_stages reaches the K loop (its loads feed no dot: the launch option alone left it unpipelined).
+    assert pipelined(compiled) == (cfg.num_stages > 1), (m, k, n, cfg)
 deq = {"packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16", "out_ptr": "*bf16"}
 build(KG._dequant_kernel, deq, dict(N_ROWS=512, GROUP_ROWS=16, BLOCK_R=16, BLOCK_N=128), num_warps=4)
 
@@ -66,13 +72,16 @@ for b, t, d, has_len, has_bias, size, switches in shapes:
     names = KA._split_kernel.arg_names
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if n in ptrs and ptrs[n].startswith("*") or ints.get(n, 1) % 16 == 0}
-    build(KA._split_kernel, ptrs,
+    compiled = build(KA._split_kernel, ptrs,
           dict(**{n: 1 for n, v in ints.items() if v == 1},
                HAS_LEN=has_len, HAS_BIAS=has_bias, MASK_T=has_len or t % cfg.split != 0,
                EVEN_D=d == cfg.block_d, IEEE=size == 4, N_SPLITS=cfg.n_splits, SPLIT=cfg.split,
                BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
                MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16), Q_IN_LOOP=switches, PDL=switches),
           attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages if size == 2 else min(cfg.num_stages, 2))
+    # K/V tiles stream through cp.async wherever a split has more than one tile and rows are 16-byte
+    # multiples (D = 129 rows are not; one 24-key tile has nothing to overlap).
+    assert pipelined(compiled) == (d % 8 == 0 and t > cfg.block_t), (b, t, d, cfg)
 print("compiled")
 """
 
