@@ -456,7 +456,8 @@ def test_long_rows_kernel_is_reference(boundary, generator, device):
         (128, 1, 270, torch.float16, (3,)),
     ):
         n_tiles = -(-width // block_w)
-        assert dk.long_window_tiles(n_tiles, block_w, width, left=6, kw=kw, vec=block_w // 32) == (1, 2)
+        off, nb = dk.long_window(6, kw, block_w // 32)
+        assert dk.long_window_tiles(n_tiles, block_w, width, off=off, nb=nb, vec=block_w // 32) == (1, 2)
         x = random_tensor((2, 1, 9, width), generator=generator, dtype=torch.float64).to(dtype)
         ref = nf.depthwise_conv2d(x.double(), (wy, wx), padding=pads, boundary=boundary, backend="torch")
         for count in programs:

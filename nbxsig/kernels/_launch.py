@@ -25,14 +25,20 @@ from triton import knobs
 CACHED_LAUNCH = True
 
 
+def divisible_by_16(arg: torch.Tensor | int) -> bool:
+    """Whether Triton specializes ``arg`` as 16-divisible: a tensor's address 16-byte aligned, an int a
+    multiple of 16 (the ``tt.divisibility`` that vectorizes loads and stores)."""
+    return (arg.data_ptr() if isinstance(arg, torch.Tensor) else arg) % 16 == 0
+
+
 def arg_class(arg) -> object:
     # What Triton specializes a launch argument on (native_specialize_impl): a tensor's dtype and
     # 16-byte alignment; an int's value 1 (a constant), divisibility by 16 and width (i32/i64/u64);
     # nothing for a float. Equal classes compile to the same kernel.
     if isinstance(arg, torch.Tensor):
-        return (arg.dtype, arg.data_ptr() % 16 == 0)
+        return (arg.dtype, divisible_by_16(arg))
     if isinstance(arg, int):
-        return (arg == 1, arg % 16 == 0, -(1 << 31) <= arg < (1 << 31), arg < (1 << 63))
+        return (arg == 1, divisible_by_16(arg), -(1 << 31) <= arg < (1 << 31), arg < (1 << 63))
     return type(arg)
 
 

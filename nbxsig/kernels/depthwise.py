@@ -37,6 +37,7 @@ import triton.language as tl
 from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES, is_channels_last, shared_host_taps
 from ..reference.depthwise import resample as _resample_reference
+from ._launch import divisible_by_16
 from ._runtime import check_launchable, empty_output, resident_programs, sm_count
 
 _BOUNDARY_CODE = {
@@ -203,24 +204,15 @@ def _tap_into_rows(
     KH: tl.constexpr, KW: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
 ):  # fmt: skip
     """Column tap ``k`` of input row ``d`` into each of the ``ROWS`` output rows (row ``r`` uses tap row
-    ``d - r·STRIDE_H``)."""
-    if ROWS > 0:
-        a0 = _tap_into_row(a0, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 0 * STRIDE_H)
-    if ROWS > 1:
-        a1 = _tap_into_row(a1, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 1 * STRIDE_H)
-    if ROWS > 2:
-        a2 = _tap_into_row(a2, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 2 * STRIDE_H)
-    if ROWS > 3:
-        a3 = _tap_into_row(a3, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 3 * STRIDE_H)
-    if ROWS > 4:
-        a4 = _tap_into_row(a4, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 4 * STRIDE_H)
-    if ROWS > 5:
-        a5 = _tap_into_row(a5, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 5 * STRIDE_H)
-    if ROWS > 6:
-        a6 = _tap_into_row(a6, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 6 * STRIDE_H)
-    if ROWS > 7:
-        a7 = _tap_into_row(a7, xv, w_row, d, k, cmask, w_ts, KH, KW, d - 7 * STRIDE_H)
-    return a0, a1, a2, a3, a4, a5, a6, a7
+    ``d - r·STRIDE_H``); the others come back as they were."""
+    rows = (a0, a1, a2, a3, a4, a5, a6, a7)
+    out = ()
+    for r in tl.static_range(8):
+        if r < ROWS:
+            out = out + (_tap_into_row(rows[r], xv, w_row, d, k, cmask, w_ts, KH, KW, d - r * STRIDE_H),)
+        else:
+            out = out + (rows[r],)
+    return out
 
 
 @triton.jit
@@ -1419,12 +1411,11 @@ def long_window(left: int, kw: int, vec: int) -> tuple[int, int]:
 
 
 def long_window_tiles(
-    n_tiles: int, block_w: int, width: int, *, left: int, kw: int, vec: int
+    n_tiles: int, block_w: int, width: int, *, off: int, nb: int, vec: int
 ) -> tuple[int, int]:
     """``(lo, hi)``: the column tiles ``lo..hi-1`` of the long separable path whose every thread's row
-    window (:func:`long_window`) lies inside a row of ``width`` inputs (a contiguous run; ``(0, 0)`` when
-    there is none)."""
-    off, nb = long_window(left, kw, vec)
+    window (``NB`` blocks from ``OFF``: :func:`long_window`) lies inside a row of ``width`` inputs (a
+    contiguous run; ``(0, 0)`` when there is none)."""
     inside = [
         p
         for p in range(n_tiles)
@@ -1477,12 +1468,11 @@ def _launch_long_rows(x, taps, y, *, kh, kw, div, top, left, boundary, config=No
         raise ValueError(f"config: BLOCK_W / (32·num_warps) must be 2 or 4 columns per thread, got {config}")
     wy_args, wx_args = host_taps if host_taps is not None else ((), ())
     n_wt = triton.cdiv(wo, bw)
-    lo, hi = long_window_tiles(n_wt, bw, x.shape[3], left=left, kw=kw, vec=vec)
     off, nb = long_window(left, kw, vec)
+    lo, hi = long_window_tiles(n_wt, bw, x.shape[3], off=off, nb=nb, vec=vec)
     # Rows Triton sees as 16-byte aligned (pointers, widths and strides, as it specializes them) load
     # their windows as vectors; others go through a layout change that needs the edge tiles' registers.
-    aligned = x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
-    aligned = aligned and all(v % 16 == 0 for v in (*x.shape[2:], ho, wo, *x.stride()[:3], *y.stride()[:3]))
+    aligned = all(map(divisible_by_16, (x, y, *x.shape[2:], ho, wo, *x.stride()[:3], *y.stride()[:3])))
     interior = regs if aligned else edge_regs
     for map_w, count, registers in ((False, hi - lo, interior), (True, n_wt - (hi - lo), edge_regs)):
         if count == 0:
