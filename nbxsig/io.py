@@ -139,30 +139,26 @@ def _check_not_truncated(path: Path) -> None:
             offset, declared = struct.unpack(">II", head[4:12])
             _check_declared(path, declared, size - offset)
             return
-        if head[:4] == b"riff" and head[24:28] == b"wave":  # Sony Wave64: 16-byte GUID ids, 64-bit sizes
-            offset = 40
-            while offset + 24 <= size:
-                f.seek(offset)
-                chunk = f.read(24)
-                (length,) = struct.unpack("<Q", chunk[16:24])  # the chunk's header included
-                if chunk[:4] == b"data":
-                    _check_declared(path, length - 24, size - offset - 24)
-                    return
-                offset += max(24, -(-length // 8) * 8)  # chunks are aligned to 8 bytes
+        # Chunked formats: first chunk, chunk header bytes, its size field, whether the size counts the
+        # header, alignment, the samples' chunk id (W64's ids are GUIDs whose first 4 bytes name them).
+        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+            first, header, size_field, with_header, align, data_id = 12, 8, "<I", False, 2, b"data"
+        elif head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+            first, header, size_field, with_header, align, data_id = 12, 8, ">I", False, 2, b"SSND"
+        elif head[:4] == b"riff" and head[24:28] == b"wave":  # Sony Wave64: 64-bit sizes
+            first, header, size_field, with_header, align, data_id = 40, 24, "<Q", True, 8, b"data"
+        else:
             return
-        riff = head[:4] == b"RIFF" and head[8:12] == b"WAVE"
-        aiff = head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC")
-        if not (riff or aiff):
-            return
-        chunk_format, data_id = ("<4sI", b"data") if riff else (">4sI", b"SSND")
-        offset = 12
-        while offset + 8 <= size:  # walk the chunks up to the one that holds the samples
+        offset = first
+        while offset + header <= size:  # walk the chunks up to the one that holds the samples
             f.seek(offset)
-            chunk_id, declared = struct.unpack(chunk_format, f.read(8))
-            if chunk_id == data_id:
-                _check_declared(path, declared, size - offset - 8)
+            chunk = f.read(header)
+            (length,) = struct.unpack(size_field, chunk[header - struct.calcsize(size_field) :])
+            body = max(length - header, 0) if with_header else length
+            if chunk[:4] == data_id:
+                _check_declared(path, body, size - offset - header)
                 return
-            offset += 8 + declared + (declared & 1)  # chunks are padded to an even length
+            offset += header + -(-body // align) * align  # chunks are padded to the alignment
 
 
 def _check_declared(path: Path, declared: int, available: int) -> None:
