@@ -12,6 +12,7 @@ from torch import nn
 import nbxsig.quant as Q
 from nbxsig.errors import ParameterTypeError, ParameterValueError
 from nbxsig.kernels import int4_gemv as K
+from nbxsig.kernels._launch import pdl_supported
 from nbxsig.reference import int4 as R
 from nbxsig.testing import assert_close, random_tensor
 
@@ -275,11 +276,15 @@ def test_errors_name_the_problem():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [False, True], ids=["-", "pdl"])
 @pytest.mark.parametrize("stages", [None, 3], ids=lambda s: "default" if s is None else f"stages{s}")
 @pytest.mark.parametrize("m", [1, 4, 8], ids=lambda m: f"M{m}")
-def test_gpu_fused_gemv_bit_exact_large(m, stages, generator, cuda_device):
+def test_gpu_fused_gemv_bit_exact_large(m, stages, pdl, generator, cuda_device, monkeypatch):
     # stages: the K loop software-pipelined (cp.async, only on the GPU) over 8-step splits -- the
-    # loads move through shared memory, the arithmetic and its order do not change.
+    # loads move through shared memory, the arithmetic and its order do not change. pdl: launched
+    # with programmatic dependent launch (the GEMV's PDL switch), which moves no arithmetic either.
+    monkeypatch.setattr(K, "PDL", pdl)
+    assert not pdl or pdl_supported(cuda_device)  # an H100/H200: the switch takes effect
     n, k, gs = 4096, 4096, 128
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), gs)
     x = random_tensor((m, k), generator=generator, device=cuda_device)

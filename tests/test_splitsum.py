@@ -8,6 +8,7 @@ import torch
 from nbxsig.attention import decode_attention
 from nbxsig.kernels import _splitsum
 from nbxsig.kernels import decode_attention as KA
+from nbxsig.kernels import int4_gemv as KG
 from nbxsig.quant import int4_linear, quantize_int4
 from nbxsig.testing import random_tensor
 
@@ -26,19 +27,23 @@ def _capture(fn):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "arena,switches",
-    [(True, {}), (False, {}), (True, {"PDL": False, "Q_IN_LOOP": True})],
-    ids=["arena", "memset", "arena-attention-switches"],
+    "arena,switches,gemv_switches",
+    [(True, {}, {}), (False, {}, {}), (True, {"PDL": False, "Q_IN_LOOP": True}, {"PDL": True})],
+    ids=["arena", "memset", "arena-switches"],
 )
-def test_gpu_captured_split_kernels_match_eager(arena, switches, generator, cuda_device, monkeypatch):
+def test_gpu_captured_split_kernels_match_eager(
+    arena, switches, gemv_switches, generator, cuda_device, monkeypatch
+):
     """Several split launches in one graph, two graphs replayed in turn and on two streams at once:
     every replay equals the eager result bit for bit (a counter left non-zero, or shared by two
     launches, would pick the wrong last program and break this). With decode attention's ``PDL``
     (on by default on an H100/H200) the captured launches depend on each other programmatically;
-    the third case turns it off and ``Q_IN_LOOP`` on."""
+    the third case turns it off and ``Q_IN_LOOP`` on, and the GEMV's ``PDL`` on."""
     monkeypatch.setattr(_splitsum, "CAPTURE_ARENA", arena)
     for name, value in switches.items():
         monkeypatch.setattr(KA, name, value)
+    for name, value in gemv_switches.items():
+        monkeypatch.setattr(KG, name, value)
     q = random_tensor((1, 32, 128), generator=generator, dtype=torch.float16, device=cuda_device)
     k = random_tensor((1, 8, 4096, 128), generator=generator, dtype=torch.float16, device=cuda_device)
     v = random_tensor((1, 8, 4096, 128), generator=generator, dtype=torch.float16, device=cuda_device)

@@ -8,11 +8,11 @@ L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows:
 config and split, tile and stage variants, each with its relative error against a float64
 reference (GEMV: on the dequantized weight; its default also with the capture counter arena off,
 ``_splitsum.CAPTURE_ARENA``, one memset node per call). Attention rows also set decode attention's
-launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the label, "-" for none) and say whether
-a default-config row gave the first row's bits (GEMV rows: whether each gave its config's oracle's
-bits); each shape's first row is timed again at its end to show drift. Each row is printed as it is
-measured, so a time limit loses only the rows after it. ``--only attn|gemv`` limits the sweep to one
-kernel.
+launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the label, "-" for none), GEMV rows the
+GEMV's ``PDL`` (p); attention rows say whether a default-config row gave the first row's bits,
+GEMV rows whether each gave its config's oracle's bits; each attention shape's first row is timed
+again at its end to show drift. Each row is printed as it is measured, so a time limit loses only
+the rows after it. ``--only attn|gemv`` limits the sweep to one kernel.
 """
 
 from __future__ import annotations
@@ -51,39 +51,64 @@ ATTN = {
     (16, 4096): [(None, "p"), (None, ""), (None, "qp"), ((4096, 64, 4, 5), "p"), ((2048, 64, 4, 4), "p")],
     (64, 2048): [(None, "p"), (None, ""), (None, "qp")],
 }
-_SWITCHES = {"q": "Q_IN_LOOP", "p": "PDL"}
-# (K, N) -> [(block_r, block_n, num_warps, num_stages, split_rows)]; None = gemv_config's default.
-# num_stages is the K loop's software pipeline (cp.async into shared memory, stages - 1 steps ahead;
-# 1 = none, the default). Until the ninth round it reached only the kernel's launch option, which
-# left this loop unpipelined (no cp.async), so every earlier "stages" row ran the same loop. The
-# rows below pair the pipeline with longer splits (fewer programs, each with several steps in flight).
+_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL"}}
+# (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows) or None, switches)]; None = gemv_config's
+# default; switches: "p" = the GEMV's PDL on (off otherwise). num_stages is the K loop's software
+# pipeline (cp.async into shared memory, stages - 1 steps ahead; 1 = none, the default). Until the
+# ninth round it reached only the kernel's launch option, which left this loop unpipelined (no
+# cp.async), so every earlier "stages" row ran the same loop. The rows below pair the pipeline with
+# longer splits (fewer programs, each with several steps in flight).
 GEMV = {
     (4096, 11008): [
-        None,
-        (16, 128, 4, 2, 32),
-        (16, 128, 4, 3, 32),
-        (16, 128, 4, 3, 64),
-        (16, 128, 4, 3, 128),
-        (16, 128, 4, 4, 128),
-        (16, 128, 4, 3, 256),
-        (32, 128, 8, 3, 128),
-        (32, 128, 8, 3, 256),
+        (None, ""),
+        (None, "p"),
+        ((16, 128, 4, 2, 32), ""),
+        ((16, 128, 4, 3, 32), ""),
+        ((16, 128, 4, 2, 64), ""),
+        ((16, 128, 4, 3, 64), ""),
+        ((16, 128, 4, 4, 64), ""),
+        ((16, 128, 4, 3, 64), "p"),
+        ((16, 128, 4, 3, 96), ""),
+        ((16, 128, 4, 3, 96), "p"),
+        ((16, 128, 4, 3, 128), ""),
+        ((16, 128, 4, 4, 128), ""),
+        ((16, 128, 4, 3, 128), "p"),
+        ((16, 128, 4, 3, 256), ""),
+        ((32, 128, 8, 3, 128), ""),
+        ((32, 128, 8, 3, 256), ""),
     ],
     (4096, 4096): [
-        None,
-        (16, 128, 4, 3, 32),
-        (16, 128, 4, 3, 64),
-        (16, 128, 4, 4, 128),
-        (32, 128, 8, 3, 128),
+        (None, ""),
+        (None, "p"),
+        ((16, 128, 4, 2, 32), ""),
+        ((16, 128, 4, 3, 32), ""),
+        ((16, 128, 4, 3, 32), "p"),
+        ((16, 128, 4, 3, 64), ""),
+        ((16, 128, 4, 4, 64), ""),
+        ((16, 128, 4, 3, 64), "p"),
+        ((16, 128, 4, 4, 128), ""),
+        ((32, 128, 8, 3, 128), ""),
     ],
     (11008, 4096): [
-        None,
-        (16, 128, 4, 3, 32),
-        (16, 128, 4, 3, 64),
-        (16, 128, 4, 3, 128),
-        (32, 128, 8, 3, 256),
+        (None, ""),
+        (None, "p"),
+        ((16, 128, 4, 3, 32), ""),
+        ((16, 128, 4, 3, 32), "p"),
+        ((16, 128, 4, 3, 64), ""),
+        ((16, 128, 4, 3, 64), "p"),
+        ((16, 128, 4, 3, 128), ""),
+        ((16, 128, 4, 4, 128), ""),
+        ((16, 128, 4, 3, 128), "p"),
+        ((16, 128, 4, 3, 176), ""),
+        ((32, 128, 8, 3, 256), ""),
     ],
-    (1024, 1024): [None, (16, 128, 4, 3, 32), (8, 128, 4, 2, 16)],
+    (1024, 1024): [
+        (None, ""),
+        (None, "p"),
+        ((16, 128, 4, 3, 32), ""),
+        ((16, 128, 4, 3, 32), "p"),
+        ((8, 128, 4, 2, 16), ""),
+    ],
 }
 
 
@@ -135,44 +160,54 @@ def _jobs(only=None):
     return jobs
 
 
-def _set_switches(letters: str) -> dict:
-    """Decode attention's launch switches on where ``letters`` names them, off otherwise; returns
-    the previous settings (for :func:`_restore_switches`)."""
-    from ..kernels import decode_attention as K
+def _module(kind):
+    from ..kernels import decode_attention, int4_gemv
 
-    before = {name: getattr(K, name) for name in _SWITCHES.values()}
-    for letter, name in _SWITCHES.items():
-        setattr(K, name, letter in letters)
+    return decode_attention if kind == "attn" else int4_gemv
+
+
+def _set_switches(kind: str, letters: str) -> dict:
+    """``kind``'s launch switches on where ``letters`` names them, off otherwise; returns the
+    previous settings (for :func:`_restore_switches`)."""
+    module = _module(kind)
+    before = {name: getattr(module, name) for name in _SWITCHES[kind].values()}
+    for letter, name in _SWITCHES[kind].items():
+        setattr(module, name, letter in letters)
     return before
 
 
-def _restore_switches(before: dict) -> None:
-    from ..kernels import decode_attention as K
-
+def _restore_switches(kind: str, before: dict) -> None:
+    module = _module(kind)
     for name, value in before.items():
-        setattr(K, name, value)
+        setattr(module, name, value)
 
 
 def _call(kind, shape, v, ops):
-    """``fn()`` for one job on operands ``ops`` (attention: ``v`` is ``(config, switches)``; the
-    switches are set around every call, so they also hold while a graph captures it)."""
+    """``fn()`` for one job on operands ``ops``; ``v`` is ``(config, switches)``. The switches are
+    set around every call, so they also hold while a graph captures it."""
     from ..kernels import decode_attention as K
     from ..kernels import int4_gemv as G
 
+    config, switches = v
     if kind == "attn":
-        b, t = shape
-        cfg, switches = _split_config(b, t, v[0]), v[1]
+        cfg = _split_config(*shape, config)
 
-        def attn(q, k, val):
-            before = _set_switches(switches)
-            try:
-                return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
-            finally:
-                _restore_switches(before)
+        def call(q, k, val):
+            return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
+    else:
+        cfg = _gemv_config(config)
 
-        return attn
-    cfg = _gemv_config(v)
-    return lambda x, w: G.int4_gemv(x, w.packed, w.scales, w.mins, 128, config=cfg)
+        def call(x, w):
+            return G.int4_gemv(x, w.packed, w.scales, w.mins, 128, config=cfg)
+
+    def switched(*operands):
+        before = _set_switches(kind, switches)
+        try:
+            return call(*operands)
+        finally:
+            _restore_switches(kind, before)
+
+    return switched
 
 
 def _compile(jobs) -> None:
@@ -295,15 +330,16 @@ def main(argv: list[str] | None = None) -> None:
         )
         name = f"int4 GEMV 1×{kk} @ {kk}×{n}"
         rows = [(v_, default_arena) for v_ in variants]
-        rows.insert(1, (None, not default_arena))
+        rows.insert(1, ((None, ""), not default_arena))
         for var, arena in rows:
-            label = "default" if var is None else "R{} N{} w{} s{} split {}".format(*var)
-            label += " arena counters" if arena else " memset counters"
+            config, switches = var
+            label = "default" if config is None else "R{} N{} w{} s{} split {}".format(*config)
+            label += f" {switches or '-'}{' arena' if arena else ' memset'} counters"
             try:
                 fn = _call("gemv", (kk, n), var, None)
                 out = fn(x, qw)
                 err = rel(out, ref)
-                cfg = _gemv_config(var) or gemv_config(1, kk, n, 128)
+                cfg = _gemv_config(config) or gemv_config(1, kk, n, 128)
                 oracle = gemv_oracle(x, qw.packed, qw.scales, qw.mins, 128, block_rows=cfg.block_r,
                                      split_rows=cfg.split_rows)  # fmt: skip
                 _splitsum.CAPTURE_ARENA = arena

@@ -31,6 +31,26 @@ def divisible_by_16(arg: torch.Tensor | int) -> bool:
     return (arg.data_ptr() if isinstance(arg, torch.Tensor) else arg) % 16 == 0
 
 
+_PDL_DEVICES: dict[torch.device, bool] = {}
+#: Launch options per programmatic-dependent-launch setting (the interpreter's launcher takes no
+#: ``launch_pdl``, so "off" passes nothing).
+PDL_LAUNCH = {False: {}, True: {"launch_pdl": True}}
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Whether launches on ``device`` can use programmatic dependent launch (``launch_pdl``): an
+    NVIDIA GPU of compute capability 9.0 or newer (griddepcontrol is sm_90 PTX); never the
+    interpreter or a CPU tensor. Memoised: the launchers ask on every call."""
+    if device.type != "cuda":
+        return False
+    ok = _PDL_DEVICES.get(device)
+    if ok is None:
+        ok = _PDL_DEVICES[device] = (
+            torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 9
+        )
+    return ok
+
+
 def arg_class(arg) -> object:
     # What Triton specializes a launch argument on (native_specialize_impl): a tensor's dtype and
     # 16-byte alignment; an int's value 1 (a constant), divisibility by 16 and width (i32/i64/u64);

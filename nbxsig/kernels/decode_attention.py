@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import CachedLaunch
+from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
@@ -345,22 +345,11 @@ def _merge(
 
 _split_launch = CachedLaunch(_split_kernel)
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
-# Launch options per PDL setting (the interpreter's launcher takes no ``launch_pdl``).
-_PDL_LAUNCH = {False: {}, True: {"launch_pdl": True}}
-_PDL_DEVICES: dict[torch.device, bool] = {}
 
 
 def _pdl(device: torch.device) -> bool:
-    """Whether launches on ``device`` use programmatic dependent launch: ``PDL`` on and an NVIDIA
-    GPU of compute capability 9.0 or newer (griddepcontrol is sm_90 PTX; not the interpreter)."""
-    if not PDL or device.type != "cuda":
-        return False
-    ok = _PDL_DEVICES.get(device)
-    if ok is None:
-        ok = _PDL_DEVICES[device] = (
-            torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 9
-        )
-    return ok
+    """Whether launches on ``device`` use programmatic dependent launch: ``PDL`` on and supported."""
+    return PDL and pdl_supported(device)
 
 
 def _plan(b: int, hkv: int, g: int, t: int, d: int, dv: int, config: SplitConfig | None) -> tuple:
@@ -439,6 +428,6 @@ def decode_attention(
         args,
         constexprs,
         cfg.num_warps,
-        options=dict(num_stages=stages, **_PDL_LAUNCH[pdl]),
+        options=dict(num_stages=stages, **PDL_LAUNCH[pdl]),
     )
     return out

@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import CachedLaunch
+from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
@@ -52,6 +52,12 @@ MAX_GEMV_ROWS = 8
 # at 4096×11008); 688 and 2752 programs measured slower (docs/benchmarks.md, eighth round, call 5).
 _TARGET_PROGRAMS = 1024
 _MAX_SPLITS = 64
+# Launch-time switch, read on every call (bench.quant_sweep times both settings in one process).
+# PDL (NVIDIA sm_90+ only): programmatic dependent launch, as decode attention's ``PDL``: each
+#   program waits (griddepcontrol.wait) for the previous grid before its first memory access --
+#   x is the previous layer's output -- and then releases the next launch, whose programs may be
+#   scheduled while this grid's last wave runs.
+PDL = False
 
 
 @dataclass(frozen=True)
@@ -188,7 +194,11 @@ def _int4_gemv_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     STAGES: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # the previous grid's writes are visible after this; the next grid may launch now
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid_n = tl.program_id(0)
     sp = tl.program_id(1)
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -362,6 +372,7 @@ def int4_gemv(
     n = packed.shape[1]
     device = check_launchable(x, packed, scales, mins, *(() if bias is None else (bias,)))
     cfg, n_splits, split_rows, tiles = _plan(m, k, n, group_size, config)
+    pdl = PDL and pdl_supported(device)
     out = empty_output((m, n), dtype=x.dtype, device=device)
     if n_splits > 1:
         # Scratch: every element a later read touches is written first, so plain empty is right.
@@ -377,9 +388,9 @@ def int4_gemv(
     # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
     constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, SPLIT_ROWS=split_rows, N_SPLITS=n_splits,
                       HAS_BIAS=bias is not None, EVEN_N=n % cfg.block_n == 0, BLOCK_M=cfg.block_m,
-                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages)  # fmt: skip
+                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl)  # fmt: skip
     # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
-    options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False)
+    options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False, **PDL_LAUNCH[pdl])
     # Through the compiled handle: one token's GEMV is a few µs of GPU time, and Triton's own launch
     # path costs more than that on the host.
     _gemv_launch((tiles, n_splits), args, constexprs, cfg.num_warps, options=options)
