@@ -48,12 +48,18 @@ def _oracle(path: Path) -> torch.Tensor:
 
 
 def _compiled_mel_kernels() -> int:
+    """Compiled variants of the kernels the GPU's mel path runs: the four-step spectrogram and the
+    mel projection (and the dense fused kernel, for paths that take it)."""
+    from nbxsig.kernels import fourstep
     from nbxsig.kernels import mel as kmel
 
-    caches = getattr(kmel._mel_kernel, "device_caches", None)
-    if caches is None:
-        pytest.skip("this Triton keeps no per-device kernel cache to count")
-    return sum(len(entry[0]) for entry in caches.values())
+    total = 0
+    for kernel in (fourstep._fourstep_kernel, kmel._project_kernel, kmel._mel_kernel):
+        caches = getattr(kernel, "device_caches", None)
+        if caches is None:
+            pytest.skip("this Triton keeps no per-device kernel cache to count")
+        total += sum(len(entry[0]) for entry in caches.values())
+    return total
 
 
 @pytest.mark.gpu
@@ -75,6 +81,7 @@ def _run_and_check(tmp_path: Path, cuda_device: torch.device) -> None:
     result = runner.invoke(main, ["mel", str(tmp_path / "a"), "-o", str(tmp_path / "oa"), *args])
     assert result.exit_code == 0, result.output
     compiled = _compiled_mel_kernels()
+    assert compiled >= 2  # the spectrogram and the projection: this count sees the kernels that ran
     # Lengths whose raw widths, frame counts and strides differ in divisibility by 16.
     lengths = [8001, 8017, 12345, 16000, 16003, 24007, 31999, 40000, 401, 1601]
     paths = _wavs(tmp_path / "b", lengths, seed=2)

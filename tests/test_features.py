@@ -457,6 +457,46 @@ def test_unfused_path_whisper_and_half_input(device, generator):
     assert_close(half, got, dtype=torch.float16)
 
 
+@pytest.mark.parametrize(
+    "n_mels,layout,tail",
+    [
+        pytest.param(80, "frame-major", None, id="80-frame-major"),
+        pytest.param(40, "bin-major", "log10", id="40-bin-major-log10"),
+        pytest.param(128, "sliced", "ln", id="128-sliced-ln"),
+        pytest.param(80, "frame-major", "whisper", id="80-whisper"),
+    ],
+)
+def test_mel_projection_matches_float64(n_mels, layout, tail, device, generator):
+    # The unfused path's second kernel on its own: fresh random power spectrograms (odd bins and
+    # frames, 3 examples), read through the strides of the four-step kernel's frame-major buffer, a
+    # contiguous (B, F, T) one or a strided slice; 80 mels as 64 + 16 blocks, 40 as 32 + 16, 128 as one.
+    from nbxsig.kernels import mel as kmel
+
+    b, f, t = 3, 57, 45
+    if layout == "frame-major":
+        spec = random_tensor((b, t, f), generator=generator).square().transpose(1, 2)
+    elif layout == "bin-major":
+        spec = random_tensor((b, f, t), generator=generator).square()
+    else:
+        spec = random_tensor((b, f + 3, 2 * t), generator=generator).square()[:, 2 : f + 2, ::2]
+    filters = random_tensor((f, n_mels), generator=generator, dtype=F64).abs()
+    factor = 0.37
+    want = (filters.T * factor) @ spec.double()
+    floor = {"whisper": 1e-10, "log10": 1e-3, "ln": 0.5}.get(tail)
+    log = {"whisper": "log10", "log10": "log10", "ln": "ln"}.get(tail)
+    if floor is not None:
+        want = want.clamp(min=floor)
+        want = want.log10() if log == "log10" else want.log()
+    if tail == "whisper":
+        want = (torch.maximum(want, want.amax(dim=(1, 2), keepdim=True) - 8.0) + 4.0) / 4.0
+    got = kmel.project(
+        spec.to(device), filters.float().to(device), factor=factor, floor=floor, log=log,
+        whisper=tail == "whisper",
+    )  # fmt: skip
+    assert got.shape == (b, n_mels, t) and got.dtype == torch.float32
+    assert_close(got, want, dtype="float32", rel_error=1e-5, atol=1e-5 if log else None)
+
+
 def test_mel_path_rule():
     from nbxsig.kernels.mel import mel_path
 

@@ -36,6 +36,21 @@ for i, (config, warps, stages, is_edge) in enumerate(configs):
                           **config)
         build(kmel._mel_kernel, pointers, constexprs, floats=("power", "floor"),
               num_warps=warps, num_stages=stages)
+# The mel projection (the GPU's unfused path): its tile at each precision, Whisper's tail on one. The
+# spectrogram tile streams through cp.async (its loads feed the dots); the frame-major buffer's unit
+# bin stride is specialised as Triton's JIT does.
+proj = {n: "*fp32" for n in ("p_ptr", "fb_ptr", "fb_lo_ptr", "out_ptr")}
+proj["peak_ptr"] = "*i32"
+config = dict(kmel.PROJECT_CONFIG)
+meta = {k: config.pop(k) for k in ("num_warps", "num_stages")}
+aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kmel._project_kernel.arg_names) if n in proj}
+for precision, _, log, peak in variants:
+    compiled = build(kmel._project_kernel, proj,
+                     dict(stride_pf=1, stride_ot=1, HAS_FLOOR=log > 0, LOG=log, TRACK_PEAK=peak,
+                          F_PAD=224, M_TOT=80, M1=64, M2=16, PRECISION=precision, **config),
+                     floats=("floor",), attrs=aligned, **meta)
+    assert "async_copy_global_to_local" in compiled.asm["ttgir"], precision
+    assert compiled.metadata.shared <= 227 * 1024, (precision, compiled.metadata.shared)
 print("compiled")
 """
 

@@ -96,7 +96,7 @@ import triton.language as tl
 
 from .._dispatch import interpreter_enabled
 from ._runtime import check_launchable, empty_output
-from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, dot_precision, mel_blocks, whisper_finish
+from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, dot_precision, mel_blocks, memoized, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -472,29 +472,24 @@ _FB_CACHE: OrderedDict = OrderedDict()
 def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
     """The filterbank as the kernel's four K-chunks ``(4, KC, M_TOT)``: chunk ``j``, row
     ``k1·(K2P/4) + q`` holds bin ``k1 + N1·(4q + j)`` (zero rows for padding and ``k > N/2``), mels
-    zero-padded to ``M_TOT``; as (fp32, hi, lo) planes, cached per tensor (identity and ``_version``,
-    as :func:`nbxsig.kernels.mel._packed`)."""
-    key = (id(filters), filters._version, n_fft, m_tot)
-    hit = _FB_CACHE.get(key)
-    if hit is not None and hit[0] is filters:
-        _FB_CACHE.move_to_end(key)
-        return hit[1]
-    n1_, n2_ = plan(n_fft, mel=True)
-    n1p, _, k2p = _pads(n1_, n2_, mel=True)
-    dev = filters.device
-    j = torch.arange(4, device=dev)[:, None, None]
-    k1 = torch.arange(n1p, device=dev)[None, :, None]
-    q = torch.arange(k2p // 4, device=dev)[None, None, :]
-    k2 = 4 * q + j
-    k = (k1 + n1_ * k2).reshape(-1)
-    ok = ((k1 < n1_) & (k2 <= n2_ // 2)).reshape(-1) & (k <= n_fft // 2)
-    fb = torch.zeros(4 * n1p * (k2p // 4), m_tot, dtype=torch.float64, device=dev)
-    fb[ok, : filters.shape[1]] = filters.double()[k[ok]]
-    packed = _planes(fb)
-    _FB_CACHE[key] = (filters, packed)
-    if len(_FB_CACHE) > 8:
-        _FB_CACHE.popitem(last=False)
-    return packed
+    zero-padded to ``M_TOT``; as (fp32, hi, lo) planes, cached per tensor
+    (:func:`nbxsig.kernels.mel.memoized`)."""
+
+    def build():
+        n1_, n2_ = plan(n_fft, mel=True)
+        n1p, _, k2p = _pads(n1_, n2_, mel=True)
+        dev = filters.device
+        j = torch.arange(4, device=dev)[:, None, None]
+        k1 = torch.arange(n1p, device=dev)[None, :, None]
+        q = torch.arange(k2p // 4, device=dev)[None, None, :]
+        k2 = 4 * q + j
+        k = (k1 + n1_ * k2).reshape(-1)
+        ok = ((k1 < n1_) & (k2 <= n2_ // 2)).reshape(-1) & (k <= n_fft // 2)
+        fb = torch.zeros(4 * n1p * (k2p // 4), m_tot, dtype=torch.float64, device=dev)
+        fb[ok, : filters.shape[1]] = filters.double()[k[ok]]
+        return _planes(fb)
+
+    return memoized(_FB_CACHE, (id(filters), filters._version, n_fft, m_tot), (filters,), build)
 
 
 #: Launch configs (frames per program, warps, stages), module level so the benchmark can set them.

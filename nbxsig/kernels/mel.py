@@ -319,6 +319,32 @@ def _mel_kernel(
                 fb_ptr, fb_lo_ptr, n_fft, power, PAD_MODE, POWER_MODE, K_HALF, F_PAD, M_TOT, M1, M2, BLOCK_T,
                 64 >> level, BLOCK_K, PRECISION,
             )  # fmt: skip
+    _finish_tile(acc1, acc2, t, t_ok, b, out_ptr, stride_ob, stride_om, stride_ot, peak_ptr, n_mels, floor,
+                 HAS_FLOOR, LOG, TRACK_PEAK, M1, M2)  # fmt: skip
+
+
+@triton.jit
+def _finish_tile(
+    acc1,
+    acc2,
+    t,
+    t_ok,
+    b,
+    out_ptr,
+    stride_ob,
+    stride_om,
+    stride_ot,
+    peak_ptr,
+    n_mels,
+    floor,
+    HAS_FLOOR: tl.constexpr,
+    LOG: tl.constexpr,
+    TRACK_PEAK: tl.constexpr,
+    M1: tl.constexpr,
+    M2: tl.constexpr,
+):
+    """A tile's mels (``acc1``: mels ``0..M1``, ``acc2``: ``M1..M1+M2``) out: the example's running
+    maximum for Whisper's floor (``TRACK_PEAK``), then the optional floor/log and the stores."""
     m1 = tl.arange(0, M1)
     if TRACK_PEAK:
         # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
@@ -335,6 +361,60 @@ def _mel_kernel(
         _store_mels(
             acc2, m2, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
         )
+
+
+# The frame count and the strides that scale with it vary from call to call (a batch job's lengths):
+# not specialized, so one compiled kernel serves every length (no 16-divisibility variants).
+@triton.jit(do_not_specialize=["stride_pb", "n_frames", "stride_ob", "stride_om"])
+def _project_kernel(
+    p_ptr,
+    stride_pb,
+    stride_pf,
+    stride_pt,
+    n_frames,
+    n_freq,
+    fb_ptr,
+    fb_lo_ptr,
+    out_ptr,
+    stride_ob,
+    stride_om,
+    stride_ot,
+    peak_ptr,
+    n_mels,
+    floor,
+    HAS_FLOOR: tl.constexpr,
+    LOG: tl.constexpr,
+    TRACK_PEAK: tl.constexpr,
+    F_PAD: tl.constexpr,  # bins rounded up to BLOCK_F (the filter planes' rows)
+    M_TOT: tl.constexpr,
+    M1: tl.constexpr,
+    M2: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Mels of ``BLOCK_T`` frames of a power spectrogram ``p (B, F, T)`` (read by its strides):
+    ``out[m, t] = Σ_f p[f, t]·fb[f, m]``, one ``tl.dot`` per ``BLOCK_F`` bins, then the tile's tail
+    (:func:`_finish_tile`). The spectrogram is read once; the filters (tens of KB) stay in L2."""
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    t = pid * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = t < n_frames
+    rows = p_ptr + b * stride_pb + t.to(tl.int64)[:, None] * stride_pt
+    m1 = tl.arange(0, M1)
+    acc1 = tl.zeros((BLOCK_T, M1), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_T, M2 if M2 > 0 else 16), dtype=tl.float32)
+    for f0 in range(0, F_PAD, BLOCK_F):
+        f = f0 + tl.arange(0, BLOCK_F)
+        tile = tl.load(rows + f[None, :] * stride_pf, mask=t_ok[:, None] & (f < n_freq)[None, :], other=0.0)
+        # The filter planes are zero-padded to (F_PAD, M_TOT): no mask needed on them.
+        foffs = f[:, None] * M_TOT + m1[None, :]
+        acc1 = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc1, PRECISION)
+        if M2 > 0:
+            foffs2 = f[:, None] * M_TOT + (M1 + tl.arange(0, M2))[None, :]
+            acc2 = _dot(tile, fb_ptr + foffs2, fb_lo_ptr + foffs2, acc2, PRECISION)
+    _finish_tile(acc1, acc2, t, t_ok, b, out_ptr, stride_ob, stride_om, stride_ot, peak_ptr, n_mels, floor,
+                 HAS_FLOOR, LOG, TRACK_PEAK, M1, M2)  # fmt: skip
 
 
 @triton.jit
@@ -411,49 +491,112 @@ def _split_hi_lo(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, v.float() - hi
 
 
+_CACHE_SIZE = 8
+
+
+def memoized(cache: OrderedDict, key: tuple, owners: tuple, build):
+    """``build()``, kept in the LRU ``cache`` under ``key`` (at most ``_CACHE_SIZE`` entries). The
+    entry also holds the ``owners`` -- the tensors it was built from -- and is served only to those
+    same objects, so it can never answer for a different tensor that reused an address; the key
+    holds their ``id`` and ``_version`` (in-place edits)."""
+    hit = cache.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], owners, strict=True)):
+        cache.move_to_end(key)
+        return hit[1]
+    value = build()
+    cache[key] = (owners, value)
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
 _PACK_CACHE: OrderedDict = OrderedDict()
 
 
-def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: float, k_pad, f_pad, m_tot, m1):
+def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: float, k_pad, f_pad, m_tot):
     """The folded window columns ``wa[k] = w[k]`` (k <= n/2) and ``wb[k] = w[n − k]`` (0 < k < n/2),
     zero-padded to ``K_PAD``; the half DFT basis ``(K_PAD, F_PAD)`` for cos and sin (scale folded
     in, zero-padded) and the filters ``(F_PAD, M_TOT)`` (columns ``M1..`` hold mels ``M1..``), each as
-    TF32 ``hi`` + fp32 ``lo`` planes; cached per operands.
+    TF32 ``hi`` + fp32 ``lo`` planes; cached per operands (:func:`memoized`)."""
 
-    The key holds the operand tensors themselves (not only their addresses), so an entry can never
-    be served for a different tensor that reused the memory; ``_version`` catches in-place edits.
-    """
+    def build():
+        device = window.device
+        n_freq = n_fft // 2 + 1
+        half = n_fft // 2 + 1
+        w = window.double()
+        wa = torch.zeros(k_pad, dtype=torch.float64, device=device)
+        wb = torch.zeros(k_pad, dtype=torch.float64, device=device)
+        wa[:half] = w[:half]
+        k = torch.arange(1, (n_fft + 1) // 2, device=device)  # 0 < k < n/2
+        wb[k] = w[n_fft - k]
+        basis = rdft_basis(n_fft, dtype=torch.float64, device=device)[:, :, :half] * scale  # (2, F, half)
+        planes = torch.zeros(2, k_pad, f_pad, dtype=torch.float64, device=device)
+        planes[:, :half, :n_freq] = basis.transpose(1, 2)
+        cos, sin = planes[0].float(), planes[1].float()
+        fb = _filter_planes(filters, 1.0, f_pad, m_tot)
+        return wa.float(), wb.float(), (cos, *_split_hi_lo(cos)), (sin, *_split_hi_lo(sin)), fb
+
     key = (id(window), window._version, id(filters), filters._version, n_fft, scale, k_pad, f_pad, m_tot)
-    hit = _PACK_CACHE.get(key)
-    if hit is not None and hit[0] is window and hit[1] is filters:
-        _PACK_CACHE.move_to_end(key)
-        return hit[2]
-    device = window.device
-    n_freq = n_fft // 2 + 1
-    half = n_fft // 2 + 1
-    w = window.double()
-    wa = torch.zeros(k_pad, dtype=torch.float64, device=device)
-    wb = torch.zeros(k_pad, dtype=torch.float64, device=device)
-    wa[:half] = w[:half]
-    k = torch.arange(1, (n_fft + 1) // 2, device=device)  # 0 < k < n/2
-    wb[k] = w[n_fft - k]
-    basis = rdft_basis(n_fft, dtype=torch.float64, device=device)[:, :, :half] * scale  # (2, F, half)
-    planes = torch.zeros(2, k_pad, f_pad, dtype=torch.float64, device=device)
-    planes[:, :half, :n_freq] = basis.transpose(1, 2)
-    fb = torch.zeros(f_pad, m_tot, dtype=torch.float64, device=device)
-    fb[:n_freq, : filters.shape[1]] = filters.double()
-    cos, sin, fb = planes[0].float(), planes[1].float(), fb.float()
-    packed = (
-        wa.float(),
-        wb.float(),
-        (cos, *_split_hi_lo(cos)),
-        (sin, *_split_hi_lo(sin)),
-        (fb, *_split_hi_lo(fb)),
+    return memoized(_PACK_CACHE, key, (window, filters), build)
+
+
+def _filter_planes(filters: torch.Tensor, factor: float, f_pad: int, m_tot: int) -> tuple:
+    """``factor · filters`` zero-padded to ``(F_PAD, M_TOT)`` (columns ``M1..`` hold mels ``M1..``),
+    as (fp32, TF32 hi, fp32 lo) planes."""
+    fb = torch.zeros(f_pad, m_tot, dtype=torch.float64, device=filters.device)
+    fb[: filters.shape[0], : filters.shape[1]] = filters.double() * factor
+    fb = fb.float()
+    return (fb, *_split_hi_lo(fb))
+
+
+_PROJECT_CACHE: OrderedDict = OrderedDict()
+#: The projection's tile: from ``.gpu``-free defaults until swept (BLOCK_F divides the padded bins).
+PROJECT_CONFIG = {"BLOCK_T": 128, "BLOCK_F": 32, "num_warps": 8, "num_stages": 3}
+_PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16}
+
+
+def project(
+    spec: torch.Tensor,
+    filters: torch.Tensor,
+    *,
+    factor: float,
+    floor: float | None,
+    log: str | None,
+    whisper: bool,
+    _precision: str | None = None,
+    _config: dict | None = None,
+) -> torch.Tensor:
+    """Mels of a float32 power spectrogram ``spec (B, F, T)`` (any strides): ``factor · filtersᵀ @
+    spec`` → ``(B, n_mels, T)`` float32, with the optional floor, log and Whisper's finish fused
+    into the kernel (:func:`_project_kernel`), where torch would make a pass over the mels for each.
+    The dot precision follows torch's fp32 matmul setting (:func:`dot_precision`)."""
+    device = check_launchable(spec, filters)
+    batch, n_freq, n_frames = spec.shape
+    n_mels = filters.shape[1]
+    interpreted = interpreter_enabled() and device.type == "cpu"
+    config = dict(_config or (_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIG))
+    meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
+    f_pad = triton.cdiv(n_freq, config["BLOCK_F"]) * config["BLOCK_F"]
+    m1, m2 = mel_blocks(n_mels)
+    precision = _precision or dot_precision(device)
+    key = (id(filters), filters._version, factor, f_pad, m1 + m2)
+    fb, fb_hi, fb_lo = memoized(
+        _PROJECT_CACHE, key, (filters,), lambda: _filter_planes(filters, factor, f_pad, m1 + m2)
     )
-    _PACK_CACHE[key] = (window, filters, packed)
-    if len(_PACK_CACHE) > 8:
-        _PACK_CACHE.popitem(last=False)
-    return packed
+    out = empty_output((batch, n_mels, n_frames), dtype=torch.float32, device=device)
+    peak = torch.zeros(batch if whisper else 1, dtype=torch.int32, device=device)
+    if n_frames <= 0:
+        return out
+    grid = (triton.cdiv(n_frames, config["BLOCK_T"]), batch)
+    _project_kernel[grid](
+        spec, spec.stride(0), spec.stride(1), spec.stride(2), n_frames, n_freq,
+        fb if precision == "ieee" else fb_hi, fb_lo, out, *out.stride(), peak, n_mels, float(floor or 0.0),
+        HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=whisper, F_PAD=f_pad, M_TOT=m1 + m2, M1=m1,
+        M2=m2, PRECISION=precision, **config, **meta,
+    )  # fmt: skip
+    if whisper:
+        whisper_finish(out, peak)
+    return out
 
 
 def _launch(
@@ -489,7 +632,7 @@ def _launch(
     m1, m2 = mel_blocks(n_mels)
     m_tot = m1 + m2
     precision = _precision or dot_precision(device)
-    wa, wb, *planes = _packed(window, filters, n_fft, scale, k_pad, f_pad, m_tot, m1)
+    wa, wb, *planes = _packed(window, filters, n_fft, scale, k_pad, f_pad, m_tot)
     # (fp32, hi, lo) per operand: "ieee" reads the fp32 values, the TF32 paths hi (+ lo).
     (cos, cos_hi, cos_lo), (sin, sin_hi, sin_lo), (fb, fb_hi, fb_lo) = planes
     if precision != "ieee":
@@ -596,9 +739,9 @@ def _unfused(
     drop_last: bool,
     whisper: bool,
 ) -> torch.Tensor:
-    """The same function as :func:`_launch` from ``nbxsig.stft.spectrogram`` (Triton FFT path) and a
-    matmul: ``(M, F) @ (B, F, T)``, with the STFT's ``scale`` folded into the filters as
-    ``scale^power``. The matmul follows torch's fp32 matmul precision, like the fused dots."""
+    """The same function as :func:`_launch` from ``nbxsig.stft.spectrogram`` (the four-step kernel or
+    the FFT path) and the mel projection (:func:`project`: ``(M, F) @ (B, F, T)`` with the STFT's
+    ``scale`` folded into the filters as ``scale^power``, floor/log/Whisper fused in its tail)."""
     from .. import stft as nstft
 
     spec = nstft.spectrogram(
@@ -607,21 +750,9 @@ def _unfused(
     )  # fmt: skip
     if drop_last:
         spec = spec[..., :-1]
-    fb = filters.detach().float() * (scale**power)
-    out = torch.matmul(fb.T, spec)
-    if floor is not None:
-        out.clamp_(min=floor)
-    if log == "log10":
-        out.log10_()
-    elif log == "ln":
-        out.log_()
-    elif log == "log2":
-        out.log2_()
-    if whisper:
-        # Whisper's floor at max − 8 with the maximum per example, then (x + 4) / 4.
-        top = out.amax(dim=(-2, -1), keepdim=True) - 8.0
-        out = torch.maximum(out, top).add_(4.0).mul_(0.25)
-    return out.to(x.dtype)
+    # float32: the op's Triton dtypes (float16/bfloat16/float32) give a float32 spectrogram.
+    mels = project(spec, filters.detach(), factor=scale**power, floor=floor, log=log, whisper=whisper)
+    return mels.to(x.dtype)
 
 
 def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) -> torch.Tensor:
