@@ -58,6 +58,9 @@ _MAX_SPLITS = 64
 #   x is the previous layer's output -- and then releases the next launch, whose programs may be
 #   scheduled while this grid's last wave runs.
 PDL = False
+# PDL_LATE (with PDL): release the next launch after the K loop instead of at the start, so its
+#   programs are not placed on the SMs (to wait there) while this grid still has a first wave to run.
+PDL_LATE = False
 
 
 @dataclass(frozen=True)
@@ -195,10 +198,12 @@ def _int4_gemv_kernel(
     BLOCK_N: tl.constexpr,
     STAGES: tl.constexpr,
     PDL: tl.constexpr,
+    PDL_LATE: tl.constexpr,
 ):
-    if PDL:  # the previous grid's writes are visible after this; the next grid may launch now
+    if PDL:  # the previous grid's writes are visible after this
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if not PDL_LATE:  # the next grid may launch now
+            tl.extra.cuda.gdc_launch_dependents()
     pid_n = tl.program_id(0)
     sp = tl.program_id(1)
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -261,6 +266,8 @@ def _int4_gemv_kernel(
                     x_ptr + m[:, None] * stride_xm + (k0 + i)[None, :] * stride_xk, mask=x_mask, other=0.0
                 )
                 acc = tl.fma(xv.to(tl.float32)[:, :, None], w[None, :, :], acc)
+    if PDL and PDL_LATE:  # the next grid may launch now
+        tl.extra.cuda.gdc_launch_dependents()
     if BLOCK_M == 1:
         acc = tl.reshape(acc, (1, BLOCK_R, BLOCK_N))
     part = _lane_tree(acc, BLOCK_M, BLOCK_R, BLOCK_N)
@@ -388,7 +395,8 @@ def int4_gemv(
     # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
     constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, SPLIT_ROWS=split_rows, N_SPLITS=n_splits,
                       HAS_BIAS=bias is not None, EVEN_N=n % cfg.block_n == 0, BLOCK_M=cfg.block_m,
-                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl)  # fmt: skip
+                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl,
+                      PDL_LATE=PDL_LATE)  # fmt: skip
     # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
     options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False, **PDL_LAUNCH[pdl])
     # Through the compiled handle: one token's GEMV is a few µs of GPU time, and Triton's own launch

@@ -551,7 +551,7 @@ def _filter_planes(filters: torch.Tensor, factor: float, f_pad: int, m_tot: int)
 
 _PROJECT_CACHE: OrderedDict = OrderedDict()
 #: The projection's tile: from ``.gpu``-free defaults until swept (BLOCK_F divides the padded bins).
-PROJECT_CONFIG = {"BLOCK_T": 128, "BLOCK_F": 32, "num_warps": 8, "num_stages": 3}
+PROJECT_CONFIG = {"BLOCK_T": 128, "BLOCK_F": 16, "num_warps": 4, "num_stages": 3}
 _PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16}
 
 
