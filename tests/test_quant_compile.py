@@ -30,7 +30,7 @@ def pipelined(compiled):  # whether the loop's loads go through cp.async (Triton
 gemv = {"x_ptr": "*bf16", "packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16",
         "bias_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32"}
 # (M, K, N, group, bias, N a multiple of the tile, K-loop pipeline stages: None = the default config,
-#  the PDL switch; the M = 8 row releases the next launch late, PDL_LATE)
+#  the PDL switch)
 for m, k, n, gs, bias, even_n, stages, pdl in [
         (1, 4096, 11008, 128, False, True, None, False), (1, 11008, 4096, 128, True, True, None, False),
         (3, 136, 41, 8, True, False, None, False), (8, 4096, 4096, 128, False, True, None, False),
@@ -42,7 +42,7 @@ for m, k, n, gs, bias, even_n, stages, pdl in [
     compiled = build(KG._int4_gemv_kernel, gemv,
           dict(N_ROWS=k // 8, GROUP_ROWS=gs // 8, SPLIT_ROWS=cfg.split_rows if splits > 1 else k // 8,
                N_SPLITS=splits, HAS_BIAS=bias, EVEN_N=even_n, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r,
-               BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl, PDL_LATE=pdl and m == 8),
+               BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
     # num_stages reaches the K loop (its loads feed no dot: the launch option alone left it unpipelined).
     assert pipelined(compiled) == (cfg.num_stages > 1), (m, k, n, cfg)

@@ -51,7 +51,7 @@ ATTN = {
     (16, 4096): [(None, "p"), (None, ""), (None, "qp"), ((4096, 64, 4, 5), "p"), ((2048, 64, 4, 4), "p")],
     (64, 2048): [(None, "p"), (None, ""), (None, "qp")],
 }
-_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL", "l": "PDL_LATE"}}
+_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL"}}
 # (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows) or None, switches)]; None = gemv_config's
 # default; switches: "p" = the GEMV's PDL on (off otherwise). num_stages is the K loop's software
 # pipeline (cp.async into shared memory, stages - 1 steps ahead; 1 = none, the default). Until the

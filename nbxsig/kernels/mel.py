@@ -550,8 +550,15 @@ def _filter_planes(filters: torch.Tensor, factor: float, f_pad: int, m_tot: int)
 
 
 _PROJECT_CACHE: OrderedDict = OrderedDict()
-#: The projection's tile: from ``.gpu``-free defaults until swept (BLOCK_F divides the padded bins).
-PROJECT_CONFIG = {"BLOCK_T": 128, "BLOCK_F": 16, "num_warps": 4, "num_stages": 3}
+#: The projection's tile (BLOCK_F divides the padded bins), from an H200 sweep (64 × 30 s, n_fft 400,
+#: 80 mels, the four-step kernel's frame-major spectrogram; µs at TF32 / 3xTF32): T256 F16 w8 s3
+#: 114 / 199; T128 F16 w4 s3 126 / 195 (s2 150 / 240, s4 132 / 228, s5 171 / 235); T128 F16 w8 s3
+#: 132 / 203; T64 F16 w4 s3 176 / 300; T128 F32 w4 s3 157 / 237; T128 F32 w8 s3 170 / 256; T256
+#: F32 w8 s2 157 / 225; torch.matmul in the same process 136 / 240. Rows padded to 208 floats
+#: (16-byte aligned) gained 3-16 µs, not worth a padded spectrogram buffer. Far from the 52-µs
+#: bandwidth floor (154 MB in, 61 MB out): with TF32 rounding of the spectrogram tile in registers,
+#: every step goes shared memory → registers → shared memory before the wgmma.
+PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3}
 _PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16}
 
 
