@@ -544,7 +544,7 @@ def _filter_planes(filters: torch.Tensor, factor: float, f_pad: int, m_tot: int)
     """``factor · filters`` zero-padded to ``(F_PAD, M_TOT)`` (columns ``M1..`` hold mels ``M1..``),
     as (fp32, TF32 hi, fp32 lo) planes."""
     fb = torch.zeros(f_pad, m_tot, dtype=torch.float64, device=filters.device)
-    fb[: filters.shape[0], : filters.shape[1]] = filters.double() * factor
+    fb[: filters.shape[0], : filters.shape[1]] = filters.detach().double() * factor
     fb = fb.float()
     return (fb, *_split_hi_lo(fb))
 
@@ -758,7 +758,7 @@ def _unfused(
     if drop_last:
         spec = spec[..., :-1]
     # float32: the op's Triton dtypes (float16/bfloat16/float32) give a float32 spectrogram.
-    mels = project(spec, filters.detach(), factor=scale**power, floor=floor, log=log, whisper=whisper)
+    mels = project(spec, filters, factor=scale**power, floor=floor, log=log, whisper=whisper)
     return mels.to(x.dtype)
 
 
