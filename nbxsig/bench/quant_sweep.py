@@ -57,7 +57,8 @@ _SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL"}}
 # pipeline (cp.async into shared memory, stages - 1 steps ahead; 1 = none, the default). Until the
 # ninth round it reached only the kernel's launch option, which left this loop unpipelined (no
 # cp.async), so every earlier "stages" row ran the same loop. The rows below pair the pipeline with
-# longer splits (fewer programs, each with several steps in flight).
+# longer splits (fewer programs, each with several steps in flight); on the H200 (tenth round) all of
+# them ran slower than the default but at 1024×1024, and "p" rows led to PDL's release after the loop.
 GEMV = {
     (4096, 11008): [
         (None, ""),

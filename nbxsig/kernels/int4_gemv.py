@@ -26,8 +26,10 @@ programs with every lane of a column in one thread (BLOCK_N 128-512) made worse:
 
 The K loop is a ``tl.range`` with ``num_stages=STAGES``: with more than one stage Triton copies
 the next steps' words (and scales/mins) into shared memory with cp.async while this step computes,
-so a program keeps several steps of loads in flight. The default keeps one stage (no pipeline), the
-loop every measurement so far has timed (see :func:`gemv_config`).
+so a program keeps several steps of loads in flight. The default keeps one stage (no pipeline): on
+the H200 every pipelined config measured slower (4096×11008: 18.0-28.3 µs against 14.9; tenth round,
+docs/benchmarks.md) -- the stage copies cost 32-64 KB of shared memory a program and a shared-memory
+read per word, and the unpipelined loads already overlap across the 7 resident programs.
 
 Why the split: one program per column tile walking all of K gave 128-344 programs on a 132-SM H200
 with one 16-iteration to 43-iteration dependent chain each -- 27-65 µs for layers whose int4 bytes
@@ -93,9 +95,9 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
     (within a factor 2 of the target): the kernel then compiles without row masks (~14% fewer
     instructions in its loop). The split depends on the shape only, never on the GPU, so the result
     is the same on every device. With ``k``/``n`` left at 0 no split is made. The loop is not
-    pipelined (``num_stages=1``): the measured default; until the ninth round ``num_stages`` reached
-    only the launch option, which left this loop unpipelined (no cp.async at 2-4), so every timed
-    variant ran this loop. Pipelined loops with longer splits are ``bench.quant_sweep``'s open rows.
+    pipelined (``num_stages=1``): pipelined loops with longer splits measured 1.2-1.9× slower on the
+    H200 for the 4096/11008 layers (``bench.quant_sweep``'s GEMV rows, tenth round); at 1024×1024
+    they were 6-12% faster (4.41 against 4.80 µs with PDL), a layer whose target is already met.
     """
     block_m = max(1, triton.next_power_of_2(m))
     block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
