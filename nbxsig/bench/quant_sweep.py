@@ -27,9 +27,9 @@ from ._harness import graph_chain
 
 HQ, HKV, D = 32, 8, 128
 # (B, T) -> [((split, block_t, num_warps, num_stages) or None, switches)]; None = the shape's default
-# (split_config); switches: the launch switches on (q = Q_IN_LOOP, p = PDL), the others off; the
-# defaults are "p". The rows left open at 80a29e2: Q_IN_LOOP and BLOCK_T=128 at the 128-program
-# splits (only timed together with the since-removed merge switch), and the splits around them.
+# (split_config); switches: the launch switches on (q = Q_IN_LOOP, p = PDL), the others forced off;
+# the defaults are "p" plus "q" where a row has more than one split (Q_IN_LOOP's auto setting, from
+# the tenth round's B=1 "qp" rows).
 ATTN = {
     (1, 4096): [
         (None, "p"),

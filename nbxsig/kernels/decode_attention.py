@@ -46,13 +46,16 @@ _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail sho
 #   11.27, B=1 T=32768 40.45 → 39.87, B=16 T=4096 68.32 → 68.05, B=64 T=2048 127.50 → 127.07 (and
 #   0.6-0.8 µs at the 128-program splits). After a kernel that does not release its dependents
 #   early, the gain is only the launch that overlaps its end.
-# Q_IN_LOOP (off): load q inside the key loop, so the compiler cannot hoist it above the
-#   pipeline's prologue (hoisted, the sm_90 SASS stores q to shared memory, which waits a DRAM
-#   round trip for it, before the first K/V LDGSTS). Measured at 80a29e2: no gain at the default
-#   splits of B=1 (11.87 vs 11.81 µs at T=4096, 40.84 vs 40.45 at T=32768) and slower with one
-#   long split (B=16 T=4096: 69.26 vs 65.74 µs): the per-tile q reload costs more than it saves.
+# Q_IN_LOOP (None = auto: on exactly where the grid has more than one split; True/False force it):
+#   load q inside the key loop, so the compiler cannot hoist it above the pipeline's prologue
+#   (hoisted, the sm_90 SASS stores q to shared memory, which waits a DRAM round trip for it,
+#   before the first K/V LDGSTS). With PDL on (H200, tenth round, two calls, back-to-back graph
+#   chains, µs per call, off → on): B=1 T=4096 (16 splits) 10.08 → 9.72 and 10.16 → 9.74, B=1
+#   T=32768 (16 splits) 39.21 → 37.53 and 39.63 → 37.86, B=1 T=1024 5.91 → 5.88; with one long
+#   split it costs: B=16 T=4096 65.20 → 68.69 and 65.88 → 69.03, B=64 T=2048 126.98 → 128.73 (the
+#   per-tile q reload over 64 tiles). At 80a29e2, PDL off, B=1 showed no gain (11.87 vs 11.81).
 PDL = True
-Q_IN_LOOP = False
+Q_IN_LOOP: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -347,6 +350,11 @@ _split_launch = CachedLaunch(_split_kernel)
 _PLANS: dict[tuple, tuple[SplitConfig, int, int, int]] = {}
 
 
+def q_in_loop(n_splits: int) -> bool:
+    """Whether the kernel loads q inside its key loop (``Q_IN_LOOP``; auto: more than one split)."""
+    return n_splits > 1 if Q_IN_LOOP is None else Q_IN_LOOP
+
+
 def _pdl(device: torch.device) -> bool:
     """Whether launches on ``device`` use programmatic dependent launch: ``PDL`` on and supported."""
     return PDL and pdl_supported(device)
@@ -416,7 +424,7 @@ def decode_attention(
         MERGE_G=merge_g,
         BLOCK_S=block_s,
         CHUNK=chunk,
-        Q_IN_LOOP=Q_IN_LOOP,
+        Q_IN_LOOP=q_in_loop(n_splits),
         PDL=pdl,
     )
     # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
