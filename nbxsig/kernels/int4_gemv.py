@@ -86,21 +86,21 @@ class GemvConfig:
 def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvConfig:
     """Tiles and split for ``m`` rows of ``x (m, k)`` times an ``(n, k)`` weight (pure, shape only).
 
-    ``BLOCK_N = 128`` columns per tile: a warp reads one row of 128 int32 words (512 contiguous
-    bytes, four words = one 128-bit load per thread). ``BLOCK_R`` lanes shrink as ``m`` grows so the
-    ``m × BLOCK_R × BLOCK_N`` float32 partial sums stay at 16 registers per thread. K is split into
-    ranges of whole ``BLOCK_R`` steps so the grid has about ``_TARGET_PROGRAMS`` programs: at least
-    1 step per split, at most 64 splits, and at most ``K / (64·BLOCK_M)`` so the float32 partials
-    stay under 1/8 of the weight's bytes. (Until the tenth round a split had at least 2 steps; on the
-    H200 4096×4096 then ran 16 splits, 7.65 µs, against 6.80 with 32 one-step splits. 1024×1024
-    goes from 4 to 8 one-step splits, not measured as such: 8 two-step splits of 8-row steps ran
-    4.78 µs against 5.42 for the 4 splits, PDL off. 4096×11008 and 11008×4096 keep 16 and 43.) A
-    split count that divides the steps evenly is preferred (within a factor 2 of the target): the
-    kernel then compiles without row masks (~14% fewer instructions in its loop). The split depends on the shape only, never on the GPU, so the result
-    is the same on every device. With ``k``/``n`` left at 0 no split is made. The loop is not
-    pipelined (``num_stages=1``): pipelined loops with longer splits measured 1.2-1.9× slower on the
-    H200 for the 4096/11008 layers (``bench.quant_sweep``'s GEMV rows, tenth round); at 1024×1024
-    they were 6-12% faster (4.41 against 4.80 µs with PDL), a layer whose target is already met.
+    ``BLOCK_N = 128`` columns per tile: a warp reads one row of 128 int32 words (512 contiguous bytes,
+    four words = one 128-bit load per thread). ``BLOCK_R`` lanes shrink as ``m`` grows so the ``m ×
+    BLOCK_R × BLOCK_N`` float32 partial sums stay at 16 registers per thread. K is split into ranges of
+    whole ``BLOCK_R`` steps so the grid has about ``_TARGET_PROGRAMS`` programs: at least 1 step per
+    split, at most 64 splits, and at most ``K / (64·BLOCK_M)`` so the float32 partials stay under 1/8 of
+    the weight's bytes. (Until the tenth round a split had at least 2 steps; on the H200 4096×4096 then
+    ran 16 splits, 7.65 µs, against 6.80 with 32 one-step splits. 1024×1024 goes from 4 to 8 one-step
+    splits, not measured as such: 8 two-step splits of 8-row steps ran 4.78 µs against 5.42 for the 4
+    splits, PDL off. 4096×11008 and 11008×4096 keep 16 and 43.) A split count that divides the steps
+    evenly is preferred (within a factor 2 of the target): the kernel then compiles without row masks
+    (~14% fewer instructions in its loop). The split depends on the shape only, never on the GPU, so the
+    result is the same on every device. With ``k``/``n`` left at 0 no split is made. The loop is not
+    pipelined (``num_stages=1``): pipelined loops with longer splits measured 1.2-1.9× slower on the H200
+    for the 4096/11008 layers (``bench.quant_sweep``'s GEMV rows, tenth round); at 1024×1024 they were
+    6-12% faster (4.41 against 4.80 µs with PDL), a layer whose target is already met.
     """
     block_m = max(1, triton.next_power_of_2(m))
     block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
