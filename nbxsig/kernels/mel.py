@@ -556,8 +556,9 @@ _PROJECT_CACHE: OrderedDict = OrderedDict()
 #: 132 / 203; T64 F16 w4 s3 176 / 300; T128 F32 w4 s3 157 / 237; T128 F32 w8 s3 170 / 256; T256
 #: F32 w8 s2 157 / 225; torch.matmul in the same process 136 / 240. Rows padded to 208 floats
 #: (16-byte aligned) gained 3-16 µs, not worth a padded spectrogram buffer. Far from the 52-µs
-#: bandwidth floor (154 MB in, 61 MB out): with TF32 rounding of the spectrogram tile in registers,
-#: every step goes shared memory → registers → shared memory before the wgmma.
+#: bandwidth floor (154 MB in, 61 MB out), and not profiled. The sm_90 build (offline) copies the
+#: spectrogram tile into shared memory with cp.async, loads it into registers to round it to TF32
+#: and issues the wgmma with that operand from registers (8 HGMMA per tile at TF32, 24 at 3xTF32).
 PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3}
 _PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16}
 
