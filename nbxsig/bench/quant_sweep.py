@@ -1,18 +1,18 @@
 """Config sweep of decode attention and the int4 GEMV (a tuning tool, not a ``nbxsig bench`` suite).
 
-``python -m nbxsig.bench.quant_sweep [--jobs 12] [--compile-only] [--markdown FILE]`` on a GPU:
-compiles every candidate in parallel worker processes (Triton's on-disk cache is shared, so the
-timing process then only loads them), then times each one as the ``quant`` suite's "back to back
-in one CUDA graph" rows do: one graph of several calls over operand copies that together exceed
-L2, time per call, torch's baseline (SDPA / tinygemm) in the same process. Rows: the default
-config and split, tile and stage variants, each with its relative error against a float64
-reference (GEMV: on the dequantized weight; its default also with the capture counter arena off,
-``_splitsum.CAPTURE_ARENA``, one memset node per call). Attention rows also set decode attention's
-launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the label, "-" for none), GEMV rows the
-GEMV's ``PDL`` (p); attention rows say whether a default-config row gave the first row's bits,
-GEMV rows whether each gave its config's oracle's bits; each attention shape's first row is timed
-again at its end to show drift. Each row is printed as it is measured, so a time limit loses only
-the rows after it. ``--only attn|gemv`` limits the sweep to one kernel.
+``python -m nbxsig.bench.quant_sweep [--jobs 12] [--compile-only] [--markdown FILE]`` on a GPU: compiles
+every candidate in parallel worker processes (Triton's on-disk cache is shared, so the timing process
+then only loads them), then times each one as the ``quant`` suite's "back to back in one CUDA graph"
+rows do: one graph of several calls over operand copies that together exceed L2, time per call, torch's
+baseline (SDPA / tinygemm) in the same process. Rows: the default config and split, tile and stage
+variants, each with its relative error against a float64 reference (GEMV: on the dequantized weight; its
+default also with the capture counter arena off, ``_splitsum.CAPTURE_ARENA``, one memset node per call).
+Attention rows also set decode attention's launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the
+label force one on, Q, P off, "-" for the defaults), GEMV rows the GEMV's ``PDL`` (p / P); attention
+rows say whether a default-config row gave the first row's bits, GEMV rows whether each gave its
+config's oracle's bits; each attention shape's first row is timed again at its end to show drift. Each
+row is printed as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv``
+limits the sweep to one kernel.
 """
 
 from __future__ import annotations
@@ -27,88 +27,90 @@ from ._harness import graph_chain
 
 HQ, HKV, D = 32, 8, 128
 # (B, T) -> [((split, block_t, num_warps, num_stages) or None, switches)]; None = the shape's default
-# (split_config); switches: the launch switches on (q = Q_IN_LOOP, p = PDL), the others forced off;
-# the defaults are "p" plus "q" where a row has more than one split (Q_IN_LOOP's auto setting, from
-# the tenth round's B=1 "qp" rows).
+# (split_config); switches: a lowercase letter forces a launch switch on, its capital forces it off,
+# an absent one keeps the module's default (q = Q_IN_LOOP, auto: on where a row has several splits;
+# p = PDL, on). "" is the default launch. The B=1 "Q" rows are the tenth round's measured default
+# splits and tiles before Q_IN_LOOP became automatic.
 ATTN = {
     (1, 4096): [
-        (None, "p"),
         (None, ""),
-        (None, "qp"),
-        ((256, 64, 4, 4), "p"),
-        ((256, 128, 4, 3), "p"),
-        ((128, 64, 4, 3), "p"),
+        (None, "Q"),
+        (None, "QP"),
+        ((256, 64, 4, 4), ""),
+        ((256, 128, 4, 3), ""),
+        ((128, 64, 4, 3), ""),
     ],
     (1, 32768): [
-        (None, "p"),
         (None, ""),
-        (None, "qp"),
-        ((2048, 128, 4, 3), "p"),
-        ((2048, 128, 4, 3), "qp"),
-        ((2048, 64, 4, 5), "p"),
-        ((1024, 64, 4, 4), "p"),
+        (None, "Q"),
+        (None, "QP"),
+        ((2048, 128, 4, 3), ""),
+        ((2048, 128, 4, 3), "Q"),
+        ((2048, 64, 4, 5), ""),
+        ((1024, 64, 4, 4), ""),
     ],
-    (16, 4096): [(None, "p"), (None, ""), (None, "qp"), ((4096, 64, 4, 5), "p"), ((2048, 64, 4, 4), "p")],
-    (64, 2048): [(None, "p"), (None, ""), (None, "qp")],
+    (16, 4096): [(None, ""), (None, "P"), (None, "q"), ((4096, 64, 4, 5), ""), ((2048, 64, 4, 4), "")],
+    (64, 2048): [(None, ""), (None, "P"), (None, "q")],
 }
 _SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL"}}
-# (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows) or None, switches)]; None = gemv_config's
-# default; switches: "p" = the GEMV's PDL on (off otherwise). num_stages is the K loop's software
-# pipeline (cp.async into shared memory, stages - 1 steps ahead; 1 = none, the default). Until the
-# ninth round it reached only the kernel's launch option, which left this loop unpipelined (no
-# cp.async), so every earlier "stages" row ran the same loop. The rows below pair the pipeline with
-# longer splits (fewer programs, each with several steps in flight); on the H200 (tenth round) all of
-# them ran slower than the default but at 1024×1024, and "p" rows led to PDL's release after the loop.
+# (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows) or None, switches)]; None =
+# gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off; "" its default, on).
+# num_stages is the K loop's software pipeline (cp.async into shared memory, stages - 1 steps ahead; 1 =
+# none, the default). Until the ninth round it reached only the kernel's launch option, which left this loop
+# unpipelined (no cp.async), so every earlier "stages" row ran the same loop. The rows below pair the
+# pipeline with longer splits (fewer programs, each with several steps in flight); on the H200 (tenth round)
+# all of them ran slower than the default but at 1024×1024, and the PDL rows led to its release after the
+# loop.
 GEMV = {
     (4096, 11008): [
         (None, ""),
-        (None, "p"),
-        ((16, 128, 4, 2, 32), ""),
-        ((16, 128, 4, 3, 32), ""),
-        ((16, 128, 4, 2, 64), ""),
+        (None, "P"),
+        ((16, 128, 4, 2, 32), "P"),
+        ((16, 128, 4, 3, 32), "P"),
+        ((16, 128, 4, 2, 64), "P"),
+        ((16, 128, 4, 3, 64), "P"),
+        ((16, 128, 4, 4, 64), "P"),
         ((16, 128, 4, 3, 64), ""),
-        ((16, 128, 4, 4, 64), ""),
-        ((16, 128, 4, 3, 64), "p"),
+        ((16, 128, 4, 3, 96), "P"),
         ((16, 128, 4, 3, 96), ""),
-        ((16, 128, 4, 3, 96), "p"),
+        ((16, 128, 4, 3, 128), "P"),
+        ((16, 128, 4, 4, 128), "P"),
         ((16, 128, 4, 3, 128), ""),
-        ((16, 128, 4, 4, 128), ""),
-        ((16, 128, 4, 3, 128), "p"),
-        ((16, 128, 4, 3, 256), ""),
-        ((32, 128, 8, 3, 128), ""),
-        ((32, 128, 8, 3, 256), ""),
+        ((16, 128, 4, 3, 256), "P"),
+        ((32, 128, 8, 3, 128), "P"),
+        ((32, 128, 8, 3, 256), "P"),
     ],
     (4096, 4096): [
         (None, ""),
-        (None, "p"),
-        ((16, 128, 4, 2, 32), ""),
+        (None, "P"),
+        ((16, 128, 4, 2, 32), "P"),
+        ((16, 128, 4, 3, 32), "P"),
         ((16, 128, 4, 3, 32), ""),
-        ((16, 128, 4, 3, 32), "p"),
+        ((16, 128, 4, 3, 64), "P"),
+        ((16, 128, 4, 4, 64), "P"),
         ((16, 128, 4, 3, 64), ""),
-        ((16, 128, 4, 4, 64), ""),
-        ((16, 128, 4, 3, 64), "p"),
-        ((16, 128, 4, 4, 128), ""),
-        ((32, 128, 8, 3, 128), ""),
+        ((16, 128, 4, 4, 128), "P"),
+        ((32, 128, 8, 3, 128), "P"),
     ],
     (11008, 4096): [
         (None, ""),
-        (None, "p"),
+        (None, "P"),
+        ((16, 128, 4, 3, 32), "P"),
         ((16, 128, 4, 3, 32), ""),
-        ((16, 128, 4, 3, 32), "p"),
+        ((16, 128, 4, 3, 64), "P"),
         ((16, 128, 4, 3, 64), ""),
-        ((16, 128, 4, 3, 64), "p"),
+        ((16, 128, 4, 3, 128), "P"),
+        ((16, 128, 4, 4, 128), "P"),
         ((16, 128, 4, 3, 128), ""),
-        ((16, 128, 4, 4, 128), ""),
-        ((16, 128, 4, 3, 128), "p"),
-        ((16, 128, 4, 3, 176), ""),
-        ((32, 128, 8, 3, 256), ""),
+        ((16, 128, 4, 3, 176), "P"),
+        ((32, 128, 8, 3, 256), "P"),
     ],
     (1024, 1024): [
         (None, ""),
-        (None, "p"),
+        (None, "P"),
+        ((16, 128, 4, 3, 32), "P"),
         ((16, 128, 4, 3, 32), ""),
-        ((16, 128, 4, 3, 32), "p"),
-        ((8, 128, 4, 2, 16), ""),
+        ((8, 128, 4, 2, 16), "P"),
     ],
 }
 
@@ -168,12 +170,14 @@ def _module(kind):
 
 
 def _set_switches(kind: str, letters: str) -> dict:
-    """``kind``'s launch switches on where ``letters`` names them, off otherwise; returns the
-    previous settings (for :func:`_restore_switches`)."""
+    """``kind``'s launch switches on where ``letters`` names them in lowercase, off where in
+    capitals, else left at their defaults; returns the previous settings (for
+    :func:`_restore_switches`)."""
     module = _module(kind)
     before = {name: getattr(module, name) for name in _SWITCHES[kind].values()}
     for letter, name in _SWITCHES[kind].items():
-        setattr(module, name, letter in letters)
+        if letter in letters or letter.upper() in letters:
+            setattr(module, name, letter in letters)
     return before
 
 
