@@ -96,7 +96,7 @@ import triton.language as tl
 
 from .._dispatch import interpreter_enabled
 from ._runtime import check_launchable, empty_output
-from .mel import _LOGS, _dot, _split_hi_lo, _store_mels, dot_precision, mel_blocks, memoized, whisper_finish
+from .mel import _LOGS, _dot, _planes, _store_mels, dot_precision, mel_blocks, memoized, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -425,12 +425,6 @@ def _mel_block(
     acc = _dot(p2, fb_ptr + 2 * KC * M_TOT + o, fb_lo_ptr + 2 * KC * M_TOT + o, acc, PRECISION)
     acc = _dot(p3, fb_ptr + 3 * KC * M_TOT + o, fb_lo_ptr + 3 * KC * M_TOT + o, acc, PRECISION)
     return acc
-
-
-def _planes(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fp32 values, TF32 hi and fp32 lo planes of a float64 table."""
-    f = v.float().contiguous()
-    return (f, *_split_hi_lo(f))
 
 
 def _angles(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:

@@ -491,6 +491,13 @@ def _split_hi_lo(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, v.float() - hi
 
 
+def _planes(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 values, TF32 hi and fp32 lo planes of a (float64) table: what the dots read at "ieee",
+    "tf32" and "tf32x3"."""
+    f = v.float().contiguous()
+    return (f, *_split_hi_lo(f))
+
+
 _CACHE_SIZE = 8
 
 
@@ -532,9 +539,8 @@ def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: floa
         basis = rdft_basis(n_fft, dtype=torch.float64, device=device)[:, :, :half] * scale  # (2, F, half)
         planes = torch.zeros(2, k_pad, f_pad, dtype=torch.float64, device=device)
         planes[:, :half, :n_freq] = basis.transpose(1, 2)
-        cos, sin = planes[0].float(), planes[1].float()
         fb = _filter_planes(filters, 1.0, f_pad, m_tot)
-        return wa.float(), wb.float(), (cos, *_split_hi_lo(cos)), (sin, *_split_hi_lo(sin)), fb
+        return wa.float(), wb.float(), _planes(planes[0]), _planes(planes[1]), fb
 
     key = (id(window), window._version, id(filters), filters._version, n_fft, scale, k_pad, f_pad, m_tot)
     return memoized(_PACK_CACHE, key, (window, filters), build)
@@ -545,20 +551,19 @@ def _filter_planes(filters: torch.Tensor, factor: float, f_pad: int, m_tot: int)
     as (fp32, TF32 hi, fp32 lo) planes."""
     fb = torch.zeros(f_pad, m_tot, dtype=torch.float64, device=filters.device)
     fb[: filters.shape[0], : filters.shape[1]] = filters.detach().double() * factor
-    fb = fb.float()
-    return (fb, *_split_hi_lo(fb))
+    return _planes(fb)
 
 
 _PROJECT_CACHE: OrderedDict = OrderedDict()
-#: The projection's tile (BLOCK_F divides the padded bins), from an H200 sweep (64 × 30 s, n_fft 400,
-#: 80 mels, the four-step kernel's frame-major spectrogram; µs at TF32 / 3xTF32): T256 F16 w8 s3
-#: 114 / 199; T128 F16 w4 s3 126 / 195 (s2 150 / 240, s4 132 / 228, s5 171 / 235); T128 F16 w8 s3
-#: 132 / 203; T64 F16 w4 s3 176 / 300; T128 F32 w4 s3 157 / 237; T128 F32 w8 s3 170 / 256; T256
-#: F32 w8 s2 157 / 225; torch.matmul in the same process 136 / 240. Rows padded to 208 floats
-#: (16-byte aligned) gained 3-16 µs, not worth a padded spectrogram buffer. Far from the 52-µs
-#: bandwidth floor (154 MB in, 61 MB out), and not profiled. The sm_90 build (offline) copies the
-#: spectrogram tile into shared memory with cp.async, loads it into registers to round it to TF32
-#: and issues the wgmma with that operand from registers (8 HGMMA per tile at TF32, 24 at 3xTF32).
+#: The projection's tile (BLOCK_F divides the padded bins; module level, so a sweep can set it), from an
+#: H200 sweep (64 × 30 s, n_fft 400, 80 mels, the four-step kernel's frame-major spectrogram; µs at TF32 /
+#: 3xTF32): T256 F16 w8 s3 114 / 199; T128 F16 w4 s3 126 / 195 (s2 150 / 240, s4 132 / 228, s5 171 / 235);
+#: T128 F16 w8 s3 132 / 203; T64 F16 w4 s3 176 / 300; T128 F32 w4 s3 157 / 237; T128 F32 w8 s3 170 / 256;
+#: T256 F32 w8 s2 157 / 225; torch.matmul in the same process 136 / 240. Rows padded to 208 floats
+#: (16-byte aligned) gained 3-16 µs, not worth a padded spectrogram buffer. Far from the 52-µs bandwidth
+#: floor (154 MB in, 61 MB out), and not profiled. The sm_90 build (offline) copies the spectrogram tile
+#: into shared memory with cp.async, loads it into registers to round it to TF32 and issues the wgmma with
+#: that operand from registers (8 HGMMA per tile at TF32, 24 at 3xTF32).
 PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3}
 _PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16}
 
@@ -571,8 +576,6 @@ def project(
     floor: float | None,
     log: str | None,
     whisper: bool,
-    _precision: str | None = None,
-    _config: dict | None = None,
 ) -> torch.Tensor:
     """Mels of a float32 power spectrogram ``spec (B, F, T)`` (any strides): ``factor · filtersᵀ @
     spec`` → ``(B, n_mels, T)`` float32, with the optional floor, log and Whisper's finish fused
@@ -582,19 +585,20 @@ def project(
     batch, n_freq, n_frames = spec.shape
     n_mels = filters.shape[1]
     interpreted = interpreter_enabled() and device.type == "cpu"
-    config = dict(_config or (_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIG))
+    config = dict(_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIG)
     meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
     f_pad = triton.cdiv(n_freq, config["BLOCK_F"]) * config["BLOCK_F"]
     m1, m2 = mel_blocks(n_mels)
-    precision = _precision or dot_precision(device)
+    precision = dot_precision(device)
     key = (id(filters), filters._version, factor, f_pad, m1 + m2)
     fb, fb_hi, fb_lo = memoized(
         _PROJECT_CACHE, key, (filters,), lambda: _filter_planes(filters, factor, f_pad, m1 + m2)
     )
     out = empty_output((batch, n_mels, n_frames), dtype=torch.float32, device=device)
-    peak = torch.zeros(batch if whisper else 1, dtype=torch.int32, device=device)
     if n_frames <= 0:
         return out
+    # Whisper's per-example maxima (float bits); without TRACK_PEAK the kernel never reads it.
+    peak = torch.zeros(batch, dtype=torch.int32, device=device) if whisper else out
     grid = (triton.cdiv(n_frames, config["BLOCK_T"]), batch)
     _project_kernel[grid](
         spec, spec.stride(0), spec.stride(1), spec.stride(2), n_frames, n_freq,
