@@ -42,7 +42,7 @@ for m, k, n, gs, bias, even_n, stages, pdl in [
     compiled = build(KG._int4_gemv_kernel, gemv,
           dict(N_ROWS=k // 8, GROUP_ROWS=gs // 8, SPLIT_ROWS=cfg.split_rows if splits > 1 else k // 8,
                N_SPLITS=splits, HAS_BIAS=bias, EVEN_N=even_n, BLOCK_M=cfg.block_m, BLOCK_R=cfg.block_r,
-               BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl),
+               BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, UNROLL=None, PDL=pdl),
           num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
     # num_stages reaches the K loop (its loads feed no dot: the launch option alone left it unpipelined).
     assert pipelined(compiled) == (cfg.num_stages > 1), (m, k, n, cfg)

@@ -35,83 +35,59 @@ ATTN = {
     (1, 4096): [
         (None, ""),
         (None, "Q"),
-        (None, "QP"),
         ((256, 64, 4, 4), ""),
-        ((256, 128, 4, 3), ""),
-        ((128, 64, 4, 3), ""),
+        ((256, 32, 4, 6), ""),
+        ((256, 64, 8, 4), ""),
+        ((256, 64, 4, 2), ""),
+        ((128, 64, 4, 2), ""),
+        ((128, 32, 4, 4), ""),
+        ((512, 64, 4, 4), ""),
+        ((256, 128, 8, 2), ""),
     ],
-    (1, 32768): [
-        (None, ""),
-        (None, "Q"),
-        (None, "QP"),
-        ((2048, 128, 4, 3), ""),
-        ((2048, 128, 4, 3), "Q"),
-        ((2048, 64, 4, 5), ""),
-        ((1024, 64, 4, 4), ""),
-    ],
-    (16, 4096): [(None, ""), (None, "P"), (None, "q"), ((4096, 64, 4, 5), ""), ((2048, 64, 4, 4), "")],
+    (1, 32768): [(None, ""), (None, "Q"), ((2048, 64, 8, 4), ""), ((1024, 64, 4, 4), "")],
+    (16, 4096): [(None, ""), (None, "P"), (None, "q")],
     (64, 2048): [(None, ""), (None, "P"), (None, "q")],
 }
 _SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL"}}
-# (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows) or None, switches)]; None =
-# gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off; "" its default, on).
-# num_stages is the K loop's software pipeline (cp.async into shared memory, stages - 1 steps ahead; 1 =
-# none, the default). Until the ninth round it reached only the kernel's launch option, which left this loop
-# unpipelined (no cp.async), so every earlier "stages" row ran the same loop. The rows below pair the
-# pipeline with longer splits (fewer programs, each with several steps in flight); on the H200 (tenth round)
-# all of them ran slower than the default but at 1024×1024, and the PDL rows led to its release after the
-# loop.
+# (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows[, unroll, max_registers]) or None,
+# switches)]; None = gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off; "" its
+# default, on). num_stages is the K loop's software pipeline (cp.async into shared memory, stages - 1 steps
+# ahead; 1 = none, the default; every pipelined row of the tenth round ran slower but at 1024×1024, see
+# docs/benchmarks.md). unroll: the K loop unrolled that many steps, so a step's loads can issue before the
+# previous step's arithmetic (it doubles the words held in registers); max_registers: ``maxnreg``, which
+# sets the programs an SM holds. The eleventh round's rows: longer splits (the split's epilogue -- lane
+# tree, partial store, arrival, reduction -- is ~1/4 of the default's issued instructions at 2-step
+# splits), unrolled steps, 8 programs an SM at 64 registers, and 4-row × 256-column tiles of 2 warps whose
+# lane tree stays inside a thread.
 GEMV = {
     (4096, 11008): [
         (None, ""),
         (None, "P"),
-        ((16, 128, 4, 2, 32), "P"),
-        ((16, 128, 4, 3, 32), "P"),
-        ((16, 128, 4, 2, 64), "P"),
-        ((16, 128, 4, 3, 64), "P"),
-        ((16, 128, 4, 4, 64), "P"),
-        ((16, 128, 4, 3, 64), ""),
-        ((16, 128, 4, 3, 96), "P"),
-        ((16, 128, 4, 3, 96), ""),
-        ((16, 128, 4, 3, 128), "P"),
-        ((16, 128, 4, 4, 128), "P"),
-        ((16, 128, 4, 3, 128), ""),
-        ((16, 128, 4, 3, 256), "P"),
-        ((32, 128, 8, 3, 128), "P"),
-        ((32, 128, 8, 3, 256), "P"),
+        ((16, 128, 4, 1, 32, 1, 64), ""),
+        ((16, 128, 4, 1, 32, 2, 0), ""),
+        ((16, 128, 4, 1, 64, 1, 0), ""),
+        ((16, 128, 4, 1, 64, 2, 0), ""),
+        ((8, 256, 4, 1, 16, 1, 0), ""),
+        ((4, 256, 2, 1, 16, 1, 0), ""),
+        ((4, 256, 2, 1, 32, 1, 0), ""),
     ],
     (4096, 4096): [
         (None, ""),
         (None, "P"),
-        ((16, 128, 4, 2, 32), "P"),
-        ((16, 128, 4, 3, 32), "P"),
-        ((16, 128, 4, 3, 32), ""),
-        ((16, 128, 4, 3, 64), "P"),
-        ((16, 128, 4, 4, 64), "P"),
-        ((16, 128, 4, 3, 64), ""),
-        ((16, 128, 4, 4, 128), "P"),
-        ((32, 128, 8, 3, 128), "P"),
+        ((16, 128, 4, 1, 32, 1, 0), ""),
+        ((16, 128, 4, 1, 32, 2, 0), ""),
+        ((4, 256, 2, 1, 8, 1, 0), ""),
+        ((4, 256, 2, 1, 16, 1, 0), ""),
     ],
     (11008, 4096): [
         (None, ""),
         (None, "P"),
-        ((16, 128, 4, 3, 32), "P"),
-        ((16, 128, 4, 3, 32), ""),
-        ((16, 128, 4, 3, 64), "P"),
-        ((16, 128, 4, 3, 64), ""),
-        ((16, 128, 4, 3, 128), "P"),
-        ((16, 128, 4, 4, 128), "P"),
-        ((16, 128, 4, 3, 128), ""),
-        ((16, 128, 4, 3, 176), "P"),
-        ((32, 128, 8, 3, 256), "P"),
+        ((16, 128, 4, 1, 32, 1, 64), ""),
+        ((16, 128, 4, 1, 32, 2, 0), ""),
+        ((4, 256, 2, 1, 16, 1, 0), ""),
+        ((4, 256, 2, 1, 32, 1, 0), ""),
     ],
-    (1024, 1024): [
-        (None, ""),
-        (None, "P"),
-        ((16, 128, 4, 3, 32), "P"),
-        ((16, 128, 4, 3, 32), ""),
-        ((8, 128, 4, 2, 16), "P"),
-    ],
+    (1024, 1024): [(None, ""), (None, "P")],
 }
 
 
@@ -129,8 +105,9 @@ def _gemv_config(v):
 
     if v is None:
         return None
-    br, bn, warps, stages, split = v
-    return G.GemvConfig(1, br, bn, num_warps=warps, num_stages=stages, split_rows=split)
+    br, bn, warps, stages, split, unroll, registers = (*v, 1, 0) if len(v) == 5 else v
+    return G.GemvConfig(1, br, bn, num_warps=warps, num_stages=stages, split_rows=split, unroll=unroll,
+                        max_registers=registers)  # fmt: skip
 
 
 def _attn_operands(b, t, device):
@@ -338,7 +315,9 @@ def main(argv: list[str] | None = None) -> None:
         rows.insert(1, ((None, ""), not default_arena))
         for var, arena in rows:
             config, switches = var
-            label = "default" if config is None else "R{} N{} w{} s{} split {}".format(*config)
+            label = "default" if config is None else "R{} N{} w{} s{} split {}".format(*config[:5])
+            if config is not None and len(config) > 5:
+                label += f" unroll {config[5]}" * (config[5] > 1) + f" maxnreg {config[6]}" * (config[6] > 0)
             label += f" {switches or '-'}{' arena' if arena else ' memset'} counters"
             try:
                 fn = _call("gemv", (kk, n), var, None)

@@ -78,6 +78,11 @@ class GemvConfig:
     # copies into shared memory s - 1 steps ahead. It changes where the words wait, not the arithmetic.
     num_stages: int
     split_rows: int = 0  # packed rows per split; 0 = all of K in one split
+    # The K loop unrolled this many steps (1 = not), so one step's loads can be issued before the
+    # previous step's arithmetic; and the register cap (``maxnreg``; 0 = the compiler's choice), which
+    # sets how many programs an SM holds (65536 / (128 threads × registers)).
+    unroll: int = 1
+    max_registers: int = 0
 
     def n_splits(self, rows: int) -> int:
         return 1 if self.split_rows <= 0 or self.split_rows >= rows else -(-rows // self.split_rows)
@@ -205,6 +210,7 @@ def _int4_gemv_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     STAGES: tl.constexpr,
+    UNROLL: tl.constexpr,
     PDL: tl.constexpr,
 ):
     if PDL:  # the previous grid's writes are visible after this
@@ -226,7 +232,7 @@ def _int4_gemv_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_R, BLOCK_N), dtype=tl.float32)
     row0 = sp * SPLIT_ROWS
-    for j in tl.range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R, num_stages=STAGES):
+    for j in tl.range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R, num_stages=STAGES, loop_unroll_factor=UNROLL):
         start = row0 + j * BLOCK_R
         row = start + r
         row_mask = row < N_ROWS
@@ -400,9 +406,12 @@ def int4_gemv(
     # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
     constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, SPLIT_ROWS=split_rows, N_SPLITS=n_splits,
                       HAS_BIAS=bias is not None, EVEN_N=n % cfg.block_n == 0, BLOCK_M=cfg.block_m,
-                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl)  # fmt: skip
+                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages,
+                      UNROLL=cfg.unroll if cfg.unroll > 1 else None, PDL=pdl)  # fmt: skip
     # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
     options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False, **PDL_LAUNCH[pdl])
+    if cfg.max_registers:
+        options["maxnreg"] = cfg.max_registers
     # Through the compiled handle: one token's GEMV is a few µs of GPU time, and Triton's own launch
     # path costs more than that on the host.
     _gemv_launch((tiles, n_splits), args, constexprs, cfg.num_warps, options=options)
