@@ -7,12 +7,12 @@ rows do: one graph of several calls over operand copies that together exceed L2,
 baseline (SDPA / tinygemm) in the same process. Rows: the default config and split, tile and stage
 variants, each with its relative error against a float64 reference (GEMV: on the dequantized weight; its
 default also with the capture counter arena off, ``_splitsum.CAPTURE_ARENA``, one memset node per call).
-Attention rows also set decode attention's launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the
-label force one on, Q, P off, "-" for the defaults), GEMV rows the GEMV's ``PDL`` (p / P); attention
-rows say whether a default-config row gave the first row's bits, GEMV rows whether each gave its
-config's oracle's bits; each attention shape's first row is timed again at its end to show drift. Each
-row is printed as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv``
-limits the sweep to one kernel.
+Attention rows also set decode attention's launch switches (``Q_IN_LOOP``, ``PDL``, ``PREFETCH``; letters
+q, p, f in the label force one on, Q, P, F off, "-" for the defaults), GEMV rows the GEMV's ``PDL`` and
+``PREFETCH`` (p / P, f / F); attention rows say whether a default-config row gave the first row's bits,
+GEMV rows whether each gave its config's oracle's bits; each attention shape's first row is timed again
+at its end to show drift. Each row is printed as it is measured, so a time limit loses only the rows
+after it. ``--only attn|gemv`` limits the sweep to one kernel.
 """
 
 from __future__ import annotations
@@ -32,62 +32,42 @@ HQ, HKV, D = 32, 8, 128
 # p = PDL, on). "" is the default launch. The B=1 "Q" rows are the tenth round's measured default
 # splits and tiles before Q_IN_LOOP became automatic.
 ATTN = {
-    (1, 4096): [
-        (None, ""),
-        (None, "Q"),
-        ((256, 64, 4, 4), ""),
-        ((256, 32, 4, 6), ""),
-        ((256, 64, 8, 4), ""),
-        ((256, 64, 4, 2), ""),
-        ((128, 64, 4, 2), ""),
-        ((128, 32, 4, 4), ""),
-        ((512, 64, 4, 4), ""),
-        ((256, 128, 8, 2), ""),
-    ],
-    (1, 32768): [(None, ""), (None, "Q"), ((2048, 64, 8, 4), ""), ((1024, 64, 4, 4), "")],
-    (16, 4096): [(None, ""), (None, "P"), (None, "q")],
-    (64, 2048): [(None, ""), (None, "P"), (None, "q")],
+    (1, 4096): [(None, ""), (None, "F"), (None, "Q"), ((256, 64, 4, 4), ""), ((256, 64, 4, 4), "F")],
+    (1, 32768): [(None, ""), (None, "F"), ((2048, 64, 4, 4), "")],
+    (16, 4096): [(None, ""), (None, "F"), (None, "P")],
+    (64, 2048): [(None, ""), (None, "F"), (None, "P")],
 }
-_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL"}}
+_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL", "f": "PREFETCH"}, "gemv": {"p": "PDL", "f": "PREFETCH"}}
 # (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows[, unroll, max_registers]) or None,
-# switches)]; None = gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off; "" its
-# default, on). num_stages is the K loop's software pipeline (cp.async into shared memory, stages - 1 steps
-# ahead; 1 = none, the default; every pipelined row of the tenth round ran slower but at 1024×1024, see
-# docs/benchmarks.md). unroll: the K loop unrolled that many steps, so a step's loads can issue before the
-# previous step's arithmetic (it doubles the words held in registers); max_registers: ``maxnreg``, which
-# sets the programs an SM holds. The eleventh round's rows: longer splits (the split's epilogue -- lane
-# tree, partial store, arrival, reduction -- is ~1/4 of the default's issued instructions at 2-step
-# splits), unrolled steps, 8 programs an SM at 64 registers, and 4-row × 256-column tiles of 2 warps whose
-# lane tree stays inside a thread.
+# switches)]; None = gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off, "F" its
+# L2 prefetch; "" the defaults, both on). num_stages is the K loop's software pipeline (cp.async into
+# shared memory, stages - 1 steps ahead; 1 = none, the default; every pipelined row of the tenth round ran
+# slower but at 1024×1024, see docs/benchmarks.md). unroll: the K loop unrolled that many steps, so a
+# step's loads can issue before the previous step's arithmetic; max_registers: ``maxnreg``, which sets the
+# programs an SM holds (the prefetch's addresses raise the compiler's count at 4096×11008 from 71 to 80
+# registers: 6 programs an SM instead of 7).
 GEMV = {
     (4096, 11008): [
         (None, ""),
+        (None, "F"),
         (None, "P"),
+        ((16, 128, 4, 1, 32, 1, 72), ""),
         ((16, 128, 4, 1, 32, 1, 64), ""),
-        ((16, 128, 4, 1, 32, 2, 0), ""),
-        ((16, 128, 4, 1, 64, 1, 0), ""),
-        ((16, 128, 4, 1, 64, 2, 0), ""),
-        ((8, 256, 4, 1, 16, 1, 0), ""),
-        ((4, 256, 2, 1, 16, 1, 0), ""),
-        ((4, 256, 2, 1, 32, 1, 0), ""),
     ],
     (4096, 4096): [
         (None, ""),
-        (None, "P"),
-        ((16, 128, 4, 1, 32, 1, 0), ""),
+        (None, "F"),
+        ((16, 128, 4, 1, 16, 1, 64), ""),
         ((16, 128, 4, 1, 32, 2, 0), ""),
-        ((4, 256, 2, 1, 8, 1, 0), ""),
-        ((4, 256, 2, 1, 16, 1, 0), ""),
+        ((16, 128, 4, 1, 32, 2, 0), "F"),
     ],
     (11008, 4096): [
         (None, ""),
-        (None, "P"),
+        (None, "F"),
+        ((16, 128, 4, 1, 32, 1, 72), ""),
         ((16, 128, 4, 1, 32, 1, 64), ""),
-        ((16, 128, 4, 1, 32, 2, 0), ""),
-        ((4, 256, 2, 1, 16, 1, 0), ""),
-        ((4, 256, 2, 1, 32, 1, 0), ""),
     ],
-    (1024, 1024): [(None, ""), (None, "P")],
+    (1024, 1024): [(None, ""), (None, "F")],
 }
 
 

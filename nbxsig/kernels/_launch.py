@@ -13,6 +13,7 @@ import inspect
 
 import torch
 import triton
+import triton.language as tl
 from triton import knobs
 
 #: Launch through the cached compiled handles (:class:`CachedLaunch`): a repeated call skips
@@ -49,6 +50,26 @@ def pdl_supported(device: torch.device) -> bool:
             torch.version.hip is None and torch.cuda.get_device_capability(device)[0] >= 9
         )
     return ok
+
+
+@triton.jit
+def prefetch_l2(ptrs, mask):
+    """Ask L2 for the cache lines at ``ptrs`` (where ``mask``), returning nothing to the program.
+
+    For a PDL launch's programs before ``gdc_wait``: read-only operands (weights, KV cache) start to
+    stream from DRAM while the previous grid finishes. It is safe against any writer: L2 is the GPU's
+    point of coherence, so a line fetched early is never stale, and nothing is read into registers
+    or L1 before the wait. sm_90 PTX only (``prefetch.global.L2``): callers compile it in only with
+    ``PDL``, which the interpreter never takes. One address per element; pass one per 128-byte line.
+    """
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
+        "=r,l,r",
+        [ptrs, mask.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
 
 
 def arg_class(arg) -> object:

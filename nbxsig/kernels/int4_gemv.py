@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
+from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported, prefetch_l2
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
@@ -66,6 +66,12 @@ _MAX_SPLITS = 64
 #   4096×4096 grid (512 programs, one partial wave) lost 2 µs: the next grid's programs waited on
 #   the SMs where they landed.
 PDL = True
+# PREFETCH (on; with PDL only): before its griddepcontrol.wait a program asks L2 for the first
+#   PREFETCH_STEPS steps of its split's words (one address per 128-byte line): the weights are not
+#   written by the previous grid, and a program placed during that grid's tail starts its DRAM reads
+#   there instead of after the wait (see _launch.prefetch_l2).
+PREFETCH = True
+PREFETCH_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -212,13 +218,27 @@ def _int4_gemv_kernel(
     STAGES: tl.constexpr,
     UNROLL: tl.constexpr,
     PDL: tl.constexpr,
+    PREFETCH_ROWS: tl.constexpr,
 ):
-    if PDL:  # the previous grid's writes are visible after this
-        tl.extra.cuda.gdc_wait()
     pid_n = tl.program_id(0)
     sp = tl.program_id(1)
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = n < N
+    if PREFETCH_ROWS > 0:  # the split's first rows, one address per 128-byte line (32 words)
+        pf_row = sp * SPLIT_ROWS + tl.arange(0, PREFETCH_ROWS)
+        pf_col = pid_n * BLOCK_N + 32 * tl.arange(0, BLOCK_N // 32)
+        pf_ptrs = packed_ptr + pf_row.to(tl.int64)[:, None] * stride_pr + pf_col[None, :] * stride_pn
+        prefetch_l2(pf_ptrs, (pf_row < N_ROWS)[:, None] & (pf_col < N)[None, :])
+        # ... and those rows' scale and min rows (fp16: 64 columns a line).
+        PF_GROUPS: tl.constexpr = max(1, PREFETCH_ROWS // GROUP_ROWS)
+        pf_group = (sp * SPLIT_ROWS) // GROUP_ROWS + tl.arange(0, PF_GROUPS)
+        pf_scol = pid_n * BLOCK_N + 64 * tl.arange(0, max(1, BLOCK_N // 64))
+        pf_soff = pf_group.to(tl.int64)[:, None] * stride_sg + pf_scol[None, :] * stride_sn
+        pf_smask = (pf_group < (N_ROWS + GROUP_ROWS - 1) // GROUP_ROWS)[:, None] & (pf_scol < N)[None, :]
+        prefetch_l2(scales_ptr + pf_soff, pf_smask)
+        prefetch_l2(mins_ptr + pf_soff, pf_smask)
+    if PDL:  # the previous grid's writes are visible after this
+        tl.extra.cuda.gdc_wait()
     m = tl.arange(0, BLOCK_M)
     m_mask = m < M
     r = tl.arange(0, BLOCK_R)
@@ -407,7 +427,8 @@ def int4_gemv(
     constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, SPLIT_ROWS=split_rows, N_SPLITS=n_splits,
                       HAS_BIAS=bias is not None, EVEN_N=n % cfg.block_n == 0, BLOCK_M=cfg.block_m,
                       BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages,
-                      UNROLL=cfg.unroll if cfg.unroll > 1 else None, PDL=pdl)  # fmt: skip
+                      UNROLL=cfg.unroll if cfg.unroll > 1 else None, PDL=pdl,
+                      PREFETCH_ROWS=_prefetch_rows(split_rows, cfg.block_r) * (pdl and PREFETCH))  # fmt: skip
     # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
     options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False, **PDL_LAUNCH[pdl])
     if cfg.max_registers:
@@ -416,6 +437,13 @@ def int4_gemv(
     # path costs more than that on the host.
     _gemv_launch((tiles, n_splits), args, constexprs, cfg.num_warps, options=options)
     return out
+
+
+def _prefetch_rows(split_rows: int, block_r: int) -> int:
+    """Packed rows a program prefetches: its split's first ``PREFETCH_STEPS`` steps, rounded down to a
+    power of two (a Triton range)."""
+    rows = min(split_rows, PREFETCH_STEPS * block_r)
+    return 1 << (rows.bit_length() - 1)
 
 
 _PLANS: dict[tuple, tuple[GemvConfig, int, int, int]] = {}
