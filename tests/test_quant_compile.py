@@ -83,7 +83,8 @@ for b, t, d, has_len, has_bias, size, switches in shapes:
                EVEN_D=d == cfg.block_d, IEEE=size == 4, N_SPLITS=cfg.n_splits, SPLIT=cfg.split,
                BLOCK_T=cfg.block_t, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
                MERGE_G=4, BLOCK_S=bs, CHUNK=min(bs, 16), Q_IN_LOOP=switches, PDL=switches,
-               PREFETCH_T=min(cfg.split, KA.PREFETCH_TILES * cfg.block_t) if switches else 0),
+               PREFETCH_T=min(cfg.split, KA.PREFETCH_TILES * cfg.block_t) if switches else 0,
+               RELEASE_EARLY=True),
           attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages if size == 2 else min(cfg.num_stages, 2))
     # K/V tiles stream through cp.async wherever a split has more than one tile and rows are 16-byte
     # multiples (D = 129 rows are not; one 24-key tile has nothing to overlap).

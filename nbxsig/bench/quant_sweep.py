@@ -32,12 +32,17 @@ HQ, HKV, D = 32, 8, 128
 # p = PDL, on). "" is the default launch. The B=1 "Q" rows are the tenth round's measured default
 # splits and tiles before Q_IN_LOOP became automatic.
 ATTN = {
-    (1, 4096): [(None, ""), (None, "F"), (None, "Q"), ((256, 64, 4, 4), ""), ((256, 64, 4, 4), "F")],
-    (1, 32768): [(None, ""), (None, "F"), ((2048, 64, 4, 4), "")],
-    (16, 4096): [(None, ""), (None, "F"), (None, "P")],
-    (64, 2048): [(None, ""), (None, "F"), (None, "P")],
+    (1, 4096): [(None, ""), (None, "F"), (None, "E"), (None, "EF"), (None, "E1"), (None, "1"), (None, "2")],
+    (1, 32768): [(None, ""), (None, "F"), (None, "E"), (None, "EF"), (None, "E1")],
+    (16, 4096): [(None, ""), (None, "F"), (None, "EF"), (None, "E1")],
+    (64, 2048): [(None, ""), (None, "F"), (None, "EF"), (None, "E1")],
 }
-_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL", "f": "PREFETCH"}, "gemv": {"p": "PDL", "f": "PREFETCH"}}
+_SWITCHES = {
+    "attn": {"q": "Q_IN_LOOP", "p": "PDL", "f": "PREFETCH", "e": "RELEASE_EARLY"},
+    "gemv": {"p": "PDL", "f": "PREFETCH"},
+}
+# A digit in the switches sets the prefetch depth: decode attention's tiles, the GEMV's steps.
+_DEPTH = {"attn": "PREFETCH_TILES", "gemv": "PREFETCH_STEPS"}
 # (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows[, unroll, max_registers]) or None,
 # switches)]; None = gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off, "F" its
 # L2 prefetch; "" the defaults, both on). num_stages is the K loop's software pipeline (cp.async into
@@ -47,27 +52,10 @@ _SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL", "f": "PREFETCH"}, "gemv": {"
 # programs an SM holds (the prefetch's addresses raise the compiler's count at 4096×11008 from 71 to 80
 # registers: 6 programs an SM instead of 7).
 GEMV = {
-    (4096, 11008): [
-        (None, ""),
-        (None, "F"),
-        (None, "P"),
-        ((16, 128, 4, 1, 32, 1, 72), ""),
-        ((16, 128, 4, 1, 32, 1, 64), ""),
-    ],
-    (4096, 4096): [
-        (None, ""),
-        (None, "F"),
-        ((16, 128, 4, 1, 16, 1, 64), ""),
-        ((16, 128, 4, 1, 32, 2, 0), ""),
-        ((16, 128, 4, 1, 32, 2, 0), "F"),
-    ],
-    (11008, 4096): [
-        (None, ""),
-        (None, "F"),
-        ((16, 128, 4, 1, 32, 1, 72), ""),
-        ((16, 128, 4, 1, 32, 1, 64), ""),
-    ],
-    (1024, 1024): [(None, ""), (None, "F")],
+    (4096, 11008): [(None, ""), (None, "F"), (None, "1"), (None, "2")],
+    (4096, 4096): [(None, ""), (None, "F"), (None, "1"), ((16, 128, 4, 1, 32, 2, 0), "F")],
+    (11008, 4096): [(None, ""), (None, "F"), (None, "1")],
+    (1024, 1024): [(None, ""), (None, "F"), (None, "1"), (None, "2")],
 }
 
 
@@ -131,10 +119,13 @@ def _set_switches(kind: str, letters: str) -> dict:
     capitals, else left at their defaults; returns the previous settings (for
     :func:`_restore_switches`)."""
     module = _module(kind)
-    before = {name: getattr(module, name) for name in _SWITCHES[kind].values()}
+    before = {name: getattr(module, name) for name in (*_SWITCHES[kind].values(), _DEPTH[kind])}
     for letter, name in _SWITCHES[kind].items():
         if letter in letters or letter.upper() in letters:
             setattr(module, name, letter in letters)
+    for letter in letters:
+        if letter.isdigit():
+            setattr(module, _DEPTH[kind], int(letter))
     return before
 
 

@@ -61,6 +61,9 @@ Q_IN_LOOP: bool | None = None
 #   is resident while the previous grid runs starts its DRAM reads then (see _launch.prefetch_l2).
 PREFETCH = True
 PREFETCH_TILES = 4
+# RELEASE_EARLY (on): with PDL, release the next launch right after the wait; off: after the key loop,
+#   so the next grid's programs are placed during this one's merge tail.
+RELEASE_EARLY = True
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ def _split_kernel(
     Q_IN_LOOP: tl.constexpr,
     PDL: tl.constexpr,
     PREFETCH_T: tl.constexpr,
+    RELEASE_EARLY: tl.constexpr,
 ):
     bh = tl.program_id(0)
     sp = tl.program_id(1)
@@ -178,7 +182,8 @@ def _split_kernel(
         prefetch_l2(pf_v, (pf_t < T)[:, None] & (pf_dv < DV)[None, :])
     if PDL:  # the previous grid's writes are visible after this; the next grid may launch now
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if RELEASE_EARLY:
+            tl.extra.cuda.gdc_launch_dependents()
     ml_ptr = acc_ptr + ml_offset  # the (max, sum) pairs follow the partial outputs in one buffer
     g = tl.arange(0, BLOCK_G)
     g_mask = g < G
@@ -244,6 +249,8 @@ def _split_kernel(
             pv = tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
+    if PDL and not RELEASE_EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
     if N_SPLITS == 1:
         out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
         tl.store(
@@ -442,6 +449,7 @@ def decode_attention(
         Q_IN_LOOP=q_in_loop(n_splits),
         PDL=pdl,
         PREFETCH_T=min(cfg.split, PREFETCH_TILES * cfg.block_t) if pdl and PREFETCH else 0,
+        RELEASE_EARLY=RELEASE_EARLY,
     )
     # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
     stages = cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2)
