@@ -279,13 +279,19 @@ def test_errors_name_the_problem():
 @pytest.mark.parametrize("pdl", [False, True], ids=["-", "pdl"])
 @pytest.mark.parametrize("stages", [None, 3], ids=lambda s: "default" if s is None else f"stages{s}")
 @pytest.mark.parametrize("m", [1, 4, 8], ids=lambda m: f"M{m}")
-def test_gpu_fused_gemv_bit_exact_large(m, stages, pdl, generator, cuda_device, monkeypatch):
+@pytest.mark.parametrize("size", [4096, 1024])
+def test_gpu_fused_gemv_bit_exact_large(size, m, stages, pdl, generator, cuda_device, monkeypatch):
     # stages: the K loop software-pipelined (cp.async, only on the GPU) over 8-step splits -- the
     # loads move through shared memory, the arithmetic and its order do not change. pdl: launched
-    # with programmatic dependent launch (the GEMV's PDL switch), which moves no arithmetic either.
+    # with programmatic dependent launch (the GEMV's PDL switch), which moves no arithmetic either;
+    # at 1024×1024 the grid is smaller than the SM count, so a PDL launch also prefetches its weights
+    # to L2 before the wait (PREFETCH), which reads nothing into the program.
     monkeypatch.setattr(K, "PDL", pdl)
     assert not pdl or pdl_supported(cuda_device)  # an H100/H200: the switch takes effect
-    n, k, gs = 4096, 4096, 128
+    n, k, gs = size, size, 128
+    if size == 1024 and stages is None:
+        cfg = K.gemv_config(m, k, n, gs)
+        assert K.prefetches(cuda_device, -(-n // cfg.block_n) * cfg.n_splits(k // 8))
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), gs)
     x = random_tensor((m, k), generator=generator, device=cuda_device)
     cfg = K.gemv_config(m, k, n, gs)

@@ -7,12 +7,12 @@ rows do: one graph of several calls over operand copies that together exceed L2,
 baseline (SDPA / tinygemm) in the same process. Rows: the default config and split, tile and stage
 variants, each with its relative error against a float64 reference (GEMV: on the dequantized weight; its
 default also with the capture counter arena off, ``_splitsum.CAPTURE_ARENA``, one memset node per call).
-Attention rows also set decode attention's launch switches (``Q_IN_LOOP``, ``PDL``, ``PREFETCH``; letters
-q, p, f in the label force one on, Q, P, F off, "-" for the defaults), GEMV rows the GEMV's ``PDL`` and
-``PREFETCH`` (p / P, f / F); attention rows say whether a default-config row gave the first row's bits,
-GEMV rows whether each gave its config's oracle's bits; each attention shape's first row is timed again
-at its end to show drift. Each row is printed as it is measured, so a time limit loses only the rows
-after it. ``--only attn|gemv`` limits the sweep to one kernel.
+Attention rows also set decode attention's launch switches (``Q_IN_LOOP``, ``PDL``; letters q, p in the
+label force one on, Q, P off, "-" for the defaults), GEMV rows the GEMV's ``PDL`` and ``PREFETCH`` (p / P,
+f / F; a digit sets ``PREFETCH_STEPS``); attention rows say whether a default-config row gave the first
+row's bits, GEMV rows whether each gave its config's oracle's bits; each attention shape's first row is
+timed again at its end to show drift. Each row is printed as it is measured, so a time limit loses only
+the rows after it. ``--only attn|gemv`` limits the sweep to one kernel.
 """
 
 from __future__ import annotations
@@ -32,30 +32,24 @@ HQ, HKV, D = 32, 8, 128
 # p = PDL, on). "" is the default launch. The B=1 "Q" rows are the tenth round's measured default
 # splits and tiles before Q_IN_LOOP became automatic.
 ATTN = {
-    (1, 4096): [(None, ""), (None, "F"), (None, "E"), (None, "EF"), (None, "E1"), (None, "1"), (None, "2")],
-    (1, 32768): [(None, ""), (None, "F"), (None, "E"), (None, "EF"), (None, "E1")],
-    (16, 4096): [(None, ""), (None, "F"), (None, "EF"), (None, "E1")],
-    (64, 2048): [(None, ""), (None, "F"), (None, "EF"), (None, "E1")],
+    (1, 4096): [(None, ""), (None, "Q"), ((256, 64, 4, 4), "")],
+    (1, 32768): [(None, ""), (None, "Q"), ((2048, 64, 4, 4), "")],
+    (16, 4096): [(None, ""), (None, "P"), (None, "q")],
+    (64, 2048): [(None, ""), (None, "P"), (None, "q")],
 }
-_SWITCHES = {
-    "attn": {"q": "Q_IN_LOOP", "p": "PDL", "f": "PREFETCH", "e": "RELEASE_EARLY"},
-    "gemv": {"p": "PDL", "f": "PREFETCH"},
-}
-# A digit in the switches sets the prefetch depth: decode attention's tiles, the GEMV's steps.
-_DEPTH = {"attn": "PREFETCH_TILES", "gemv": "PREFETCH_STEPS"}
-# (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows[, unroll, max_registers]) or None,
-# switches)]; None = gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off, "F" its
-# L2 prefetch; "" the defaults, both on). num_stages is the K loop's software pipeline (cp.async into
-# shared memory, stages - 1 steps ahead; 1 = none, the default; every pipelined row of the tenth round ran
-# slower but at 1024×1024, see docs/benchmarks.md). unroll: the K loop unrolled that many steps, so a
-# step's loads can issue before the previous step's arithmetic; max_registers: ``maxnreg``, which sets the
-# programs an SM holds (the prefetch's addresses raise the compiler's count at 4096×11008 from 71 to 80
-# registers: 6 programs an SM instead of 7).
+_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL", "f": "PREFETCH"}}
+# A digit in a GEMV row's switches sets PREFETCH_STEPS (the steps a prefetching program asks L2 for).
+_DEPTH = {"gemv": "PREFETCH_STEPS"}
+# (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows) or None, switches)]; None =
+# gemv_config's default; switches as for ATTN ("P": the GEMV's PDL forced off, "f"/"F" its L2 prefetch on /
+# off -- by default on only where the grid has at most one program per SM; "" the defaults). num_stages is
+# the K loop's software pipeline (cp.async into shared memory, stages - 1 steps ahead; 1 = none, the
+# default; every pipelined row of the tenth round ran slower but at 1024×1024, see docs/benchmarks.md).
 GEMV = {
-    (4096, 11008): [(None, ""), (None, "F"), (None, "1"), (None, "2")],
-    (4096, 4096): [(None, ""), (None, "F"), (None, "1"), ((16, 128, 4, 1, 32, 2, 0), "F")],
-    (11008, 4096): [(None, ""), (None, "F"), (None, "1")],
-    (1024, 1024): [(None, ""), (None, "F"), (None, "1"), (None, "2")],
+    (4096, 11008): [(None, ""), (None, "f"), (None, "f1"), (None, "P")],
+    (4096, 4096): [(None, ""), (None, "f"), (None, "f1"), (None, "P")],
+    (11008, 4096): [(None, ""), (None, "f"), (None, "f1"), (None, "P")],
+    (1024, 1024): [(None, ""), (None, "F"), (None, "1"), (None, "2"), (None, "P")],
 }
 
 
@@ -73,9 +67,8 @@ def _gemv_config(v):
 
     if v is None:
         return None
-    br, bn, warps, stages, split, unroll, registers = (*v, 1, 0) if len(v) == 5 else v
-    return G.GemvConfig(1, br, bn, num_warps=warps, num_stages=stages, split_rows=split, unroll=unroll,
-                        max_registers=registers)  # fmt: skip
+    br, bn, warps, stages, split = v
+    return G.GemvConfig(1, br, bn, num_warps=warps, num_stages=stages, split_rows=split)
 
 
 def _attn_operands(b, t, device):
@@ -119,7 +112,8 @@ def _set_switches(kind: str, letters: str) -> dict:
     capitals, else left at their defaults; returns the previous settings (for
     :func:`_restore_switches`)."""
     module = _module(kind)
-    before = {name: getattr(module, name) for name in (*_SWITCHES[kind].values(), _DEPTH[kind])}
+    names = [*_SWITCHES[kind].values(), *([_DEPTH[kind]] if kind in _DEPTH else [])]
+    before = {name: getattr(module, name) for name in names}
     for letter, name in _SWITCHES[kind].items():
         if letter in letters or letter.upper() in letters:
             setattr(module, name, letter in letters)
@@ -286,9 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.insert(1, ((None, ""), not default_arena))
         for var, arena in rows:
             config, switches = var
-            label = "default" if config is None else "R{} N{} w{} s{} split {}".format(*config[:5])
-            if config is not None and len(config) > 5:
-                label += f" unroll {config[5]}" * (config[5] > 1) + f" maxnreg {config[6]}" * (config[6] > 0)
+            label = "default" if config is None else "R{} N{} w{} s{} split {}".format(*config)
             label += f" {switches or '-'}{' arena' if arena else ' memset'} counters"
             try:
                 fn = _call("gemv", (kk, n), var, None)

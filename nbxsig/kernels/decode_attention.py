@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported, prefetch_l2
+from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
 from ._runtime import check_launchable, empty_output
 from ._splitsum import zeroed_counters
 
@@ -56,14 +56,6 @@ _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail sho
 #   per-tile q reload over 64 tiles). At 80a29e2, PDL off, B=1 showed no gain (11.87 vs 11.81).
 PDL = True
 Q_IN_LOOP: bool | None = None
-# PREFETCH (on; with PDL only): before its griddepcontrol.wait a program asks L2 for the K and V
-#   rows of its split's first PREFETCH_TILES tiles (one address per 128-byte line), so a program that
-#   is resident while the previous grid runs starts its DRAM reads then (see _launch.prefetch_l2).
-PREFETCH = True
-PREFETCH_TILES = 4
-# RELEASE_EARLY (on): with PDL, release the next launch right after the wait; off: after the key loop,
-#   so the next grid's programs are placed during this one's merge tail.
-RELEASE_EARLY = True
 
 
 @dataclass(frozen=True)
@@ -164,27 +156,15 @@ def _split_kernel(
     CHUNK: tl.constexpr,
     Q_IN_LOOP: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH_T: tl.constexpr,
-    RELEASE_EARLY: tl.constexpr,
 ):
-    bh = tl.program_id(0)
-    sp = tl.program_id(1)
-    b = (bh // Hkv).to(tl.int64)
-    h = (bh % Hkv).to(tl.int64)
-    if PREFETCH_T > 0:  # the split's first keys: K and V rows, one address per 128-byte line
-        LINE: tl.constexpr = 32 if IEEE else 64  # elements in 128 bytes
-        pf_t = (sp * SPLIT + tl.arange(0, PREFETCH_T)).to(tl.int64)
-        pf_d = LINE * tl.arange(0, max(1, BLOCK_D // LINE))
-        pf_dv = LINE * tl.arange(0, max(1, BLOCK_DV // LINE))
-        pf_k = k_ptr + b * stride_kb + h * stride_kh + pf_t[:, None] * stride_kt + pf_d[None, :] * stride_kd
-        pf_v = v_ptr + b * stride_vb + h * stride_vh + pf_t[:, None] * stride_vt + pf_dv[None, :] * stride_vd
-        prefetch_l2(pf_k, (pf_t < T)[:, None] & (pf_d < D)[None, :])
-        prefetch_l2(pf_v, (pf_t < T)[:, None] & (pf_dv < DV)[None, :])
     if PDL:  # the previous grid's writes are visible after this; the next grid may launch now
         tl.extra.cuda.gdc_wait()
-        if RELEASE_EARLY:
-            tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_launch_dependents()
+    bh = tl.program_id(0)
+    sp = tl.program_id(1)
     ml_ptr = acc_ptr + ml_offset  # the (max, sum) pairs follow the partial outputs in one buffer
+    b = (bh // Hkv).to(tl.int64)
+    h = (bh % Hkv).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
     g_mask = g < G
     d = tl.arange(0, BLOCK_D)
@@ -249,8 +229,6 @@ def _split_kernel(
             pv = tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
-    if PDL and not RELEASE_EARLY:
-        tl.extra.cuda.gdc_launch_dependents()
     if N_SPLITS == 1:
         out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
         tl.store(
@@ -448,8 +426,6 @@ def decode_attention(
         CHUNK=chunk,
         Q_IN_LOOP=q_in_loop(n_splits),
         PDL=pdl,
-        PREFETCH_T=min(cfg.split, PREFETCH_TILES * cfg.block_t) if pdl and PREFETCH else 0,
-        RELEASE_EARLY=RELEASE_EARLY,
     )
     # float32 K/V tiles are twice the bytes: 4 stages of them would not fit shared memory.
     stages = cfg.num_stages if q.element_size() <= 2 else min(cfg.num_stages, 2)

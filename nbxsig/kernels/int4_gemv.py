@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported, prefetch_l2
-from ._runtime import check_launchable, empty_output
+from ._runtime import check_launchable, empty_output, sm_count
 from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
@@ -66,10 +66,16 @@ _MAX_SPLITS = 64
 #   4096×4096 grid (512 programs, one partial wave) lost 2 µs: the next grid's programs waited on
 #   the SMs where they landed.
 PDL = True
-# PREFETCH (on; with PDL only): before its griddepcontrol.wait a program asks L2 for the first
-#   PREFETCH_STEPS steps of its split's words (one address per 128-byte line): the weights are not
-#   written by the previous grid, and a program placed during that grid's tail starts its DRAM reads
-#   there instead of after the wait (see _launch.prefetch_l2).
+# PREFETCH (on; with PDL, for grids of at most one program per SM, :func:`prefetches`): before its
+#   griddepcontrol.wait a program asks L2 for the first PREFETCH_STEPS steps of its split's words and
+#   their scale/min rows (one address per 128-byte line, _launch.prefetch_l2), so a program placed on
+#   an SM the previous grid left free starts its DRAM reads while that grid finishes. H200, eleventh
+#   round, back-to-back graph chains, µs per call, prefetch off / on in two calls: 1024×1024 (64
+#   programs) 3.41 / 2.91 and 3.40 / 2.90 (tinygemm 2.60); for every grid that fills the GPU it cost:
+#   4096×11008 14.34 / 15.38, 4096×4096 6.82 / 8.20, 11008×4096 14.31 / 15.89 -- the addresses raise the
+#   compiler's registers (71 → 80 at 4096×11008: 7 → 6 programs an SM; 64 → 67 at 4096×4096: 8 → 7,
+#   a second wave), and even at the old occupancy (maxnreg 72) 4096×11008 ran 15.74. The same prefetch
+#   of K/V in decode attention lost 1.6 µs at B=1 T=4096 (9.58 → 11.19) and 2.6 at T=32768: not used.
 PREFETCH = True
 PREFETCH_STEPS = 4
 
@@ -84,11 +90,6 @@ class GemvConfig:
     # copies into shared memory s - 1 steps ahead. It changes where the words wait, not the arithmetic.
     num_stages: int
     split_rows: int = 0  # packed rows per split; 0 = all of K in one split
-    # The K loop unrolled this many steps (1 = not), so one step's loads can be issued before the
-    # previous step's arithmetic; and the register cap (``maxnreg``; 0 = the compiler's choice), which
-    # sets how many programs an SM holds (65536 / (128 threads × registers)).
-    unroll: int = 1
-    max_registers: int = 0
 
     def n_splits(self, rows: int) -> int:
         return 1 if self.split_rows <= 0 or self.split_rows >= rows else -(-rows // self.split_rows)
@@ -216,7 +217,6 @@ def _int4_gemv_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     STAGES: tl.constexpr,
-    UNROLL: tl.constexpr,
     PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr,
 ):
@@ -252,7 +252,7 @@ def _int4_gemv_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_R, BLOCK_N), dtype=tl.float32)
     row0 = sp * SPLIT_ROWS
-    for j in tl.range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R, num_stages=STAGES, loop_unroll_factor=UNROLL):
+    for j in tl.range((SPLIT_ROWS + BLOCK_R - 1) // BLOCK_R, num_stages=STAGES):
         start = row0 + j * BLOCK_R
         row = start + r
         row_mask = row < N_ROWS
@@ -411,6 +411,7 @@ def int4_gemv(
     device = check_launchable(x, packed, scales, mins, *(() if bias is None else (bias,)))
     cfg, n_splits, split_rows, tiles = _plan(m, k, n, group_size, config)
     pdl = PDL and pdl_supported(device)
+    prefetch = pdl and prefetches(device, tiles * n_splits)
     out = empty_output((m, n), dtype=x.dtype, device=device)
     if n_splits > 1:
         # Scratch: every element a later read touches is written first, so plain empty is right.
@@ -426,17 +427,21 @@ def int4_gemv(
     # unroll/pipeline, and Triton 3.6's interpreter cannot loop to a runtime bound under numpy 2.4.
     constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, SPLIT_ROWS=split_rows, N_SPLITS=n_splits,
                       HAS_BIAS=bias is not None, EVEN_N=n % cfg.block_n == 0, BLOCK_M=cfg.block_m,
-                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages,
-                      UNROLL=cfg.unroll if cfg.unroll > 1 else None, PDL=pdl,
-                      PREFETCH_ROWS=_prefetch_rows(split_rows, cfg.block_r) * (pdl and PREFETCH))  # fmt: skip
+                      BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, PDL=pdl,
+                      PREFETCH_ROWS=_prefetch_rows(split_rows, cfg.block_r) * prefetch)  # fmt: skip
     # No FMA contraction: x·w + acc is rounded twice, as in the torch oracle (bit-exact tests).
     options = dict(num_stages=cfg.num_stages, enable_fp_fusion=False, **PDL_LAUNCH[pdl])
-    if cfg.max_registers:
-        options["maxnreg"] = cfg.max_registers
     # Through the compiled handle: one token's GEMV is a few µs of GPU time, and Triton's own launch
     # path costs more than that on the host.
     _gemv_launch((tiles, n_splits), args, constexprs, cfg.num_warps, options=options)
     return out
+
+
+def prefetches(device: torch.device, programs: int) -> bool:
+    """Whether a PDL launch of ``programs`` programs on ``device`` prefetches its weights (``PREFETCH``):
+    only where the grid leaves SMs free, on which the next launch's programs are placed while this
+    one runs (see PREFETCH for the measurements)."""
+    return PREFETCH and pdl_supported(device) and programs <= sm_count(device)
 
 
 def _prefetch_rows(split_rows: int, block_r: int) -> int:
