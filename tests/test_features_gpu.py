@@ -79,13 +79,18 @@ def test_gpu_mel_full_size(precision, cuda_device, generator, monkeypatch):
     torch.set_float32_matmul_precision(precision)
     try:
         got = nf.mel_spectrogram(x.to(cuda_device), n_fft=400, hop_length=160, n_mels=80, backend="triton")
-        # The four-step spectrogram in 64-byte rows, TF32-rounded at "high" (ALIGNED_SPECTROGRAM),
-        # gives the projection the same operands as nbxsig.stft's buffer: the same bits.
-        monkeypatch.setattr(kmel, "ALIGNED_SPECTROGRAM", False)
+        # The four-step spectrogram in 64-byte rows (ALIGNED_SPECTROGRAM) or in nbxsig.stft's buffer:
+        # the projection gets the same operands, so the same bits, at either precision.
+        monkeypatch.setattr(kmel, "ALIGNED_SPECTROGRAM", ("tf32x3", "tf32"))
+        aligned = nf.mel_spectrogram(
+            x.to(cuda_device), n_fft=400, hop_length=160, n_mels=80, backend="triton"
+        )
+        monkeypatch.setattr(kmel, "ALIGNED_SPECTROGRAM", ())
         plain = nf.mel_spectrogram(x.to(cuda_device), n_fft=400, hop_length=160, n_mels=80, backend="triton")
     finally:
         torch.set_float32_matmul_precision(previous)
-    assert torch.equal(got, plain), f"max diff {(got - plain).abs().max().item():.3e}"
+    assert torch.equal(aligned, plain), f"max diff {(aligned - plain).abs().max().item():.3e}"
+    assert torch.equal(got, aligned if precision == "highest" else plain)
     if precision == "highest":
         assert_close(got, expected, dtype="float32", rel_error=1e-5)
     else:

@@ -96,17 +96,7 @@ import triton.language as tl
 
 from .._dispatch import interpreter_enabled
 from ._runtime import check_launchable, empty_output
-from .mel import (
-    _LOGS,
-    _dot,
-    _planes,
-    _store_mels,
-    _tf32_hi,
-    dot_precision,
-    mel_blocks,
-    memoized,
-    whisper_finish,
-)
+from .mel import _LOGS, _dot, _planes, _store_mels, dot_precision, mel_blocks, memoized, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -269,7 +259,6 @@ def _fourstep_kernel(
     COMPLEX: tl.constexpr,  # write X itself, interleaved (re, im) at out + 2·(...) + part
     NYQ: tl.constexpr,  # stage 2 stops below k2 = N2/2; the Nyquist bin is summed from the frame tile
     K_END: tl.constexpr,  # bins k < K_END come from stage 2 (N/2 with NYQ, else N/2 + 1)
-    ROUND_TF32: tl.constexpr = False,  # power stored rounded to TF32 (for a TF32 dot that reads it)
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -330,15 +319,10 @@ def _fourstep_kernel(
             tl.store(out_ptr + on, nyq, mask=tn < n_frames)
             tl.store(out_ptr + on + 1, tl.zeros_like(nyq), mask=tn < n_frames)
         else:
-            pn = _power(nyq * nyq, power, POWER_MODE)
-            if ROUND_TF32:
-                pn = _tf32_hi(pn)
-            tl.store(out_ptr + on, pn, mask=tn < n_frames)
+            tl.store(out_ptr + on, _power(nyq * nyq, power, POWER_MODE), mask=tn < n_frames)
     # |X|^power, (R2, K2P): rows (frame, k1), columns k2 (unused, and compiled away, for COMPLEX).
     x_re, x_im = tl.split(tl.reshape(xk, (R2, K2P, 2)))
     pw = _power(x_re * x_re + x_im * x_im, power, POWER_MODE)
-    if ROUND_TF32:
-        pw = _tf32_hi(pw)
     if COMPLEX and PERMUTE_STORE:
         # Rows (frame, k2), columns 2·k1 + part: a row is 2·N1 consecutive floats of the interleaved
         # (B, T, F, 2) buffer (bins k1 + N1·k2 for consecutive k1).
@@ -565,7 +549,6 @@ def _launch(
     precision: str | None = None,
     config: dict | None = None,
     complex_out: bool = False,
-    round_tf32: bool = False,
 ) -> None:
     device = x.device
     mel = filters is not None
@@ -605,7 +588,7 @@ def _launch(
         HAS_WINDOW=window is not None, POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
         MEL=filters is not None, HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=peak is not None,
         M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision, COMPLEX=complex_out, NYQ=nyq,
-        K_END=n_fft // 2 + (0 if nyq else 1), ROUND_TF32=round_tf32, **meta,
+        K_END=n_fft // 2 + (0 if nyq else 1), **meta,
     )  # fmt: skip
 
 
@@ -622,18 +605,15 @@ def spectrogram(
     _precision: str | None = None,
     _config: dict | None = None,
     _row_align: int = 1,
-    _round_tf32: bool = False,
 ) -> torch.Tensor:
     """``|scale · STFT(x)|^power`` onesided, ``(B, L)`` → ``(B, n_fft//2 + 1, T)`` float32: a view of a
     contiguous ``(B, T, F)`` buffer. ``power > 0``; ``supports(n_fft)`` must hold.
 
-    For the mel projection (:func:`nbxsig.kernels.mel.project`): ``_row_align`` pads each frame's row
-    of the buffer to a multiple of that many floats (16: 64-byte rows, so the projection's and this
-    kernel's row accesses vectorize), and ``_round_tf32`` stores the power rounded to TF32 (what a
-    TF32 dot would round it to), so the projection feeds it to the tensor cores as it is."""
+    ``_row_align`` pads each frame's row of the buffer to a multiple of that many floats, for the mel
+    projection (:func:`nbxsig.kernels.mel.project`): with 16, 64-byte rows, which its loads vectorize."""
     return _frame_major(
         x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode, scale=scale, power=power,
-        complex_out=False, precision=_precision, config=_config, row_align=_row_align, round_tf32=_round_tf32,
+        complex_out=False, precision=_precision, config=_config, row_align=_row_align,
     )  # fmt: skip
 
 
@@ -691,7 +671,7 @@ def _frame_major(
         _launch(
             x, out, (out.stride(0), out.stride(2), out.stride(1)), n_fft=n_fft, hop=hop, window=window,
             center=center, pad_mode=pad_mode, scale=scale, power=power, n_frames=n_frames,
-            precision=precision, config=config, complex_out=complex_out, round_tf32=round_tf32,
+            precision=precision, config=config, complex_out=complex_out,
         )  # fmt: skip
     return out.transpose(1, 2)
 

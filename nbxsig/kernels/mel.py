@@ -392,7 +392,6 @@ def _project_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_F: tl.constexpr,
     PRECISION: tl.constexpr,
-    ROUNDED: tl.constexpr,  # "tf32" and p already TF32-rounded: the dot takes the tile as loaded
 ):
     """Mels of ``BLOCK_T`` frames of a power spectrogram ``p (B, F, T)`` (read by its strides):
     ``out[m, t] = Σ_f p[f, t]·fb[f, m]``, one ``tl.dot`` per ``BLOCK_F`` bins, then the tile's tail
@@ -410,16 +409,10 @@ def _project_kernel(
         tile = tl.load(rows + f[None, :] * stride_pf, mask=t_ok[:, None] & (f < n_freq)[None, :], other=0.0)
         # The filter planes are zero-padded to (F_PAD, M_TOT): no mask needed on them.
         foffs = f[:, None] * M_TOT + m1[None, :]
-        if ROUNDED:
-            acc1 = tl.dot(tile, tl.load(fb_ptr + foffs), acc1, input_precision="tf32")
-        else:
-            acc1 = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc1, PRECISION)
+        acc1 = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc1, PRECISION)
         if M2 > 0:
             foffs2 = f[:, None] * M_TOT + (M1 + tl.arange(0, M2))[None, :]
-            if ROUNDED:
-                acc2 = tl.dot(tile, tl.load(fb_ptr + foffs2), acc2, input_precision="tf32")
-            else:
-                acc2 = _dot(tile, fb_ptr + foffs2, fb_lo_ptr + foffs2, acc2, PRECISION)
+            acc2 = _dot(tile, fb_ptr + foffs2, fb_lo_ptr + foffs2, acc2, PRECISION)
     _finish_tile(acc1, acc2, t, t_ok, b, out_ptr, stride_ob, stride_om, stride_ot, peak_ptr, n_mels, floor,
                  HAS_FLOOR, LOG, TRACK_PEAK, M1, M2)  # fmt: skip
 
@@ -567,14 +560,19 @@ _PROJECT_CACHE: OrderedDict = OrderedDict()
 #: 3xTF32): T256 F16 w8 s3 114 / 199; T128 F16 w4 s3 126 / 195 (s2 150 / 240, s4 132 / 228, s5 171 / 235);
 #: T128 F16 w8 s3 132 / 203; T64 F16 w4 s3 176 / 300; T128 F32 w4 s3 157 / 237; T128 F32 w8 s3 170 / 256;
 #: T256 F32 w8 s2 157 / 225; torch.matmul in the same process 136 / 240. Rows padded to 208 floats
-#: (16-byte aligned) gained 3-16 µs, not worth a padded spectrogram buffer. Far from the 52-µs bandwidth
+#: (16-byte aligned) gained 3-16 µs; the four-step kernel writes such rows at 3xTF32 since the eleventh
+#: round (:data:`ALIGNED_SPECTROGRAM`). Far from the 52-µs bandwidth
 #: floor (154 MB in, 61 MB out), and not profiled. The sm_90 build (offline) copies the spectrogram tile
 #: into shared memory with cp.async, loads it into registers to round it to TF32 and issues the wgmma with
 #: that operand from registers (8 HGMMA per tile at TF32, 24 at 3xTF32).
 PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3}
-#: The unfused path's spectrogram from the four-step kernel in 64-byte rows, TF32-rounded at "tf32"
-#: (see :func:`_unfused`); off: ``nbxsig.stft.spectrogram``'s own buffer.
-ALIGNED_SPECTROGRAM = True
+#: Dot precisions at which the unfused path launches the four-step spectrogram with rows padded to 64
+#: bytes (208 floats for 201 bins; :func:`_unfused`), else ``nbxsig.stft.spectrogram``'s 201-float rows.
+#: H200, eleventh round, 64 × 30 s, n_fft 400, 80 mels, three interleaved passes (µs, 201 / 208-float
+#: rows): "tf32x3" whole op 780 / 765 (projection 199 / 181, four-step 574 / 578); "tf32" with the power
+#: also stored TF32-rounded so the projection's dot takes the tile as loaded, 427 / 456 (projection 112
+#: / 128, four-step 313 / 327): not used at "tf32", and the rounding dropped.
+ALIGNED_SPECTROGRAM = ("tf32x3",)
 _PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16}
 
 
@@ -586,14 +584,11 @@ def project(
     floor: float | None,
     log: str | None,
     whisper: bool,
-    rounded: bool = False,
 ) -> torch.Tensor:
     """Mels of a float32 power spectrogram ``spec (B, F, T)`` (any strides): ``factor · filtersᵀ @
     spec`` → ``(B, n_mels, T)`` float32, with the optional floor, log and Whisper's finish fused
     into the kernel (:func:`_project_kernel`), where torch would make a pass over the mels for each.
-    The dot precision follows torch's fp32 matmul setting (:func:`dot_precision`). ``rounded``: the
-    values of ``spec`` are already TF32 (as the four-step kernel can store them), so at "tf32" the
-    kernel skips rounding them -- the same products."""
+    The dot precision follows torch's fp32 matmul setting (:func:`dot_precision`)."""
     device = check_launchable(spec, filters)
     batch, n_freq, n_frames = spec.shape
     n_mels = filters.shape[1]
@@ -617,7 +612,7 @@ def project(
         spec, spec.stride(0), spec.stride(1), spec.stride(2), n_frames, n_freq,
         fb if precision == "ieee" else fb_hi, fb_lo, out, *out.stride(), peak, n_mels, float(floor or 0.0),
         HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=whisper, F_PAD=f_pad, M_TOT=m1 + m2, M1=m1,
-        M2=m2, PRECISION=precision, ROUNDED=rounded and precision == "tf32", **config, **meta,
+        M2=m2, PRECISION=precision, **config, **meta,
     )  # fmt: skip
     if whisper:
         whisper_finish(out, peak)
@@ -768,8 +763,8 @@ def _unfused(
     the FFT path) and the mel projection (:func:`project`: ``(M, F) @ (B, F, T)`` with the STFT's
     ``scale`` folded into the filters as ``scale^power``, floor/log/Whisper fused in its tail).
 
-    Where the spectrogram is the four-step kernel's (:data:`ALIGNED_SPECTROGRAM`), it is launched here
-    with 64-byte rows and, at "tf32", TF32-rounded values, which the projection then reads as they are."""
+    Where the spectrogram is the four-step kernel's and the precision is in :data:`ALIGNED_SPECTROGRAM`,
+    it is launched here with 64-byte rows, which the projection's loads vectorize."""
     from .. import stft as nstft
     from . import fourstep
     from .stft import use_dense
@@ -777,12 +772,14 @@ def _unfused(
     window = window.detach().float()
     precision = dot_precision(x.device)
     route = dict(device_type=x.device.type, n_fft=n_fft, onesided=True, precision=precision)
-    rounded = False
-    if ALIGNED_SPECTROGRAM and not use_dense(n_fft) and fourstep.spectrogram_path(**route) == "fourstep":
-        rounded = precision == "tf32"
+    if (
+        precision in ALIGNED_SPECTROGRAM
+        and not use_dense(n_fft)
+        and fourstep.spectrogram_path(**route) == "fourstep"
+    ):
         spec = fourstep.spectrogram(
             x, n_fft=n_fft, hop=hop_length, window=window, center=center, pad_mode=pad_mode, scale=1.0,
-            power=power, _row_align=16, _round_tf32=rounded,
+            power=power, _row_align=16,
         )  # fmt: skip
     else:
         spec = nstft.spectrogram(
@@ -798,7 +795,7 @@ def _unfused(
     if drop_last:
         spec = spec[..., :-1]
     # float32: the op's Triton dtypes (float16/bfloat16/float32) give a float32 spectrogram.
-    mels = project(spec, filters, factor=scale**power, floor=floor, log=log, whisper=whisper, rounded=rounded)
+    mels = project(spec, filters, factor=scale**power, floor=floor, log=log, whisper=whisper)
     return mels.to(x.dtype)
 
 
