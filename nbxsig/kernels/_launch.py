@@ -53,22 +53,16 @@ def pdl_supported(device: torch.device) -> bool:
 
 
 @triton.jit
-def prefetch_l2(ptrs, mask):
-    """Ask L2 for the cache lines at ``ptrs`` (where ``mask``), returning nothing to the program.
+def prefetch_l2(ptrs):
+    """Ask L2 for the lines at ``ptrs`` (PTX ``prefetch.global.L2``): no register, no wait, no fault.
 
-    For a PDL launch's programs before ``gdc_wait``: read-only operands (weights, KV cache) start to
-    stream from DRAM while the previous grid finishes. It is safe against any writer: L2 is the GPU's
-    point of coherence, so a line fetched early is never stale, and nothing is read into registers
-    or L1 before the wait. sm_90 PTX only (``prefetch.global.L2``): callers compile it in only with
-    ``PDL``, which the interpreter never takes. One address per element; pass one per 128-byte line.
+    Nothing reaches the program, so it is safe even against a writer still running: L2 is the GPU's
+    point of coherence and a line fetched early is never stale. The depthwise stencils use it for
+    rows ahead, the int4 GEMV for its weights before the PDL wait. sm_90 PTX: callers compile it in
+    only where the interpreter never runs it. One address per 128-byte line is enough.
     """
     tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-        "=r,l,r",
-        [ptrs, mask.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
+        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
     )
 
 

@@ -225,18 +225,18 @@ def _int4_gemv_kernel(
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = n < N
     if PREFETCH_ROWS > 0:  # the split's first rows, one address per 128-byte line (32 words)
-        pf_row = sp * SPLIT_ROWS + tl.arange(0, PREFETCH_ROWS)
-        pf_col = pid_n * BLOCK_N + 32 * tl.arange(0, BLOCK_N // 32)
-        pf_ptrs = packed_ptr + pf_row.to(tl.int64)[:, None] * stride_pr + pf_col[None, :] * stride_pn
-        prefetch_l2(pf_ptrs, (pf_row < N_ROWS)[:, None] & (pf_col < N)[None, :])
+        # Indices clamped into the weight (a line past it is asked for again, never one outside).
+        pf_row = tl.minimum(sp * SPLIT_ROWS + tl.arange(0, PREFETCH_ROWS), N_ROWS - 1)
+        pf_col = tl.minimum(pid_n * BLOCK_N + 32 * tl.arange(0, BLOCK_N // 32), N - 1)
+        prefetch_l2(packed_ptr + pf_row.to(tl.int64)[:, None] * stride_pr + pf_col[None, :] * stride_pn)
         # ... and those rows' scale and min rows (fp16: 64 columns a line).
         PF_GROUPS: tl.constexpr = max(1, PREFETCH_ROWS // GROUP_ROWS)
-        pf_group = (sp * SPLIT_ROWS) // GROUP_ROWS + tl.arange(0, PF_GROUPS)
-        pf_scol = pid_n * BLOCK_N + 64 * tl.arange(0, max(1, BLOCK_N // 64))
+        N_GROUPS: tl.constexpr = (N_ROWS + GROUP_ROWS - 1) // GROUP_ROWS
+        pf_group = tl.minimum((sp * SPLIT_ROWS) // GROUP_ROWS + tl.arange(0, PF_GROUPS), N_GROUPS - 1)
+        pf_scol = tl.minimum(pid_n * BLOCK_N + 64 * tl.arange(0, max(1, BLOCK_N // 64)), N - 1)
         pf_soff = pf_group.to(tl.int64)[:, None] * stride_sg + pf_scol[None, :] * stride_sn
-        pf_smask = (pf_group < (N_ROWS + GROUP_ROWS - 1) // GROUP_ROWS)[:, None] & (pf_scol < N)[None, :]
-        prefetch_l2(scales_ptr + pf_soff, pf_smask)
-        prefetch_l2(mins_ptr + pf_soff, pf_smask)
+        prefetch_l2(scales_ptr + pf_soff)
+        prefetch_l2(mins_ptr + pf_soff)
     if PDL:  # the previous grid's writes are visible after this
         tl.extra.cuda.gdc_wait()
     m = tl.arange(0, BLOCK_M)
