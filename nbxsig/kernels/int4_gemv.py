@@ -20,9 +20,10 @@ sm_90 loop issues 635 instructions per 128 weights per thread (5.0 per weight; 7
 separate multiply and add and the scale pre-multiplied per nibble position, the form before
 0335a71). On the H200 that took the 4096×11008 layer from 16.1 to 14.9 µs (graph replays, bench
 ``quant_sweep``, 2026-12-03), 4096×4096 from 8.2 to 7.6 and 11008×4096 from 16.2 to 14.9: the
-kernel is not bound by its instruction issue alone (~6.7 µs of issue at 4096×11008) but by the
-latency of its short programs -- load, compute, then the split's arrival -- which the one-warp
-programs with every lane of a column in one thread (BLOCK_N 128-512) made worse: 15.5-47 µs.
+kernel is not bound by its instruction issue alone (7.3 µs at 4096×11008 with its prologue,
+epilogue and reduction, docs/models.md) but by the latency of its short programs -- load, compute,
+then the split's arrival -- which the one-warp programs with every lane of a column in one thread
+(BLOCK_N 128-512) made worse: 15.5-47 µs.
 
 The K loop is a ``tl.range`` with ``num_stages=STAGES``: with more than one stage Triton copies
 the next steps' words (and scales/mins) into shared memory with cp.async while this step computes,
