@@ -73,10 +73,11 @@ PDL = True
 #   an SM the previous grid left free starts its DRAM reads while that grid finishes. H200, eleventh
 #   round, back-to-back graph chains, µs per call, prefetch off / on in two calls: 1024×1024 (64
 #   programs) 3.41 / 2.91 and 3.40 / 2.90 (tinygemm 2.60); for every grid that fills the GPU it cost:
-#   4096×11008 14.34 / 15.38, 4096×4096 6.82 / 8.20, 11008×4096 14.31 / 15.89 -- the addresses raise the
-#   compiler's registers (71 → 80 at 4096×11008: 7 → 6 programs an SM; 64 → 67 at 4096×4096: 8 → 7,
-#   a second wave), and even at the old occupancy (maxnreg 72) 4096×11008 ran 15.74. The same prefetch
-#   of K/V in decode attention lost 1.6 µs at B=1 T=4096 (9.58 → 11.19) and 2.6 at T=32768: not used.
+#   4096×11008 14.34 / 15.38, 4096×4096 6.82 / 8.20, 11008×4096 14.31 / 15.89 with masked addresses
+#   (their registers: 71 → 80 at 4096×11008, 7 → 6 programs an SM; 64 → 67 at 4096×4096, a second
+#   wave); with the addresses clamped into the weight, as now, no change there (14.44 / 14.43, 6.78 /
+#   6.82, 14.33 / 14.36), 1024×1024 2.89. The same prefetch of K/V in decode attention lost 1.6 µs at
+#   B=1 T=4096 (9.58 → 11.19) and 2.6 at T=32768: not used.
 PREFETCH = True
 PREFETCH_STEPS = 4
 
