@@ -643,20 +643,7 @@ def stft(
 
 
 def _frame_major(
-    x,
-    *,
-    n_fft,
-    hop,
-    window,
-    center,
-    pad_mode,
-    scale,
-    power,
-    complex_out,
-    precision,
-    config,
-    row_align=1,
-    round_tf32=False,
+    x, *, n_fft, hop, window, center, pad_mode, scale, power, complex_out, precision, config, row_align=1
 ) -> torch.Tensor:
     """The launch behind :func:`spectrogram` and :func:`stft`: a contiguous ``(B, T, F)`` buffer (``(B,
     T, F, 2)`` interleaved with ``complex_out``; rows padded to ``row_align`` floats), returned as its

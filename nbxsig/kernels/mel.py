@@ -561,8 +561,8 @@ _PROJECT_CACHE: OrderedDict = OrderedDict()
 #: T128 F16 w8 s3 132 / 203; T64 F16 w4 s3 176 / 300; T128 F32 w4 s3 157 / 237; T128 F32 w8 s3 170 / 256;
 #: T256 F32 w8 s2 157 / 225; torch.matmul in the same process 136 / 240. Rows padded to 208 floats
 #: (16-byte aligned) gained 3-16 µs; the four-step kernel writes such rows at 3xTF32 since the eleventh
-#: round (:data:`ALIGNED_SPECTROGRAM`). Far from the 52-µs bandwidth
-#: floor (154 MB in, 61 MB out), and not profiled. The sm_90 build (offline) copies the spectrogram tile
+#: round (:data:`ALIGNED_SPECTROGRAM`). Far from the 52-µs bandwidth floor (154 MB in, 61 MB out), and
+#: not profiled. The sm_90 build (offline) copies the spectrogram tile
 #: into shared memory with cp.async, loads it into registers to round it to TF32 and issues the wgmma with
 #: that operand from registers (8 HGMMA per tile at TF32, 24 at 3xTF32).
 PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3}
@@ -772,11 +772,8 @@ def _unfused(
     window = window.detach().float()
     precision = dot_precision(x.device)
     route = dict(device_type=x.device.type, n_fft=n_fft, onesided=True, precision=precision)
-    if (
-        precision in ALIGNED_SPECTROGRAM
-        and not use_dense(n_fft)
-        and fourstep.spectrogram_path(**route) == "fourstep"
-    ):
+    aligned = precision in ALIGNED_SPECTROGRAM and not use_dense(n_fft)
+    if aligned and fourstep.spectrogram_path(**route) == "fourstep":
         spec = fourstep.spectrogram(
             x, n_fft=n_fft, hop=hop_length, window=window, center=center, pad_mode=pad_mode, scale=1.0,
             power=power, _row_align=16,
