@@ -22,6 +22,15 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+def cuobjdump(compiled, *flags):
+    """Triton's bundled cuobjdump with ``flags`` (``-sass``, ``-res-usage``) on a compiled kernel's cubin."""
+    import os, subprocess, tempfile
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        return subprocess.run([tool, *flags, f.name], capture_output=True, text=True, check=True).stdout
+
 def compile_sm90(kernel, pointers, constexprs, floats=(), attrs=None, **options):
     """Compile ``kernel`` for sm_90: arguments named in ``constexprs`` are constexpr, the others take
     their type from ``pointers``, else fp32 when named in ``floats``, else i32. Exits with status 77

@@ -22,14 +22,9 @@ def build(kernel, pointers, constexprs, attrs=None, **options):
     assert "m64n8k8" not in compiled.asm["ptx"], (kernel.__name__, constexprs, options)
     return compiled
 
-def stack_bytes(compiled):  # bytes of local stack (spilled registers) ptxas gave it, by cuobjdump
-    import os, re, subprocess, tempfile
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True)
-    return int(re.search(r"STACK:(\d+)", usage.stdout).group(1))
+def stack_bytes(compiled):  # bytes of local stack (spilled registers) ptxas gave it
+    import re
+    return int(re.search(r"STACK:(\d+)", cuobjdump(compiled, "-res-usage")).group(1))  # from _sm90.PRELUDE
 
 for xt in ("*fp32", "*fp16"):
     ptr = {"x_ptr": xt, "w_ptr": "*fp32", "y_ptr": xt}

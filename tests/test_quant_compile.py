@@ -50,6 +50,34 @@ for m, k, n, gs, bias, even_n, stages, pdl in [
     assert ("griddepcontrol" in compiled.asm["ptx"]) == pdl, (m, k, n, pdl)
     # With PDL the weights' first steps are asked of L2 before the wait (_launch.prefetch_l2).
     assert ("prefetch.global.L2" in compiled.asm["ptx"]) == pdl, (m, k, n, pdl)
+# The one-row K loop as the JIT specializes the 4096×11008 launch (16-byte aligned pointers, unit strides
+# constant, the row strides 16-divisible): the bit-exact contract's two FFMAs a weight (dequantize,
+# accumulate) and nothing fused away, four 128-bit word loads a step, and the loop's length -- 635
+# instructions for 128 weights a thread on Triton 3.6 (docs/models.md, "The issue-rate bound"); more than
+# 5 a weight fails here before it costs time on the GPU.
+import re
+cfg = KG.gemv_config(1, 4096, 11008, 128)
+names = KG._int4_gemv_kernel.arg_names
+unit = dict(stride_xk=1, stride_pn=1, stride_sn=1, stride_on=1)
+wide = ("stride_xm", "stride_pr", "stride_sg", "stride_om")  # 4096 / 11008: multiples of 16
+attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names) if name in gemv or name in wide}
+compiled = build(KG._int4_gemv_kernel, gemv,
+      dict(**unit, N_ROWS=512, GROUP_ROWS=16, SPLIT_ROWS=cfg.split_rows, N_SPLITS=cfg.n_splits(512),
+           HAS_BIAS=False, EVEN_N=True, BLOCK_M=1, BLOCK_R=cfg.block_r, BLOCK_N=cfg.block_n,
+           STAGES=cfg.num_stages, PDL=True, PREFETCH_ROWS=0),
+      attrs=attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
+lines = [m.groups() for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", cuobjdump(compiled, "-sass"))]
+jumps = [(int(at, 16), int(m.group(1), 16)) for at, op in lines if (m := re.search(r"BRA 0x([0-9a-f]+)", op))]
+back = [(at, to) for at, to in jumps if to < at]
+assert len(back) == 1, back  # one K loop (a backward branch)
+end, start = back[0]
+loop = [op for at, op in lines if start <= int(at, 16) <= end]
+per_thread = cfg.block_r * cfg.block_n * 8 // (32 * cfg.num_warps)  # weights a thread takes per step
+ffma = sum(1 for op in loop if re.match(r"(@!?P\w+\s+)?FFMA\b", op))
+wide_loads = sum(1 for op in loop if re.match(r"(@!?P\w+\s+)?LDG\.E\.128\b", op))
+assert ffma == 2 * per_thread, (ffma, per_thread)
+assert wide_loads >= 4, wide_loads
+assert len(loop) <= 5 * per_thread, (len(loop), per_thread)
 deq = {"packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16", "out_ptr": "*bf16"}
 build(KG._dequant_kernel, deq, dict(N_ROWS=512, GROUP_ROWS=16, BLOCK_R=16, BLOCK_N=128), num_warps=4)
 
