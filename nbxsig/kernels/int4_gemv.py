@@ -440,10 +440,10 @@ def int4_gemv(
 
 
 def prefetches(device: torch.device, programs: int) -> bool:
-    """Whether a PDL launch of ``programs`` programs on ``device`` prefetches its weights (``PREFETCH``):
-    only where the grid leaves SMs free, on which the next launch's programs are placed while this
-    one runs (see PREFETCH for the measurements)."""
-    return PREFETCH and pdl_supported(device) and programs <= sm_count(device)
+    """Whether a PDL launch (the caller checked PDL) of ``programs`` programs on the CUDA ``device``
+    prefetches its weights (``PREFETCH``): only where the grid leaves SMs free, on which the next
+    launch's programs are placed while this one runs (see PREFETCH for the measurements)."""
+    return PREFETCH and programs <= sm_count(device)
 
 
 def _prefetch_rows(split_rows: int, block_r: int) -> int:

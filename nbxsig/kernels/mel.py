@@ -780,15 +780,9 @@ def _unfused(
         )  # fmt: skip
     else:
         spec = nstft.spectrogram(
-            x,
-            n_fft,
-            hop_length,
-            window=window,
-            power=power,
-            center=center,
-            pad_mode=pad_mode,
+            x, n_fft, hop_length, window=window, power=power, center=center, pad_mode=pad_mode,
             backend="triton",
-        )
+        )  # fmt: skip
     if drop_last:
         spec = spec[..., :-1]
     # float32: the op's Triton dtypes (float16/bfloat16/float32) give a float32 spectrogram.
