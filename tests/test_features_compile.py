@@ -1,4 +1,4 @@
-"""Compile the mel and streaming kernels for an H100/H200 (sm_90) without a GPU.
+"""Compile the mel, four-step and streaming kernels for an H100/H200 (sm_90) without a GPU.
 
 The interpreter (how the rest of the suite runs kernels) accepts code that the compiler refuses --
 e.g. a variable whose shape changes inside an ``if`` block -- so CI also compiles the real kernels
@@ -51,6 +51,37 @@ for precision, _, log, peak in variants:
                      floats=("floor",), attrs=aligned, **meta)
     assert "async_copy_global_to_local" in compiled.asm["ttgir"], precision
     assert compiled.metadata.shared <= 227 * 1024, (precision, compiled.metadata.shared)
+# The four-step kernel (the GPU's spectrogram, stft and mel paths for n_fft 400/512): each launch's
+# config and mode within the H200's 227 KB of shared memory, and spilling no more than today. Two
+# spill (Triton 3.6): n_fft 512's complex tile at TF32 (8 frames on 2 warps, 96 bytes; it measured
+# faster than 4 warps, which do not spill: 163.2 vs 165.6 µs) and the opt-in mel epilogue (120 bytes).
+import re
+from nbxsig.kernels import fourstep as fs
+
+def stack_bytes(compiled):
+    return int(re.search(r"STACK:(\d+)", cuobjdump(compiled, "-res-usage")).group(1))
+
+fs_pointers = {n: "*fp32" for n in fs._fourstep_kernel.arg_names if n.endswith("_ptr")}
+fs_pointers["peak_ptr"] = "*i32"
+launches = [  # (n_fft, precision, mode, config, stack bytes allowed)
+    (400, "tf32", "power", fs.SPEC_CONFIGS[400], 0), (400, "tf32x3", "power", fs.SPEC_CONFIGS[400], 0),
+    (512, "tf32", "power", fs.SPEC_CONFIGS[512], 0), (400, "tf32x3", "complex", fs.STFT_CONFIGS[400], 0),
+    (512, "tf32", "complex", fs.STFT_CONFIGS[512], 96), (400, "tf32", "mel", fs.MEL_CONFIG, 120),
+]
+for n_fft, precision, mode, config, stack in launches:
+    mel = mode == "mel"
+    n1, n2 = fs.plan(n_fft, mel=mel)
+    n1p, n2p, k2p = fs._pads(n1, n2, mel=mel)
+    nyq = fs._split_nyquist(n2, mel=mel)
+    constexprs = dict(N_FFT=n_fft, N1=n1, N2=n2, N1P=n1p, N2P=n2p, K2P=k2p, MODE=1, HAS_WINDOW=True,
+                      POWER_MODE=2, MEL=mel, HAS_FLOOR=mel, LOG=1 if mel else 0, TRACK_PEAK=mel, M_TOT=80,
+                      M1=64, M2=16, BLOCK_T=config["BLOCK_T"], PRECISION=precision,
+                      PERMUTE_STORE=fs.PERMUTE_STORE, COMPLEX=mode == "complex", NYQ=nyq,
+                      K_END=n_fft // 2 + (0 if nyq else 1))
+    compiled = build(fs._fourstep_kernel, fs_pointers, constexprs, floats=("scale", "power", "floor"),
+                     num_warps=config["num_warps"], num_stages=config["num_stages"])
+    assert stack_bytes(compiled) <= stack, (n_fft, precision, mode, stack_bytes(compiled))
+    assert compiled.metadata.shared <= 227 * 1024, (n_fft, precision, mode, compiled.metadata.shared)
 print("compiled")
 """
 
