@@ -63,6 +63,8 @@ def stack_bytes(compiled):
 
 fs_pointers = {n: "*fp32" for n in fs._fourstep_kernel.arg_names if n.endswith("_ptr")}
 fs_pointers["peak_ptr"] = "*i32"
+fs_scalars = {"stride_xb", "stride_xl", "length", "stride_ob", "stride_of", "stride_ot", "n_frames", "hop",
+              "pad", "scale", "power", "floor", "n_mels"}
 launches = [  # (n_fft, precision, mode, config, stack bytes allowed)
     (400, "tf32", "power", fs.SPEC_CONFIGS[400], 0), (400, "tf32x3", "power", fs.SPEC_CONFIGS[400], 0),
     (512, "tf32", "power", fs.SPEC_CONFIGS[512], 0), (400, "tf32x3", "complex", fs.STFT_CONFIGS[400], 0),
@@ -77,9 +79,12 @@ for n_fft, precision, mode, config, stack in launches:
                       POWER_MODE=2, MEL=mel, HAS_FLOOR=mel, LOG=1 if mel else 0, TRACK_PEAK=mel, M_TOT=80,
                       M1=64, M2=16, BLOCK_T=config["BLOCK_T"], PRECISION=precision,
                       PERMUTE_STORE=fs.PERMUTE_STORE, COMPLEX=mode == "complex", NYQ=nyq,
-                      K_END=n_fft // 2 + (0 if nyq else 1))
+                      K_END=n_fft // 2 + (0 if nyq else 1),
+                      WINDOW_TABLE=n_fft in fs.WINDOW_TABLE_N.get(precision, ()))
     compiled = build(fs._fourstep_kernel, fs_pointers, constexprs, floats=("scale", "power", "floor"),
                      num_warps=config["num_warps"], num_stages=config["num_stages"])
+    # Every other argument is a runtime scalar: a new constexpr missing here would compile as an i32.
+    assert set(fs._fourstep_kernel.arg_names) - {*fs_pointers, *constexprs} == fs_scalars
     assert stack_bytes(compiled) <= stack, (n_fft, precision, mode, stack_bytes(compiled))
     assert compiled.metadata.shared <= 227 * 1024, (n_fft, precision, mode, compiled.metadata.shared)
 print("compiled")

@@ -120,6 +120,14 @@ def test_dispatch_rules(monkeypatch):
 
 # ---------------------------------------------------------------- power spectrogram
 
+# Case keys that set launch options (``_config``).
+CONFIG_KEYS = {"n1": "N1", "block_t": "BLOCK_T", "permute": "PERMUTE_STORE", "window_table": "WINDOW_TABLE"}
+
+
+def _config(case: dict) -> dict | None:
+    return {key: case[name] for name, key in CONFIG_KEYS.items() if name in case} or None
+
+
 SPEC_CASES = [
     pytest.param(dict(n_fft=12, hop=3, window="hann", pad_mode="reflect"), id="n12-hop3-hann-reflect"),
     pytest.param(
@@ -139,6 +147,11 @@ SPEC_CASES = [
     ),
     pytest.param(dict(n_fft=48, hop=5, window="hann", length=700, pad_mode="circular"), id="n48-long-circ"),
     pytest.param(dict(n_fft=512, hop=128, window="random", pad_mode="constant"), id="n512-const"),
+    # The window as one frame's table broadcast over the tile (the GPU's choice at TF32 for n_fft 400).
+    pytest.param(
+        dict(n_fft=400, hop=160, window="random", normalized=True, window_table=True), id="n400-window-table"
+    ),
+    pytest.param(dict(n_fft=48, hop=13, window=None, window_table=True, strided=True), id="n48-rect-table"),
 ]
 
 
@@ -153,7 +166,7 @@ def test_spectrogram_matches_float64_rfft(case, device, generator):
     x = _x((case.get("batch", 2), length), generator, device, strided=case.get("strided", False))
     got = fourstep.spectrogram(
         x, n_fft=n_fft, hop=hop, window=None if window is None else window.float().to(device), center=center,
-        pad_mode=pad_mode, scale=scale, power=power,
+        pad_mode=pad_mode, scale=scale, power=power, _config=_config(case),
     )  # fmt: skip
     expected = power_oracle(x, n_fft, hop, window, center=center, pad_mode=pad_mode, scale=scale, power=power)
     assert got.shape == expected.shape and got.dtype == torch.float32
@@ -230,10 +243,8 @@ STFT_CASES = [
         dict(n_fft=1000, hop=300, window="hann", batch=3, strided=True, permute=False),
         id="n1000-k1-row-stores",
     ),
+    pytest.param(dict(n_fft=400, hop=160, window="hann", block_t=4, window_table=True), id="n400-wtable"),
 ]
-
-
-CONFIG_KEYS = {"n1": "N1", "block_t": "BLOCK_T", "permute": "PERMUTE_STORE"}
 
 
 @pytest.mark.parametrize("case", STFT_CASES)
@@ -246,10 +257,9 @@ def test_stft_matches_float64_rfft(case, device, generator):
     scale = 1.0 / math.sqrt(n_fft) if case.get("normalized") else 1.0
     length = case.get("length", 3 * n_fft + 17)
     x = _x((case.get("batch", 2), length), generator, device, strided=case.get("strided", False))
-    config = {key: case[name] for name, key in CONFIG_KEYS.items() if name in case}
     got = fourstep.stft(
         x, n_fft=n_fft, hop=hop, window=None if window is None else window.float().to(device), center=center,
-        pad_mode=pad_mode, scale=scale, _config=config or None,
+        pad_mode=pad_mode, scale=scale, _config=_config(case),
     )  # fmt: skip
     expected = stft_oracle(x, n_fft, hop, window, center=center, pad_mode=pad_mode, scale=scale)
     assert got.shape == (*expected.shape, 2) and got.dtype == torch.float32

@@ -259,6 +259,7 @@ def _fourstep_kernel(
     COMPLEX: tl.constexpr,  # write X itself, interleaved (re, im) at out + 2·(...) + part
     NYQ: tl.constexpr,  # stage 2 stops below k2 = N2/2; the Nyquist bin is summed from the frame tile
     K_END: tl.constexpr,  # bins k < K_END come from stage 2 (N/2 with NYQ, else N/2 + 1)
+    WINDOW_TABLE: tl.constexpr,  # one frame's window broadcast over the tile, else loaded per element
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -284,7 +285,14 @@ def _fourstep_kernel(
         v = _load_signal(
             x_ptr, b * stride_xb, stride_xl, p, pad, length, valid & (t1 < n_frames)[:, None], x_ptr, MODE
         )
-    v = v * (_load_window(win_ptr, n, valid, HAS_WINDOW) * scale)
+    if WINDOW_TABLE:
+        # The window of one frame, (N2P, N1P), broadcast over the tile's frames: 1/BLOCK_T of the loads.
+        n2t = tl.arange(0, N2P)
+        nt = n1[None, :] * N2 + n2t[:, None]
+        wt = _load_window(win_ptr, nt, (n1 < N1)[None, :] & (n2t < N2)[:, None], HAS_WINDOW) * scale
+        v = tl.reshape(tl.reshape(v, (BLOCK_T, N2P, N1P)) * wt[None, :, :], (R1, N1P))
+    else:
+        v = v * (_load_window(win_ptr, n, valid, HAS_WINDOW) * scale)
     if NYQ:
         # X[N/2] = Σ_n (-1)^n v[n], and with N2 even (-1)^n = (-1)^n2: a signed row sum (fp32 adds).
         sign = (1 - 2 * (n2 % 2)).to(tl.float32)
@@ -294,17 +302,20 @@ def _fourstep_kernel(
     o1 = n1[:, None] * (2 * N1P) + c1[None, :]
     y = _dot(v, b1_ptr + o1, b1_lo_ptr + o1, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION)
     y_re, y_im = tl.split(tl.reshape(y, (R1, N1P, 2)))
-    # Twiddle W_N^{n2·k1} = c − i·s (tables (N2P, N1P), the same for every frame).
+    # Twiddle W_N^{n2·k1} = c − i·s: one (N2P, N1P) table, the same for every frame, broadcast over the
+    # tile in the dot output's own layout. Loading it per (frame, n2) row instead cost 8 K loads a
+    # program and a conversion of the whole (R1, N1P) tile to the loads' layout through shared memory
+    # (twelfth round, H200, n_fft 400 at TF32: 276.4–278.6 vs 313.5–315.2 µs).
     k1 = tl.arange(0, N1P)
-    ot = n2[:, None] * N1P + k1[None, :]
-    c = tl.load(tw_ptr + ot)
-    s = tl.load(tw_ptr + N2P * N1P + ot)
-    z_re = y_re * c + y_im * s
-    z_im = y_im * c - y_re * s
+    ot = tl.arange(0, N2P)[:, None] * N1P + k1[None, :]
+    c = tl.load(tw_ptr + ot)[None, :, :]
+    s = tl.load(tw_ptr + N2P * N1P + ot)[None, :, :]
+    y_re = tl.reshape(y_re, (BLOCK_T, N2P, N1P))
+    y_im = tl.reshape(y_im, (BLOCK_T, N2P, N1P))
     # Transpose each frame's (n2, k1) block to (k1, n2): stage 2 rows are (frame, k1), columns
     # 2·n2 + part.
-    z_re = tl.permute(tl.reshape(z_re, (BLOCK_T, N2P, N1P)), (0, 2, 1))
-    z_im = tl.permute(tl.reshape(z_im, (BLOCK_T, N2P, N1P)), (0, 2, 1))
+    z_re = tl.permute(y_re * c + y_im * s, (0, 2, 1))
+    z_im = tl.permute(y_im * c - y_re * s, (0, 2, 1))
     R2: tl.constexpr = BLOCK_T * N1P
     z = tl.reshape(tl.join(z_re, z_im), (R2, 2 * N2P))
     # Stage 2: the onesided half, columns 2·k2 + part for k2 < K2P.
@@ -520,6 +531,12 @@ def _default_config(n_fft: int) -> dict:
     return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 8, "num_stages": 1}
 
 
+#: n_fft where the window is one frame's (N2P, N1P) table broadcast over the tile's frames, per dot
+#: precision; elsewhere it is loaded per element of the (frame, n2) × n1 tile, as the signal is. Measured
+#: on an H200 (64 × 30 s, twelfth round): n_fft 400 at TF32 259.6 vs 278.6 µs (stft 303.5 vs 314.8);
+#: at 3xTF32 539.4 vs 539.5 (stft 602.0 vs 592.5), n_fft 512 and 256 at TF32 1-8 µs slower.
+WINDOW_TABLE_N: dict[str, tuple[int, ...]] = {"tf32": (400,)}
+
 #: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
 #: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs). Complex stores:
 #: the (frame, k1) rows lose clearly (n_fft 400, 8 frames on 4 warps: 259.1 vs 215.8 µs at 3xTF32,
@@ -552,8 +569,14 @@ def _launch(
 ) -> None:
     device = x.device
     mel = filters is not None
+    precision = precision or dot_precision(device)
     base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get(n_fft)
-    meta = {"PERMUTE_STORE": PERMUTE_STORE, **(base or _default_config(n_fft)), **(config or {})}
+    meta = {
+        "PERMUTE_STORE": PERMUTE_STORE,
+        "WINDOW_TABLE": n_fft in WINDOW_TABLE_N.get(precision, ()),
+        **(base or _default_config(n_fft)),
+        **(config or {}),
+    }
     block_t = meta.pop("BLOCK_T")
     # "N1" (benchmarks, tests) picks another factorisation than plan's; the mel filterbank is laid
     # out for plan's.
@@ -561,7 +584,6 @@ def _launch(
     n2_ = n_fft // n1_
     nyq = _split_nyquist(n2_, mel=mel)
     n1p, n2p, k2p = _pads(n1_, n2_, mel=mel)
-    precision = precision or dot_precision(device)
     (b1, b1_hi, b1_lo), tw, (b2, b2_hi, b2_lo) = _tables(n1_, n2_, n2_ // 2 + (0 if nyq else 1), device)
     if filters is None:
         fb = fb_lo = tw  # unused (MEL=False)
