@@ -45,6 +45,7 @@ import triton.language as tl
 from .._dispatch import interpreter_enabled
 from ..reference import mel as ref
 from ..reference.dft import rdft_basis
+from ._launch import CachedLaunch
 from ._runtime import check_launchable, empty_output
 from .stft import n_frames as count_frames
 
@@ -430,6 +431,11 @@ def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
     tl.store(ptrs, ((tl.maximum(v, top) + 4.0) * 0.25).to(out_ptr.dtype.element_ty), mask=ok)
 
 
+# Through the compiled handles: Triton's own launch path is host time on every call.
+_project_launch = CachedLaunch(_project_kernel)
+_whisper_finish_launch = CachedLaunch(_whisper_finish_kernel)
+
+
 def whisper_finish(out: torch.Tensor, peak: torch.Tensor) -> None:
     """Whisper's second pass over the contiguous log10-mels ``out (B, n_mels, T)``, in place: the floor
     at each example's log10(max) − 8 (``peak``: that maximum's float bits, per example), then
@@ -437,7 +443,7 @@ def whisper_finish(out: torch.Tensor, peak: torch.Tensor) -> None:
     per_example = out.shape[1] * out.shape[2]
     block = 1024
     grid = (triton.cdiv(per_example, block), out.shape[0])
-    _whisper_finish_kernel[grid](out, peak, per_example, BLOCK=block)
+    _whisper_finish_launch(grid, (out, peak, per_example), {"BLOCK": block}, 4)
 
 
 # The interior launch's configs: the two fastest of the 10 that `python -m nbxsig.bench.mel_sweep`
@@ -567,7 +573,7 @@ _PROJECT_CACHE: OrderedDict = OrderedDict()
 #: that operand from registers (8 HGMMA per tile at TF32, 24 at 3xTF32).
 PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3}
 #: Dot precisions at which the unfused path launches the four-step spectrogram with rows padded to 64
-#: bytes (208 floats for 201 bins; :func:`_unfused`), else ``nbxsig.stft.spectrogram``'s 201-float rows.
+#: bytes (208 floats for 201 bins; :func:`_unfused`), else with 201-float rows.
 #: H200, eleventh round, 64 × 30 s, n_fft 400, 80 mels, three interleaved passes (µs, 201 / 208-float
 #: rows): "tf32x3" whole op 780 / 765 (projection 199 / 181, four-step 574 / 578); "tf32" with the power
 #: also stored TF32-rounded so the projection's dot takes the tile as loaded, 427 / 456 (projection 112
@@ -608,12 +614,16 @@ def project(
     # Whisper's per-example maxima (float bits); without TRACK_PEAK the kernel never reads it.
     peak = torch.zeros(batch, dtype=torch.int32, device=device) if whisper else out
     grid = (triton.cdiv(n_frames, config["BLOCK_T"]), batch)
-    _project_kernel[grid](
+    args = (
         spec, spec.stride(0), spec.stride(1), spec.stride(2), n_frames, n_freq,
         fb if precision == "ieee" else fb_hi, fb_lo, out, *out.stride(), peak, n_mels, float(floor or 0.0),
-        HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=whisper, F_PAD=f_pad, M_TOT=m1 + m2, M1=m1,
-        M2=m2, PRECISION=precision, **config, **meta,
     )  # fmt: skip
+    constexprs = dict(
+        HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=whisper, F_PAD=f_pad, M_TOT=m1 + m2, M1=m1,
+        M2=m2, PRECISION=precision, **config,
+    )  # fmt: skip
+    num_warps = meta.pop("num_warps", 4)
+    _project_launch(grid, args, constexprs, num_warps, options=meta)
     if whisper:
         whisper_finish(out, peak)
     return out
@@ -763,8 +773,8 @@ def _unfused(
     the FFT path) and the mel projection (:func:`project`: ``(M, F) @ (B, F, T)`` with the STFT's
     ``scale`` folded into the filters as ``scale^power``, floor/log/Whisper fused in its tail).
 
-    Where the spectrogram is the four-step kernel's and the precision is in :data:`ALIGNED_SPECTROGRAM`,
-    it is launched here with 64-byte rows, which the projection's loads vectorize."""
+    Where the spectrogram is the four-step kernel's it is launched here, and with 64-byte rows, which
+    the projection's loads vectorize, where the precision is in :data:`ALIGNED_SPECTROGRAM`."""
     from .. import stft as nstft
     from . import fourstep
     from .stft import use_dense
@@ -772,11 +782,12 @@ def _unfused(
     window = window.detach().float()
     precision = dot_precision(x.device)
     route = dict(device_type=x.device.type, n_fft=n_fft, onesided=True, precision=precision)
-    aligned = precision in ALIGNED_SPECTROGRAM and not use_dense(n_fft)
-    if aligned and fourstep.spectrogram_path(**route) == "fourstep":
+    if not use_dense(n_fft) and fourstep.spectrogram_path(**route) == "fourstep":
+        # The kernel itself, not through nbxsig.stft.spectrogram's checks and dispatch (this op's own
+        # were made): host time on every call.
         spec = fourstep.spectrogram(
             x, n_fft=n_fft, hop=hop_length, window=window, center=center, pad_mode=pad_mode, scale=1.0,
-            power=power, _row_align=16,
+            power=power, _row_align=16 if precision in ALIGNED_SPECTROGRAM else 1,
         )  # fmt: skip
     else:
         spec = nstft.spectrogram(
