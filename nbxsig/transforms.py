@@ -92,7 +92,16 @@ class Spectrogram(nn.Module):
         return _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, self.window.device)
 
     def _scale(self) -> float:
-        return _f.spec_scale(self.normalized, self._padded_window(), self.n_fft)
+        # Called on every MelSpectrogram forward: only the window norm needs the window, and that
+        # (a device-to-host read) once per window buffer version.
+        if self.normalized not in (True, "window"):
+            return _f.spec_scale(self.normalized, self.window, self.n_fft)
+        w = self.window
+        key = (w.data_ptr(), w._version, w.device)
+        if getattr(self, "_scale_key", None) != key:
+            self._scale_cache = _f.spec_scale(self.normalized, self._padded_window(), self.n_fft)
+            self._scale_key = key
+        return self._scale_cache
 
     def _basis(self, dtype: torch.dtype) -> torch.Tensor:
         return _ref.analysis_basis(

@@ -99,6 +99,20 @@ def test_mel_spectrogram_module_triton(device, generator):
     assert_close(module(x.to(device)), expected, dtype="float32", rel_error=1e-5)  # cached basis
 
 
+def test_mel_spectrogram_triton_follows_window_changes(device, generator):
+    # The Triton path caches the padded window and the window-norm scale per window buffer version: an
+    # in-place change of the window must reach both (normalized=True scales by 1/‖w‖).
+    x = random_tensor((2, 600), generator=generator)
+    kw = dict(sample_rate=8000, n_fft=64, win_length=48, hop_length=16, n_mels=12, normalized=True)
+    module = T.MelSpectrogram(**kw, backend="triton").to(device)
+    reference = torchaudio.transforms.MelSpectrogram(**kw).double()  # reads its window on every call
+    assert_close(module(x.to(device)), reference(x.double()), dtype="float32", rel_error=1e-5)
+    taper = 0.5 + random_tensor((48,), generator=generator).abs()
+    module.spectrogram.window.mul_(taper.to(device))
+    reference.spectrogram.window.mul_(taper.double())
+    assert_close(module(x.to(device)), reference(x.double()), dtype="float32", rel_error=1e-5)
+
+
 def test_mel_scale_matches_torchaudio(generator):
     spec = random_tensor((2, 257, 30), generator=generator, low=0.0, high=10.0)
     kw = dict(n_mels=40, sample_rate=22050, f_min=30.0, n_stft=257, norm="slaney", mel_scale="slaney")
