@@ -63,8 +63,10 @@ spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µ
 -- 5× and 9× its floor; at 502fb23 198.6 / 110.3 µs. Complex stft n_fft 400 (``--phase stft``,
 502fb23): 215.8 µs at 3xTF32 (torch.stft 280.3, the FFT path 216.6) and 122.4 at TF32 -- 5.7× and
 3.6× the floors above; n_fft 1000 and 2048 run 3-5× slower than the FFT path (:data:`AUTO_STFT_N`).
-The gap: every stage boundary (dot output → re/im split → twiddle → transpose → dot operand) is a
-layout conversion through shared memory, and at 3xTF32 a tile needs ~8.7 KB of shared memory per
+Twelfth round (one twiddle table broadcast over the tile, the window too at TF32): 184 / 93 µs, and on
+64 × 30 s 539 / 260 µs; Nsight Compute puts the kernel at 90% of its L1/shared-memory throughput.
+The gap: the stage boundaries (dot output → dot operand, the per-frame transpose) are layout
+conversions through shared memory, and at 3xTF32 a tile needs ~8.7 KB of shared memory per
 frame, which caps the tile (32 frames do not fit) and the programs per SM. With Triton's Hopper
 wgmma disabled (``DISABLE_MMA_V3=1``, register-operand mma.sync) the same tile ran 188-192 µs. The
 order of the three TF32 products: both ``a_hi`` products first (so the ``a_hi``/``a_lo`` tiles need
