@@ -91,17 +91,20 @@ class Spectrogram(nn.Module):
     def _padded_window(self) -> torch.Tensor:
         return _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, self.window.device)
 
-    def _scale(self) -> float:
-        # Called on every MelSpectrogram forward: only the window norm needs the window, and that
-        # (a device-to-host read) once per window buffer version.
-        if self.normalized not in (True, "window"):
-            return _f.spec_scale(self.normalized, self.window, self.n_fft)
+    def _window_state(self) -> tuple[torch.Tensor, float]:
+        """The padded window and the STFT's scale, cached per window buffer (address, version, device):
+        MelSpectrogram's Triton path asks on every forward, where padding the window would cost
+        launches and the window-norm scale a device-to-host read."""
         w = self.window
         key = (w.data_ptr(), w._version, w.device)
-        if getattr(self, "_scale_key", None) != key:
-            self._scale_cache = _f.spec_scale(self.normalized, self._padded_window(), self.n_fft)
-            self._scale_key = key
-        return self._scale_cache
+        if getattr(self, "_window_key", None) != key:
+            padded = self._padded_window()
+            self._window_cache = (padded, _f.spec_scale(self.normalized, padded, self.n_fft))
+            self._window_key = key
+        return self._window_cache
+
+    def _scale(self) -> float:
+        return self._window_state()[1]
 
     def _basis(self, dtype: torch.dtype) -> torch.Tensor:
         return _ref.analysis_basis(
@@ -265,7 +268,8 @@ class MelSpectrogram(nn.Module):
         if spec.pad > 0:
             x = torch.nn.functional.pad(x, (spec.pad, spec.pad))
         _f.check_signal("waveform", x, n_fft=spec.n_fft, center=spec.center, pad_mode=spec.pad_mode)
-        window = self._triton_window()
+        # One padded-window tensor per buffer version, so the kernel's packed-basis cache hits.
+        window, scale = spec._window_state()
         out = _f._MEL(
             x,
             n_fft=spec.n_fft,
@@ -273,21 +277,12 @@ class MelSpectrogram(nn.Module):
             window=window,
             filters=self.mel_scale.fb,
             power=spec.power,
-            scale=spec._scale(),
+            scale=scale,
             center=spec.center,
             pad_mode=spec.pad_mode,
             backend="triton",
         )
         return out.reshape(*waveform.shape[:-1], *out.shape[-2:])
-
-    def _triton_window(self) -> torch.Tensor:
-        # One padded-window tensor per buffer version, so the kernel's packed-basis cache hits.
-        w = self.spectrogram.window
-        key = (w.data_ptr(), w._version, w.device)
-        if getattr(self, "_window_key", None) != key:
-            self._window_cache = self.spectrogram._padded_window()
-            self._window_key = key
-        return self._window_cache
 
 
 class InverseSpectrogram(nn.Module):
