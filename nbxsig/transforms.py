@@ -87,6 +87,7 @@ class Spectrogram(nn.Module):
         self.register_buffer("window", window)
         # The windowed basis, built once in float64 and rounded (not in state_dict: torchaudio has none).
         self.register_buffer("basis", self._basis(torch.float32), persistent=False)
+        self._basis_key = self._window_key
 
     def _padded_window(self) -> torch.Tensor:
         return _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, self.window.device)
@@ -94,7 +95,8 @@ class Spectrogram(nn.Module):
     def _window_state(self) -> tuple[torch.Tensor, float]:
         """The padded window and the STFT's scale, cached per window buffer (address, version, device):
         MelSpectrogram's Triton path asks on every forward, where padding the window would cost
-        launches and the window-norm scale a device-to-host read."""
+        launches and the window-norm scale a device-to-host read; the torch path's float32 basis is
+        rebuilt when the key moves (:meth:`_float32_basis`)."""
         w = self.window
         key = (w.data_ptr(), w._version, w.device)
         if getattr(self, "_window_key", None) != key:
@@ -106,11 +108,22 @@ class Spectrogram(nn.Module):
     def _scale(self) -> float:
         return self._window_state()[1]
 
+    def _float32_basis(self) -> torch.Tensor:
+        # The buffer, rebuilt when the window changed since it was built (in place, or by
+        # load_state_dict, as torchaudio's modules read their window on every call).
+        if not _ref._exporting():
+            self._window_state()  # refreshes _window_key
+            if self._basis_key != self._window_key:
+                self.basis = self._basis(torch.float32)
+                self._basis_key = self._window_key
+        return self.basis
+
     def _basis(self, dtype: torch.dtype) -> torch.Tensor:
+        padded, scale = self._window_state()
         return _ref.analysis_basis(
-            self._padded_window(),
+            padded,
             self.n_fft,
-            self._scale(),
+            scale,
             dtype=dtype,
             device=self.window.device,
             onesided=self.onesided,
@@ -126,7 +139,8 @@ class Spectrogram(nn.Module):
             _f.check_signal("waveform", x, n_fft=self.n_fft, center=self.center, pad_mode=self.pad_mode)
         # The float32 buffer serves float32 input; other dtypes (float64 above all) get a basis
         # rounded once from float64 rather than a converted float32 one.
-        basis = self.basis if self.basis.dtype == x.dtype == torch.float32 else self._basis(x.dtype)
+        float32 = self.basis.dtype == x.dtype == torch.float32
+        basis = self._float32_basis() if float32 else self._basis(x.dtype)
         return _ref.stft_parts(
             x,
             n_fft=self.n_fft,

@@ -99,6 +99,23 @@ def test_mel_spectrogram_module_triton(device, generator):
     assert_close(module(x.to(device)), expected, dtype="float32", rel_error=1e-5)  # cached basis
 
 
+def test_spectrogram_follows_window_changes(generator):
+    # torchaudio reads its window buffer on every call; the float32 basis built from it must follow an
+    # in-place change and a load_state_dict.
+    x = random_tensor((2, 600), generator=generator)
+    kw = dict(n_fft=64, win_length=48, hop_length=16)
+    ours, theirs = T.Spectrogram(**kw), torchaudio.transforms.Spectrogram(**kw)
+    assert_close(ours(x), theirs(x), rel_error=1e-6)
+    taper = 0.5 + random_tensor((48,), generator=generator).abs()
+    ours.window.mul_(taper)
+    theirs.window.mul_(taper)
+    assert_close(ours(x), theirs(x), rel_error=1e-6)
+    state = {"window": torch.hamming_window(48)}
+    ours.load_state_dict(state)
+    theirs.load_state_dict(state)
+    assert_close(ours(x), theirs(x), rel_error=1e-6)
+
+
 def test_mel_spectrogram_triton_follows_window_changes(device, generator):
     # The Triton path caches the padded window and the window-norm scale per window buffer version: an
     # in-place change of the window must reach both (normalized=True scales by 1/‖w‖).
