@@ -299,10 +299,16 @@ def _fourstep_kernel(
         # X[N/2] = Σ_n (-1)^n v[n], and with N2 even (-1)^n = (-1)^n2: a signed row sum (fp32 adds).
         sign = (1 - 2 * (n2 % 2)).to(tl.float32)
         nyq = tl.sum(tl.reshape(tl.sum(v, axis=1) * sign, (BLOCK_T, N2P)), axis=1)  # (BLOCK_T,)
+    HALF: tl.constexpr = (PRECISION == "fp16") or (PRECISION == "fp16x3")
+    if HALF:
+        # fp16 operands: each frame scaled by a power of two (exact) so its peak lies in [1, 2); the
+        # stage outputs are then bounded by 2·N1 and 2·N1·N2, far inside fp16's and fp32's ranges,
+        # whatever the signal's level. ``up`` undoes it on the spectrum.
+        v, up = _frame_scale(v, BLOCK_T, N2P, N1P)
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
     o1 = n1[:, None] * (2 * N1P) + c1[None, :]
-    y = _dot(v, b1_ptr + o1, b1_lo_ptr + o1, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION)
+    y = _stage_dot(v, b1_ptr + o1, b1_lo_ptr + o1, N1P * 2 * N1P, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION)
     y_re, y_im = tl.split(tl.reshape(y, (R1, N1P, 2)))
     # Twiddle W_N^{n2·k1} = c − i·s: one (N2P, N1P) table, the same for every frame, broadcast over the
     # tile in the dot output's own layout. Loading it per (frame, n2) row instead cost 8 K loads a
@@ -312,19 +318,39 @@ def _fourstep_kernel(
     ot = tl.arange(0, N2P)[:, None] * N1P + k1[None, :]
     c = tl.load(tw_ptr + ot)[None, :, :]
     s = tl.load(tw_ptr + N2P * N1P + ot)[None, :, :]
+    if PRECISION == "fp16x3":
+        # Stage 1's products came out 2^11 too large (see _stage_dot); the twiddle takes it back.
+        c = c * (1.0 / 2048.0)
+        s = s * (1.0 / 2048.0)
     y_re = tl.reshape(y_re, (BLOCK_T, N2P, N1P))
     y_im = tl.reshape(y_im, (BLOCK_T, N2P, N1P))
-    # Transpose each frame's (n2, k1) block to (k1, n2): stage 2 rows are (frame, k1), columns
-    # 2·n2 + part.
-    z_re = tl.permute(y_re * c + y_im * s, (0, 2, 1))
-    z_im = tl.permute(y_im * c - y_re * s, (0, 2, 1))
-    R2: tl.constexpr = BLOCK_T * N1P
-    z = tl.reshape(tl.join(z_re, z_im), (R2, 2 * N2P))
+    z_re = y_re * c + y_im * s
+    z_im = y_im * c - y_re * s
     # Stage 2: the onesided half, columns 2·k2 + part for k2 < K2P.
+    R2: tl.constexpr = BLOCK_T * N1P
     i2 = tl.arange(0, 2 * N2P)
     c2 = tl.arange(0, 2 * K2P)
     o2 = i2[:, None] * (2 * K2P) + c2[None, :]
-    xk = _dot(z, b2_ptr + o2, b2_lo_ptr + o2, tl.zeros((R2, 2 * K2P), dtype=tl.float32), PRECISION)
+    acc2 = tl.zeros((R2, 2 * K2P), dtype=tl.float32)
+    # Transpose each frame's (n2, k1) block to (k1, n2): stage 2 rows are (frame, k1), columns
+    # 2·n2 + part. fp16 operands are rounded (and split) before the transpose, which then moves
+    # 16-bit values through shared memory.
+    if PRECISION == "fp16":
+        z = _frame_transpose(z_re.to(tl.float16), z_im.to(tl.float16), R2, N2P)
+        xk = tl.dot(z, tl.load(b2_ptr + o2), acc2)
+    elif PRECISION == "fp16x3":
+        re_hi, re_lo = _split_half(z_re)
+        im_hi, im_lo = _split_half(z_im)
+        z_hi = _frame_transpose(re_hi, im_hi, R2, N2P)
+        z_lo = _frame_transpose(re_lo, im_lo, R2, N2P)
+        xk = _dot_half3(z_hi, z_lo, b2_ptr + o2, b2_lo_ptr + o2, 2 * N2P * 2 * K2P, acc2)
+    else:
+        z = _frame_transpose(z_re, z_im, R2, N2P)
+        xk = _dot(z, b2_ptr + o2, b2_lo_ptr + o2, acc2, PRECISION)
+    if HALF:
+        if PRECISION == "fp16x3":
+            up = up * (1.0 / 2048.0)
+        xk = tl.reshape(tl.reshape(xk, (BLOCK_T, N1P, 2 * K2P)) * up[:, None, None], (R2, 2 * K2P))
     if NYQ:
         tn = t0 + tl.arange(0, BLOCK_T)
         on = b * stride_ob + (N_FFT // 2) * stride_of + tn.to(tl.int64) * stride_ot
@@ -416,6 +442,60 @@ def _fourstep_kernel(
 
 
 @triton.jit
+def _frame_scale(v, BLOCK_T: tl.constexpr, N2P: tl.constexpr, N1P: tl.constexpr):
+    """The ``(frame, n2) × n1`` tile with each frame multiplied by ``2^-e``, ``e`` the exponent of its
+    peak (so the peak lies in [1, 2)), and ``2^e`` per frame ``(BLOCK_T,)``: exact scalings. The
+    exponent is clamped to normal numbers (an all-zero or subnormal frame keeps 2^126, an inf/NaN one
+    stays inf/NaN)."""
+    v3 = tl.reshape(v, (BLOCK_T, N2P, N1P))
+    peak = tl.max(tl.max(tl.abs(v3), axis=2), axis=1)
+    e = tl.minimum(tl.maximum((peak.to(tl.int32, bitcast=True) >> 23) & 0xFF, 1), 253)
+    down = ((254 - e) << 23).to(tl.float32, bitcast=True)  # 2^(127 - e)
+    up = (e << 23).to(tl.float32, bitcast=True)  # 2^(e - 127)
+    return tl.reshape(v3 * down[:, None, None], (BLOCK_T * N2P, N1P)), up
+
+
+@triton.jit
+def _split_half(a):
+    """fp32 ``a`` = ``hi + lo·2^-11`` with ``hi`` = fp16(a) (to nearest) and ``lo`` the residual
+    times 2^11 in fp16: scaled so it stays a normal fp16 number where ``hi`` is one."""
+    hi = a.to(tl.float16)
+    return hi, ((a - hi.to(tl.float32)) * 2048.0).to(tl.float16)
+
+
+@triton.jit
+def _dot_half3(a_hi, a_lo, b_ptrs, b_lo_ptrs, PLANE: tl.constexpr, acc):
+    """``acc + 2^11·(a @ b)`` from split fp16 operands (:func:`_split_half`): ``b_ptrs`` point at the
+    fp16 ``hi`` plane, ``b_ptrs + PLANE`` at ``hi·2^11``, ``b_lo_ptrs`` at the scaled residual. The
+    three products ``a_hi·b_lo' + a_lo'·b_hi + a_hi·(b_hi·2^11)`` all carry the factor 2^11, so they
+    share one fp32 accumulator; the dropped ``a_lo·b_lo`` is ~2^-22 of a product."""
+    acc = tl.dot(a_hi, tl.load(b_lo_ptrs), acc)
+    acc = tl.dot(a_lo, tl.load(b_ptrs), acc)
+    return tl.dot(a_hi, tl.load(b_ptrs + PLANE), acc)
+
+
+@triton.jit
+def _stage_dot(a, b_ptrs, b_lo_ptrs, PLANE: tl.constexpr, acc, PRECISION: tl.constexpr):
+    """A stage's ``acc + a @ b`` for fp32 ``a``: fp16 operands at "fp16" (one dot) and "fp16x3" (three,
+    2^11 too large: :func:`_dot_half3`), else :func:`nbxsig.kernels.mel._dot`."""
+    if PRECISION == "fp16":
+        acc = tl.dot(a.to(tl.float16), tl.load(b_ptrs), acc)
+    elif PRECISION == "fp16x3":
+        a_hi, a_lo = _split_half(a)
+        acc = _dot_half3(a_hi, a_lo, b_ptrs, b_lo_ptrs, PLANE, acc)
+    else:
+        acc = _dot(a, b_ptrs, b_lo_ptrs, acc, PRECISION)
+    return acc
+
+
+@triton.jit
+def _frame_transpose(z_re, z_im, R2: tl.constexpr, N2P: tl.constexpr):
+    """``(BLOCK_T, N2P, N1P)`` real and imaginary parts → ``(BLOCK_T·N1P, 2·N2P)``: rows (frame, k1),
+    columns ``2·n2 + part``."""
+    return tl.reshape(tl.join(tl.permute(z_re, (0, 2, 1)), tl.permute(z_im, (0, 2, 1))), (R2, 2 * N2P))
+
+
+@triton.jit
 def _power(pw, power, POWER_MODE: tl.constexpr):
     """``|X|^power`` from ``pw = |X|²``."""
     if POWER_MODE == 1:
@@ -470,7 +550,16 @@ def _tables(n1_: int, n2_: int, k2_: int, device: torch.device):
     b2[:n2_, 1, :k2_, 0] = s2
     b2[:n2_, 0, :k2_, 1] = -s2  # Im X = Σ Im Z·c − Re Z·s
     b2[:n2_, 1, :k2_, 1] = c2
-    return _planes(b1.reshape(n1p, 2 * n1p)), tw.float().contiguous(), _planes(b2.reshape(2 * n2p, 2 * k2p))
+    b1, b2 = b1.reshape(n1p, 2 * n1p), b2.reshape(2 * n2p, 2 * k2p)
+    return (*_planes(b1), *_half_planes(b1)), tw.float().contiguous(), (*_planes(b2), *_half_planes(b2))
+
+
+def _half_planes(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp16 operands of a float64 basis: ``(2, R, C)`` planes ``hi`` = fp16(v) and ``hi·2^11``
+    (exact), and the residual ``(v − hi)·2^11`` in fp16 (:func:`_dot_half3`)."""
+    hi = v.float().half()
+    lo = ((v - hi.double()) * 2048.0).float().half()
+    return torch.stack([hi, (hi.float() * 2048.0).half()]).contiguous(), lo.contiguous()
 
 
 _FB_CACHE: OrderedDict = OrderedDict()
@@ -546,6 +635,12 @@ WINDOW_TABLE_N: dict[str, tuple[int, ...]] = {"tf32": (400,)}
 PERMUTE_STORE = True
 
 
+#: The stages' operand format per dot precision (the mel epilogue keeps TF32): fp16 operands with
+#: each frame scaled by a power of two carry the same 11-bit significands as TF32 rounded to nearest
+#: ("fp16" for "tf32"; "fp16x3", split hi + lo, for "tf32x3"), at half the shared-memory bytes of the
+#: stage-boundary transposes and twice the tensor-core rate. Empty: TF32 operands.
+STAGE_PRECISION: dict[str, str] = {"tf32": "fp16", "tf32x3": "fp16x3"}
+
 _fourstep_launch = CachedLaunch(_fourstep_kernel)
 
 
@@ -574,7 +669,9 @@ def _launch(
 ) -> None:
     device = x.device
     mel = filters is not None
-    precision = precision or dot_precision(device)
+    if precision is None:
+        precision = dot_precision(device)
+        precision = precision if mel else STAGE_PRECISION.get(precision, precision)
     base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get(n_fft)
     meta = {
         "PERMUTE_STORE": PERMUTE_STORE,
@@ -589,13 +686,19 @@ def _launch(
     n2_ = n_fft // n1_
     nyq = _split_nyquist(n2_, mel=mel)
     n1p, n2p, k2p = _pads(n1_, n2_, mel=mel)
-    (b1, b1_hi, b1_lo), tw, (b2, b2_hi, b2_lo) = _tables(n1_, n2_, n2_ // 2 + (0 if nyq else 1), device)
+    (b1, b1_hi, b1_lo, b1_half, b1_half_lo), tw, (b2, b2_hi, b2_lo, b2_half, b2_half_lo) = _tables(
+        n1_, n2_, n2_ // 2 + (0 if nyq else 1), device
+    )
     if filters is None:
         fb = fb_lo = tw  # unused (MEL=False)
     else:
         fb, fb_hi, fb_lo = filters
         fb = fb if precision == "ieee" else fb_hi
-    if precision != "ieee":
+    if precision in ("fp16", "fp16x3"):
+        if mel:
+            raise ValueError(f"precision={precision!r}: the mel epilogue takes 'ieee', 'tf32' or 'tf32x3'")
+        b1, b1_lo, b2, b2_lo = b1_half, b1_half_lo, b2_half, b2_half_lo
+    elif precision != "ieee":
         b1, b2 = b1_hi, b2_hi
     num_warps = meta.pop("num_warps")
     options = {"num_stages": meta.pop("num_stages")}
