@@ -588,27 +588,28 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
     return memoized(_FB_CACHE, (id(filters), filters._version, n_fft, m_tot), (filters,), build)
 
 
-#: Launch configs (frames per program, warps, stages), module level so the benchmark can set them.
-#: From ``python -m nbxsig.bench.fourstep_sweep`` on an H200 (n_fft 400, hop 160): spectrogram
-#: 64 × 160000 -- 8 frames on 4 warps 206 µs at 3xTF32 and 116 µs at TF32 (16 frames on 8 warps 231 /
-#: 162 µs, on 4 warps 376 / 131 µs; 32 frames need 278 KB of shared memory at 3xTF32: over the
-#: limit); mel 64 × 30 s -- 16 frames on 4 warps 2385 / 653 µs (on 8 warps 4056 / 979 µs). The mel
-#: dot's M is the tile's frame count, so it needs >= 16. Only n_fft 400 was swept: other n_fft keep
-#: the 16-frame, 8-warp tile they were measured (and checked on the GPU) with.
-#: n_fft 512 (plan 16 × 32 with the Nyquist split; the complex-mode sweep at 502fb23): 8 frames on 4
-#: warps 149.1 µs at TF32 and 265.8 at 3xTF32 (16 on 8: 203.9 / 292.2; 32 × 16: 198.9 / 344.5).
-SPEC_CONFIGS = {
-    400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
-    512: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
+#: Launch configs per (n_fft, stage precision) (frames per program, warps, stages; else
+#: :func:`_default_config`), module level so the benchmark can set them. fp16 stages, thirteenth round
+#: (H200, ``.gpu``-style A/B of tiles, torch.stft in the same process): spectrogram n_fft 400, 64 × 30 s
+#: -- 8 frames on 4 warps 187.7 µs at "fp16" and 305.9 at "fp16x3" (16 on 4: 206.3 / 353.4; 16 on 8:
+#: 204.3 / 343.6; 8 on 2: 216.0 / 392.9; 32 on 8: 266.1 / 414.1), TF32 261.6 and 3xTF32 542.3; n_fft 512
+#: (64 × 160000) -- "fp16" 8 frames on 2 warps 95.4 µs (16 on 2: 93.9; 8 on 4: 104.5), "fp16x3" 8 on
+#: 4 153.0 (16 on 4: 152.5; 8 on 2: 172.4). TF32 tiles (502fb23 sweep, 64 × 160000, n_fft 400): 8
+#: frames on 4 warps 206 µs at 3xTF32 and 116 at TF32 (16 on 8: 231 / 162; 32 frames need 278 KB of
+#: shared memory at 3xTF32); n_fft 512: 8 on 4 149.1 / 265.8.
+SPEC_CONFIGS: dict[tuple[int, str], dict] = {
+    **{(400, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1} for p in ("fp16", "fp16x3", "tf32", "tf32x3")},
+    (512, "fp16"): {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
+    **{(512, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1} for p in ("fp16x3", "tf32", "tf32x3")},
 }
-#: The complex stft's configs per n_fft (else :func:`_default_config`), from the sweep at 502fb23
-#: (64 × 160000): n_fft 400 -- 8 frames on 4 warps 215.8 µs at 3xTF32 and 122.4 at TF32 (4 on 4:
-#: 222.0 / 133.3; 16 on 8: 243.3 / 173.0; 8 on 2: 277.5 / 137.6; 25 × 16: >= 227 / >= 152); n_fft 512
-#: (its auto path only at TF32) -- 8 frames on 2 warps 163.2 µs at TF32 (8 on 4: 165.6; at 3xTF32 the
-#: best was 32 × 16 on 8 frames, 2 warps, 265.1).
-STFT_CONFIGS: dict[int, dict] = {
-    400: {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
-    512: {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
+#: The complex stft's configs (as :data:`SPEC_CONFIGS`). n_fft 400, 64 × 160000, thirteenth round: 8
+#: frames on 4 warps 87.6 µs at "fp16" and 129.5 at "fp16x3" (16 on 4: 94.4 / 147.8; 16 on 8: 89.9 /
+#: 137.8; 8 on 2: 100.4 / 157.6). TF32 (502fb23): 8 on 4 215.8 µs at 3xTF32 and 122.4 at TF32; n_fft
+#: 512 8 on 2 163.2 at TF32.
+STFT_CONFIGS: dict[tuple[int, str], dict] = {
+    **{(400, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1} for p in ("fp16", "fp16x3", "tf32", "tf32x3")},
+    **{(512, p): {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1} for p in ("fp16", "tf32")},
+    (512, "fp16x3"): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
 }
 MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
 
@@ -625,8 +626,10 @@ def _default_config(n_fft: int) -> dict:
 #: n_fft where the window is one frame's (N2P, N1P) table broadcast over the tile's frames, per dot
 #: precision; elsewhere it is loaded per element of the (frame, n2) × n1 tile, as the signal is. Measured
 #: on an H200 (64 × 30 s, twelfth round): n_fft 400 at TF32 259.6 vs 278.6 µs (stft 303.5 vs 314.8);
-#: at 3xTF32 539.4 vs 539.5 (stft 602.0 vs 592.5), n_fft 512 and 256 at TF32 1-8 µs slower.
-WINDOW_TABLE_N: dict[str, tuple[int, ...]] = {"tf32": (400,)}
+#: at 3xTF32 539.4 vs 539.5 (stft 602.0 vs 592.5), n_fft 512 and 256 at TF32 1-8 µs slower. fp16
+#: stages (thirteenth round): n_fft 400 spectrogram 187.7 vs 208.5 µs ("fp16"), 305.9 vs 342.1
+#: ("fp16x3"); n_fft 512 (64 × 160000, 8 on 2) 95.4 vs 98.1 at "fp16", 155.2 vs 153.0 at "fp16x3".
+WINDOW_TABLE_N: dict[str, tuple[int, ...]] = {"fp16": (400, 512), "fp16x3": (400,), "tf32": (400,)}
 
 #: Spectrogram stores: rows (frame, k2) of consecutive bins (116.1 µs at TF32) rather than rows
 #: (frame, k1) of bins N1 apart (118.8 µs); the same at 3xTF32 (206.3 / 205.1 µs). Complex stores:
@@ -672,7 +675,7 @@ def _launch(
     if precision is None:
         precision = dot_precision(device)
         precision = precision if mel else STAGE_PRECISION.get(precision, precision)
-    base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get(n_fft)
+    base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get((n_fft, precision))
     meta = {
         "PERMUTE_STORE": PERMUTE_STORE,
         "WINDOW_TABLE": n_fft in WINDOW_TABLE_N.get(precision, ()),
