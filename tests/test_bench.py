@@ -45,3 +45,24 @@ def test_gpu_latency_counts_host_time(cuda_device):
     assert latency_us(slow_host, device=cuda_device, reps=20) >= 2000
     result = measure(Case("slow host", slow_host, slow_host, latency=True), device=cuda_device, copy_gbps=0.0)
     assert result.ours_us >= 2000 and result.baseline_us >= 2000
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("suite", ["core", "spectral", "features", "filters", "quant"])
+def test_gpu_suite_cases_build_and_run(suite, cuda_device):
+    # Every row of every suite builds, runs once and reports a finite relative error under 1% from its
+    # own check (each row's precision bound is tighter; this catches a broken row, not a tolerance) at
+    # the quick sizes: a suite that reaches for a renamed private helper (the features suite did, in
+    # the twelfth round) fails here, not on the benchmark call.
+    import importlib
+    import math
+
+    module = importlib.import_module(f"nbxsig.bench.{suite}")
+    cases = module.cases(quick=True)
+    assert cases
+    for case in cases:
+        case.run()
+        if case.check is not None:
+            err = case.check()
+            assert math.isfinite(err) and err < 1e-2, (case.name, err)
+    torch.cuda.synchronize()

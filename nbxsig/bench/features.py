@@ -117,7 +117,7 @@ def cases(*, quick: bool = False) -> list[Case]:
         )
     # The fused kernel itself (auto dispatch runs nbxsig.stft + a matmul on the GPU, measured faster)
     # and nbxsig's torch backend (the pure-torch twin), for the dispatch rule's record.
-    window = ours._triton_window()
+    window = ours.spectrogram._window_state()[0]
     fb = ours.mel_scale.fb
     common = dict(n_fft=400, hop_length=160, window=window, filters=fb, power=2.0, scale=1.0)
     common.update(center=True, pad_mode="reflect")

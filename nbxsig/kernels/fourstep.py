@@ -600,6 +600,8 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
 SPEC_CONFIGS: dict[tuple[int, str], dict] = {
     **{(400, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1} for p in ("fp16", "fp16x3", "tf32", "tf32x3")},
     (512, "fp16"): {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
+    (256, "fp16"): {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
+    (256, "fp16x3"): {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1},
     **{(512, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1} for p in ("fp16x3", "tf32", "tf32x3")},
 }
 #: The complex stft's configs (as :data:`SPEC_CONFIGS`). n_fft 400, 64 × 160000, thirteenth round: 8
