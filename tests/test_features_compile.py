@@ -51,30 +51,37 @@ for precision, _, log, peak in variants:
                      floats=("floor",), attrs=aligned, **meta)
     assert "async_copy_global_to_local" in compiled.asm["ttgir"], precision
     assert compiled.metadata.shared <= 227 * 1024, (precision, compiled.metadata.shared)
-# The four-step kernel (the GPU's spectrogram, stft and mel paths for n_fft 400/512): each launch's
-# config and mode within the H200's 227 KB of shared memory, and spilling no more than today. Two
-# spill (Triton 3.6): n_fft 512's complex tile at TF32 (8 frames on 2 warps, 96 bytes; it measured
-# faster than 4 warps, which do not spill: 163.2 vs 165.6 µs) and the opt-in mel epilogue (120 bytes).
+# The four-step kernel (the GPU's spectrogram, stft and mel paths): each default launch's config and
+# mode within the H200's 227 KB of shared memory, and spilling no more than today. Four spill (Triton
+# 3.6), each the fastest tile measured: n_fft 512 at "fp16" on 2 warps (power 24 bytes, complex 32; 4
+# warps do not spill and ran 104.5 vs 95.4 µs), n_fft 2048's complex tile on 4 warps (312 bytes; 8
+# warps ran 397.0 vs 320.2 µs) and the opt-in mel epilogue (120 bytes).
 import re
 from nbxsig.kernels import fourstep as fs
 
 def stack_bytes(compiled):
     return int(re.search(r"STACK:(\d+)", cuobjdump(compiled, "-res-usage")).group(1))
 
-fs_pointers = {n: "*fp32" for n in fs._fourstep_kernel.arg_names if n.endswith("_ptr")}
-fs_pointers["peak_ptr"] = "*i32"
 fs_scalars = {"stride_xb", "stride_xl", "length", "stride_ob", "stride_of", "stride_ot", "n_frames", "hop",
               "pad", "scale", "power", "floor", "n_mels"}
-launches = [  # (n_fft, precision, mode, config, stack bytes allowed)
-    (400, "tf32", "power", fs.SPEC_CONFIGS[400], 0), (400, "tf32x3", "power", fs.SPEC_CONFIGS[400], 0),
-    (512, "tf32", "power", fs.SPEC_CONFIGS[512], 0), (400, "tf32x3", "complex", fs.STFT_CONFIGS[400], 0),
-    (512, "tf32", "complex", fs.STFT_CONFIGS[512], 96), (400, "tf32", "mel", fs.MEL_CONFIG, 120),
+launches = [  # (n_fft, stage precision, mode, stack bytes allowed): the auto paths' launches
+    (400, "fp16", "power", 0), (400, "fp16x3", "power", 0), (512, "fp16", "power", 24),
+    (512, "fp16x3", "power", 0), (256, "fp16x3", "power", 0), (1000, "fp16", "power", 0),
+    (400, "fp16x3", "complex", 0), (512, "fp16", "complex", 32), (2048, "fp16", "complex", 312),
+    (400, "tf32", "mel", 120),
 ]
-for n_fft, precision, mode, config, stack in launches:
+for n_fft, precision, mode, stack in launches:
     mel = mode == "mel"
+    table = fs.STFT_CONFIGS if mode == "complex" else fs.SPEC_CONFIGS
+    config = fs.MEL_CONFIG if mel else table.get((n_fft, precision), fs._default_config(n_fft))
     n1, n2 = fs.plan(n_fft, mel=mel)
     n1p, n2p, k2p = fs._pads(n1, n2, mel=mel)
     nyq = fs._split_nyquist(n2, mel=mel)
+    # The stage bases are fp16 planes at the fp16 precisions.
+    bases = ("b1_ptr", "b1_lo_ptr", "b2_ptr", "b2_lo_ptr")
+    half = {n: "*fp16" for n in bases} if precision.startswith("fp16") else {}
+    fs_pointers = {n: "*fp32" for n in fs._fourstep_kernel.arg_names if n.endswith("_ptr")}
+    fs_pointers.update(peak_ptr="*i32", **half)
     constexprs = dict(N_FFT=n_fft, N1=n1, N2=n2, N1P=n1p, N2P=n2p, K2P=k2p, MODE=1, HAS_WINDOW=True,
                       POWER_MODE=2, MEL=mel, HAS_FLOOR=mel, LOG=1 if mel else 0, TRACK_PEAK=mel, M_TOT=80,
                       M1=64, M2=16, BLOCK_T=config["BLOCK_T"], PRECISION=precision,

@@ -82,9 +82,11 @@ def test_dispatch_rules(monkeypatch):
             device_type=device_type, n_fft=n_fft, onesided=onesided, precision=precision
         )
 
-    # The measured rule: 400 at both precisions, 256 and 512 only with TF32 dots.
-    assert path(400) == "fourstep" and path(400, precision="tf32") == "fourstep"
-    assert path(512) == "fft" and path(512, precision="tf32") == "fourstep"
+    # The measured rule (fp16 stages): 256, 400 and 512 at both precisions, 1000 at TF32 class only.
+    for n_fft in (256, 400, 512):
+        assert path(n_fft) == "fourstep" and path(n_fft, precision="tf32") == "fourstep"
+    assert path(1000) == "fft" and path(1000, precision="tf32") == "fourstep"
+    assert path(2048, precision="tf32") == "fft"
     assert path(400, onesided=False) == "fft"
     assert path(20, precision="tf32") == "fft"  # the dense range
     assert path(400, device_type="cpu") == "fft"  # the interpreter: tests call the launchers
@@ -93,19 +95,21 @@ def test_dispatch_rules(monkeypatch):
     monkeypatch.setattr(fourstep, "SPECTROGRAM_AUTO", False)
     assert path(400) == "fft"
 
-    # The complex stft: its own switch and measured table -- 400 at both precisions, 512 with TF32
-    # dots only, never 1000/2048 (the FFT path measured 3-5× faster).
+    # The complex stft: its own switch and measured table -- 400 and 512 at both precisions, 1000 and
+    # 2048 at TF32 class only (at fp32 class the FFT path measured 1.5-1.7× faster).
     def stft_path(n_fft, *, device_type="cuda", onesided=True, precision="tf32x3"):
         return fourstep.stft_path(
             device_type=device_type, n_fft=n_fft, onesided=onesided, precision=precision
         )
 
-    assert stft_path(400) == "fourstep" and stft_path(400, precision="tf32") == "fourstep"
-    assert stft_path(512) == "fft" and stft_path(512, precision="tf32") == "fourstep"
-    assert stft_path(1000, precision="tf32") == "fft" and stft_path(2048) == "fft"
+    for n_fft in (400, 512):
+        assert stft_path(n_fft) == "fourstep" and stft_path(n_fft, precision="tf32") == "fourstep"
+    assert stft_path(1000) == "fft" and stft_path(2048) == "fft"
+    assert stft_path(1000, precision="tf32") == "fourstep" and stft_path(2048, precision="tf32") == "fourstep"
+    assert stft_path(256, precision="tf32") == "fft"
     assert stft_path(400, onesided=False) == "fft" and stft_path(400, device_type="cpu") == "fft"
     monkeypatch.setattr(fourstep, "STFT_AUTO", True)
-    assert stft_path(2048, precision="tf32") == "fourstep" and stft_path(401) == "fft"
+    assert stft_path(2048) == "fourstep" and stft_path(401) == "fft"
     assert stft_path(20) == "fft"  # the dense range
     monkeypatch.setattr(fourstep, "STFT_AUTO", False)
     assert stft_path(400) == "fft"
@@ -116,6 +120,13 @@ def test_dispatch_rules(monkeypatch):
     monkeypatch.setattr(fourstep, "MEL_AUTO", True)
     assert kmel.mel_path(device_type="cuda", n_fft=400, **common) == "fourstep"
     assert kmel.mel_path(device_type="cuda", n_fft=401, **common) == "unfused"
+
+    # The stages' operand format: fp16 for the TF32 classes, TF32 with the mel epilogue.
+    assert fourstep.stage_precision("tf32") == "fp16" and fourstep.stage_precision("tf32x3") == "fp16x3"
+    assert (
+        fourstep.stage_precision("tf32x3", mel=True) == "tf32x3"
+        and fourstep.stage_precision("ieee") == "ieee"
+    )
 
 
 # ---------------------------------------------------------------- power spectrogram
@@ -173,10 +184,10 @@ def test_spectrogram_matches_float64_rfft(case, device, generator):
     assert_close(got, expected, dtype="float32", rel_error=2e-6)
 
 
-@pytest.mark.parametrize("precision", ["tf32x3", "tf32"])
+@pytest.mark.parametrize("precision", ["tf32x3", "tf32", "fp16x3", "fp16"])
 def test_spectrogram_split_precisions(precision, device, generator):
-    # The GPU precisions' operand handling (hi/lo split, rounding to nearest); the interpreter's fp32
-    # dots then compute them exactly, so the bounds are the TF32 ones.
+    # The GPU precisions' operand handling (hi/lo split, rounding to nearest, the frame scaling); the
+    # interpreter's fp32 dots then compute them exactly, so the bounds are the TF32 ones.
     x = random_tensor((2, 1500), generator=generator).to(device)
     window = torch.hann_window(400, dtype=F64)
     got = fourstep.spectrogram(
@@ -184,10 +195,82 @@ def test_spectrogram_split_precisions(precision, device, generator):
         scale=1.0, power=2.0, _precision=precision,
     )  # fmt: skip
     expected = power_oracle(x, 400, 160, window)
-    if precision == "tf32x3":
+    if precision.endswith("x3"):
         assert_close(got, expected, dtype="float32", rel_error=2e-6)
     else:
         assert_close(got, expected, dtype="tf32", rel_error=1e-3)
+
+
+def _levels(x: torch.Tensor, hop: int) -> torch.Tensor:
+    """``x`` with its signals at very different levels, frame by frame: a loud one (3e4, so an
+    unscaled stage-1 sum overflows fp16), one whose frames alternate between 1 and 1e-30 (fp16 would
+    flush them to zero), one with a silent stretch (all-zero frames) between loud ones."""
+    x = x.clone()
+    x[0] *= 3e4
+    gain = torch.where((torch.arange(x.shape[1]) // (3 * hop)) % 2 == 0, 1.0, 1e-30)
+    x[1] *= gain
+    x[2, x.shape[1] // 3 : 2 * x.shape[1] // 3] = 0.0
+    return x
+
+
+@pytest.mark.parametrize(
+    "precision,n_fft,hop,power",
+    [("fp16", 400, 160, 2.0), ("fp16x3", 400, 160, 2.0), ("fp16", 512, 128, 1.0), ("fp16x3", 48, 13, 0.7)],
+)
+def test_half_stages_scale_each_frame(precision, n_fft, hop, power, device, generator):
+    # fp16 stage operands: each frame is scaled to its own peak, so every frame -- loud, 1e-30 quiet
+    # or silent -- keeps the precision's relative error, measured frame by frame.
+    x = _levels(random_tensor((3, 24 * hop + n_fft), generator=generator), hop).to(device)
+    window = torch.hann_window(n_fft, dtype=F64)
+    got = fourstep.spectrogram(
+        x, n_fft=n_fft, hop=hop, window=window.float().to(device), center=True, pad_mode="reflect",
+        scale=1.0, power=power, _precision=precision,
+    )  # fmt: skip
+    expected = power_oracle(x, n_fft, hop, window, power=power)
+    bound = 2e-6 if precision == "fp16x3" else 1e-3
+    errors = (got.double().cpu() - expected).norm(dim=1) / expected.norm(dim=1).clamp_min(1e-300)
+    silent = expected.norm(dim=1) == 0
+    assert silent[2].any() and (got.cpu()[:, :, :][silent.unsqueeze(1).expand_as(got)] == 0).all()
+    worst = errors[~silent].max().item()
+    assert worst <= bound, f"worst frame's relative error {worst:.2e} > {bound:.0e}"
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp16x3"])
+def test_half_stages_stft_and_nonfinite_frames(precision, device, generator):
+    # The complex output (n_fft 512: the Nyquist bin from the frame sum) on a strided view, with one
+    # sample inf: the frames holding it are non-finite and every other frame keeps its bound.
+    x = _x((2, 3000), generator, device, strided=True)
+    x = x.clone()
+    x[1, 1500] = float("inf")
+    window = torch.hann_window(512, dtype=F64)
+    got = torch.view_as_complex(
+        fourstep.stft(
+            x, n_fft=512, hop=128, window=window.float().to(device), center=True, pad_mode="reflect",
+            scale=1.0, _precision=precision,
+        ).contiguous()
+    ).cpu()  # fmt: skip
+    expected = stft_oracle(x, 512, 128, window)
+    touched = ~torch.isfinite(expected).all(dim=1)  # (B, T) frames that hold the inf
+    assert touched[1].sum() == 4 and not touched[0].any()
+    assert (~torch.isfinite(got).all(dim=1))[touched].all()
+    assert torch.isfinite(got).all(dim=1)[~touched].all()
+    keep = ~touched[1]
+    for b, frames in ((0, slice(None)), (1, keep)):
+        assert_close(
+            got[b][:, frames], expected[b][:, frames], dtype="float32" if precision == "fp16x3" else "tf32",
+            rel_error=2e-6 if precision == "fp16x3" else 1e-3,
+        )  # fmt: skip
+
+
+def test_half_stages_refuse_the_mel_epilogue(device, generator):
+    x = random_tensor((1, 2000), generator=generator).to(device)
+    window = torch.hann_window(400).to(device)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000).to(device)
+    with pytest.raises(ValueError, match="precision='fp16'"):
+        kmel.mel_spectrogram(
+            x, n_fft=400, hop_length=160, window=window, filters=filters, power=2.0, scale=1.0,
+            center=True, pad_mode="reflect", _path="fourstep", _precision="fp16",
+        )  # fmt: skip
 
 
 def test_spectrogram_row_aligned_buffer(device, generator):

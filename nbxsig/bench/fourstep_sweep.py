@@ -4,11 +4,12 @@
 ``python -m nbxsig.bench.fourstep_sweep [--jobs 12] [--rows SUBSTRING ...]`` on a GPU: compiles
 every candidate launch config (``BLOCK_T``, warps, stages) of :mod:`nbxsig.kernels.fourstep` for the
 power spectrogram (n_fft 400, hop 160, 64 × 160000) and MelSpectrogram (n_fft 400, hop 160, 80
-mels, 64 × 30 s), at TF32 and 3xTF32, in parallel worker processes (Triton's on-disk cache is
-shared), then times each with ``triton.testing.do_bench`` (median) next to torch's recipe, with the
-relative error against a float64 oracle on the first 8 signals. ``--rows`` then measures the rows of
-the ``spectral`` and ``features`` suites whose names contain any of the substrings, with the suites'
-own harness (torch/torchaudio in the same process).
+mels, 64 × 30 s) at the stage precisions given (default: the fp16 stages; the mel epilogue takes
+"tf32" and "tf32x3"), in parallel worker processes (Triton's on-disk cache is shared), then times
+each with ``triton.testing.do_bench`` (median) next to torch's recipe, with the relative error
+against a float64 oracle on the first 8 signals. ``--rows`` then measures the rows of the
+``spectral`` and ``features`` suites whose names contain any of the substrings, with the suites' own
+harness (torch/torchaudio in the same process).
 
 ``--phase stft-compile`` / ``stft`` sweep the complex-output mode (:func:`nbxsig.kernels.fourstep.stft`)
 over factorisations (``N1``), tiles and store layouts for the issue #3 stft rows
@@ -37,7 +38,16 @@ CANDIDATES = [
     dict(BLOCK_T=16, num_warps=4, num_stages=1, PERMUTE_STORE=False),
     dict(BLOCK_T=8, num_warps=4, num_stages=1, PERMUTE_STORE=False),
 ]
-PRECISIONS = ("tf32", "tf32x3", "ieee")  # "ieee" (CUDA-core FMA) only for the spectrogram
+#: Stage operand formats: the defaults ("fp16" for "high", "fp16x3" for "highest"), TF32 ones (the mel
+#: epilogue's) and "ieee" (CUDA-core FMA; spectrogram only).
+PRECISIONS = ("fp16", "fp16x3", "tf32", "tf32x3", "ieee")
+
+
+def _torch_precision(precision: str) -> str:
+    """The torch matmul setting a stage precision serves (for the baseline's own TF32 use)."""
+    return "high" if precision in ("fp16", "tf32") else "highest"
+
+
 KINDS = ("spectrogram", "mel")
 
 
@@ -46,7 +56,8 @@ def _fits(kind: str, config: dict, precision: str = "tf32") -> bool:
         return True
     if "PERMUTE_STORE" in config:  # a spectrogram-only switch
         return False
-    return config["BLOCK_T"] >= 16 and precision != "ieee"  # the mel dot's M is BLOCK_T (>= 16)
+    # The mel dot's M is BLOCK_T (>= 16); its epilogue takes TF32 operands only.
+    return config["BLOCK_T"] >= 16 and precision.startswith("tf32")
 
 
 def _operands(device):
@@ -113,7 +124,7 @@ def _sweep(tag: str, precisions: list[str]) -> None:
             )
 
         for precision in precisions:
-            torch_precision = "high" if precision == "tf32" else "highest"
+            torch_precision = _torch_precision(precision)
             torch.set_float32_matmul_precision(torch_precision)
             rows.append((kind, torch_precision, "torch recipe", bench(torch_recipe), float("nan")))
             for config in (c for c in CANDIDATES if _fits(kind, c, precision)):
@@ -170,7 +181,7 @@ STFT_ROWS = [
     ("stft", 1000, 250, 16, 480000),
     ("stft", 2048, 512, 16, 1323000),
 ]
-STFT_PRECISIONS = ("tf32x3", "tf32")
+STFT_PRECISIONS = ("fp16x3", "fp16")
 
 
 def _stft_candidates(kind: str, n_fft: int, precision: str) -> list[dict]:
@@ -184,7 +195,7 @@ def _stft_candidates(kind: str, n_fft: int, precision: str) -> list[dict]:
         return [
             dict(N1=n1, BLOCK_T=t, num_warps=w, **one) for n1 in plans for t, w in ((8, 4), (16, 8), (4, 4))
         ]
-    tiles = [(8, 4), (8, 2), (16, 4), (16, 8), (4, 4)] + ([(32, 8)] if precision == "tf32" else [])
+    tiles = [(8, 4), (8, 2), (16, 4), (16, 8), (4, 4)] + ([(32, 8)] if precision == "fp16" else [])
     return [
         dict(N1=n1, BLOCK_T=t, num_warps=w, PERMUTE_STORE=p, **one)
         for n1 in plans
@@ -260,7 +271,7 @@ def _stft_sweep(tag: str) -> None:
 
         switch = "SPECTROGRAM_AUTO" if kind == "spectrogram" else "STFT_AUTO"
         for precision in STFT_PRECISIONS:
-            torch.set_float32_matmul_precision("highest" if precision == "tf32x3" else "high")
+            torch.set_float32_matmul_precision(_torch_precision(precision))
             base = time_us(torch_fn)
             _line(label, precision, "torch", f"{base:.1f}", f"{base:.1f}", "1.00×", "", "")
             paths = (("nbxsig auto", None), ("nbxsig fft path", False), ("nbxsig four-step default", True))
@@ -312,7 +323,7 @@ def main() -> None:
         "--phase", choices=("compile", "sweep", "rows", "all", "stft-compile", "stft"), default="all"
     )
     parser.add_argument("--rows", nargs="*", default=[], help="substrings of the suite rows to measure")
-    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument("--precisions", nargs="*", default=["fp16", "fp16x3"], choices=PRECISIONS)
     parser.add_argument("--tag", default="", help="a label for the sweep's table (e.g. the environment)")
     parser.add_argument("--skip", nargs="*", default=[], help="substrings of rows to leave out")
     parser.add_argument("--markdown", help="write the selected rows' tables to this file")

@@ -30,10 +30,17 @@ comes from one ``atomic_max`` per program and :func:`nbxsig.kernels.mel._whisper
 No frame or padded-signal tensor exists in device memory (nor, for the power and mel outputs, a
 complex or power one).
 
-Precision: :func:`nbxsig.kernels.mel.dot_precision` -- "highest" → 3xTF32 (data split hi/lo in the
-kernel, bases split on the host), "high"/"medium" → TF32 with operands rounded to nearest; the
-interpreter computes fp32 dots. Tables are built in float64 with ``k·n`` reduced modulo the length
-before forming the angle, then stored in fp32.
+Precision: :func:`nbxsig.kernels.mel.dot_precision` picks the class -- "highest" → fp32-class, "high"/
+"medium" → TF32-class -- and the stages take fp16 operands for it (:data:`STAGE_PRECISION`). Each
+frame is first multiplied by a power of two that puts its peak in [1, 2) (exact; undone on the
+spectrum), so fp16's range never clips a loud signal nor flushes a quiet one. "fp16": operands rounded
+to nearest fp16 -- 11-bit significands, as TF32 rounded to nearest. "fp16x3": operands split into
+``hi`` + ``lo·2^-11`` fp16 pairs and three products (``a_hi·b_lo + a_lo·b_hi + a_hi·b_hi·2^11``, one
+accumulator), ~2^-21 relative per product as 3xTF32. fp16 tensor cores run at twice TF32's rate, and
+the stage-boundary transposes move half the bytes through shared memory, where this kernel is bound.
+The mel epilogue keeps TF32 ("tf32", "tf32x3": operands rounded to nearest TF32 / split hi + lo); the
+interpreter computes every dot in fp32 from the given operands. Tables are built in float64 with
+``k·n`` reduced modulo the length before forming the angle, then stored in fp32 (and fp16 planes).
 
 Floors on an H200 (4.2 TB/s copy bandwidth; dense TF32 ~495 TFLOP/s, fp32 FMA ~67 TFLOP/s):
 
@@ -65,6 +72,8 @@ spectrogram 206 µs at 3xTF32 and 116 µs at TF32 (torch.stft + abs².pow 409 µ
 3.6× the floors above; n_fft 1000 and 2048 run 3-5× slower than the FFT path (:data:`AUTO_STFT_N`).
 Twelfth round (one twiddle table broadcast over the tile, the window too at TF32): 184 / 93 µs, and on
 64 × 30 s 539 / 260 µs; Nsight Compute puts the kernel at 90% of its L1/shared-memory throughput.
+Thirteenth round, fp16 stage operands: 108.9 / 68.4 µs, and on 64 × 30 s 305.9 / 187.7 µs ("fp16x3" /
+"fp16"), with the relative error of 3xTF32 / TF32 (2.96e-7 vs 4.18e-7 / 3.40e-4 vs 3.40e-4).
 The gap: the stage boundaries (dot output → dot operand, the per-frame transpose) are layout
 conversions through shared memory, and at 3xTF32 a tile needs ~8.7 KB of shared memory per
 frame, which caps the tile (32 frames do not fit) and the programs per SM. With Triton's Hopper
@@ -168,10 +177,12 @@ SPECTROGRAM_AUTO: bool | None = None
 #: ``_path="fourstep"`` runs it (no spectrogram tensor: 0 MB extra instead of 155 MB).
 MEL_AUTO = False
 #: n_fft where the four-step power spectrogram measured faster than the FFT path (fused framing +
-#: torch.fft + a power kernel) on an H200, 64 × 160000 fp32, per dot precision ("tf32x3": "highest",
-#: "tf32": "high"/"medium"). "highest": 400 → 206 µs vs 255 µs (256: 247 vs 226, 512: 357 vs 241,
-#: both with an untuned 16-frame tile); "high": 256 → 156 vs 226, 400 → 116 vs 256, 512 → 229 vs 242.
-AUTO_SPECTROGRAM_N = {"tf32x3": (400,), "tf32": (256, 400, 512)}
+#: torch.fft + a power kernel) on an H200, per torch-level dot precision ("tf32x3": "highest", "tf32":
+#: "high"/"medium"), with the stages' fp16 operands (:data:`STAGE_PRECISION`), thirteenth round
+#: (``.gpu``-style A/B, same process, 64 × 160000 unless noted): "highest" -- 256/64 130.9 vs 224.8 µs,
+#: 400/160 108.9 (the FFT path 255 at 502fb23), 512/128 152.8 vs 242.0, 1000/250 16 × 480000 272.1 vs 191.1;
+#: "high" -- 256 96.2 vs 224.9, 400 68.4, 512 95.4 vs 240.7, 1000 146.9 vs 191.0.
+AUTO_SPECTROGRAM_N = {"tf32x3": (256, 400, 512), "tf32": (256, 400, 512, 1000)}
 
 
 def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool, precision: str) -> str:
@@ -195,12 +206,12 @@ def spectrogram_path(*, device_type: str, n_fft: int, onesided: bool, precision:
 STFT_AUTO: bool | None = None
 #: n_fft where the complex four-step stft measured no slower than the FFT path (fused framing +
 #: torch.rfft, which keeps a (B, T, n_fft) frame buffer) on an H200, per dot precision (see
-#: :data:`AUTO_SPECTROGRAM_N`); ``python -m nbxsig.bench.fourstep_sweep --phase stft`` at 502fb23,
-#: torch.stft in the same process, best tile of :data:`STFT_CONFIGS` vs the FFT path:
-#: "tf32x3" -- 400/160 64×160000 215.8 vs 216.6 µs (torch 280.3; a tie in time, 0 vs 103 MB extra),
-#: 512/128 265.1 vs 180.4, 1000/250 16×480000 752 vs 145, 2048/512 16×1323000 1113 vs 327;
-#: "tf32" -- 400 122.4 vs 216.9, 512 163.2 vs 180.5, 1000 395 vs 146, 2048 709 vs 326.
-AUTO_STFT_N: dict[str, tuple[int, ...]] = {"tf32x3": (400,), "tf32": (400, 512)}
+#: :data:`AUTO_SPECTROGRAM_N`), fp16 stages, thirteenth round, best tile vs the FFT path in the same
+#: process: "highest" -- 400/160 64 × 160000 129.5 (the FFT path 216.6 at 502fb23; torch.stft 281.6), 512/128
+#: 180.1 vs 180.2 (a tie in time, no frame buffer), 1000/250 16 × 480000 298.9 vs 180.8, 2048/512 16 ×
+#: 1323000 494.7 vs 327.0; "high" -- 400 87.6, 512 120.8 vs 182.6, 1000 163.8 vs 187.8, 2048 320.2 vs
+#: 326.9 (a tie in time; the FFT path's frame buffer is 339 MB there).
+AUTO_STFT_N: dict[str, tuple[int, ...]] = {"tf32x3": (400, 512), "tf32": (400, 512, 1000, 2048)}
 
 
 def stft_path(*, device_type: str, n_fft: int, onesided: bool, precision: str) -> str:
@@ -308,7 +319,9 @@ def _fourstep_kernel(
     # Stage 1: columns 2·k1 + (0: re, 1: im) of the N1-point DFT of each (frame, n2) row.
     c1 = tl.arange(0, 2 * N1P)
     o1 = n1[:, None] * (2 * N1P) + c1[None, :]
-    y = _stage_dot(v, b1_ptr + o1, b1_lo_ptr + o1, N1P * 2 * N1P, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION)
+    y = _stage_dot(
+        v, b1_ptr + o1, b1_lo_ptr + o1, N1P * 2 * N1P, tl.zeros((R1, 2 * N1P), dtype=tl.float32), PRECISION
+    )
     y_re, y_im = tl.split(tl.reshape(y, (R1, N1P, 2)))
     # Twiddle W_N^{n2·k1} = c − i·s: one (N2P, N1P) table, the same for every frame, broadcast over the
     # tile in the dot output's own layout. Loading it per (frame, n2) row instead cost 8 K loads a
@@ -598,7 +611,10 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
 #: frames on 4 warps 206 µs at 3xTF32 and 116 at TF32 (16 on 8: 231 / 162; 32 frames need 278 KB of
 #: shared memory at 3xTF32); n_fft 512: 8 on 4 149.1 / 265.8.
 SPEC_CONFIGS: dict[tuple[int, str], dict] = {
-    **{(400, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1} for p in ("fp16", "fp16x3", "tf32", "tf32x3")},
+    **{
+        (400, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1}
+        for p in ("fp16", "fp16x3", "tf32", "tf32x3")
+    },
     (512, "fp16"): {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
     (256, "fp16"): {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1},
     (256, "fp16x3"): {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1},
@@ -609,7 +625,10 @@ SPEC_CONFIGS: dict[tuple[int, str], dict] = {
 #: 137.8; 8 on 2: 100.4 / 157.6). TF32 (502fb23): 8 on 4 215.8 µs at 3xTF32 and 122.4 at TF32; n_fft
 #: 512 8 on 2 163.2 at TF32.
 STFT_CONFIGS: dict[tuple[int, str], dict] = {
-    **{(400, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1} for p in ("fp16", "fp16x3", "tf32", "tf32x3")},
+    **{
+        (400, p): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1}
+        for p in ("fp16", "fp16x3", "tf32", "tf32x3")
+    },
     **{(512, p): {"BLOCK_T": 8, "num_warps": 2, "num_stages": 1} for p in ("fp16", "tf32")},
     (512, "fp16x3"): {"BLOCK_T": 8, "num_warps": 4, "num_stages": 1},
 }
@@ -617,12 +636,13 @@ MEL_CONFIG = {"BLOCK_T": 16, "num_warps": 4, "num_stages": 1}
 
 
 def _default_config(n_fft: int) -> dict:
-    # 16 frames on 8 warps up to 512-point padded frames (the tile n_fft 256 was measured with);
-    # fewer for larger ones, BLOCK_T·N1P·N2P <= 8192: 4 frames for 2048-point padded frames (n_fft
-    # 1000, 2048), whose 8-frame tiles need 327 KB of shared memory at 3xTF32 (H200: 227 KB).
+    # BLOCK_T·N1P·N2P <= 8192 frames' samples on 4 warps: 16 frames up to 512-point padded frames, 4
+    # for 2048-point ones (n_fft 1000, 2048). fp16 stages, thirteenth round (H200): 4 frames on 4 warps
+    # 163.8 / 298.9 µs for n_fft 1000's stft at "fp16" / "fp16x3" (on 8 warps 257.5 / 410.7; 2 on 4:
+    # 190.6 / 330.8; 8 on 8: 212.5 / 321.3), n_fft 2048 320.2 / 494.7 (on 8: 397.0 / 702.2).
     n1_, n2_ = plan(n_fft)
     n1p, n2p, _ = _pads(n1_, n2_)
-    return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 8, "num_stages": 1}
+    return {"BLOCK_T": max(2, min(16, 8192 // (n1p * n2p))), "num_warps": 4, "num_stages": 1}
 
 
 #: n_fft where the window is one frame's (N2P, N1P) table broadcast over the tile's frames, per dot
@@ -645,6 +665,17 @@ PERMUTE_STORE = True
 #: ("fp16" for "tf32"; "fp16x3", split hi + lo, for "tf32x3"), at half the shared-memory bytes of the
 #: stage-boundary transposes and twice the tensor-core rate. Empty: TF32 operands.
 STAGE_PRECISION: dict[str, str] = {"tf32": "fp16", "tf32x3": "fp16x3"}
+
+
+def stage_precision(precision: str, *, mel: bool = False) -> str:
+    """The stages' operand format for a dot precision ("ieee", "tf32", "tf32x3"): its fp16 form from
+    :data:`STAGE_PRECISION`, except with the mel epilogue, which takes TF32 operands.
+
+    >>> stage_precision("tf32"), stage_precision("tf32x3"), stage_precision("tf32", mel=True)
+    ('fp16', 'fp16x3', 'tf32')
+    """
+    return precision if mel else STAGE_PRECISION.get(precision, precision)
+
 
 _fourstep_launch = CachedLaunch(_fourstep_kernel)
 
@@ -674,9 +705,7 @@ def _launch(
 ) -> None:
     device = x.device
     mel = filters is not None
-    if precision is None:
-        precision = dot_precision(device)
-        precision = precision if mel else STAGE_PRECISION.get(precision, precision)
+    precision = precision or stage_precision(dot_precision(device), mel=mel)
     base = MEL_CONFIG if mel else (STFT_CONFIGS if complex_out else SPEC_CONFIGS).get((n_fft, precision))
     meta = {
         "PERMUTE_STORE": PERMUTE_STORE,
