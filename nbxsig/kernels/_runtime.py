@@ -14,6 +14,17 @@ from ..errors import BackendUnavailableError
 POISON_ENV = "NBXSIG_POISON_OUTPUTS"
 
 
+# Plain-Python twins of triton.cdiv / triton.next_power_of_2 for launchers: Triton's are
+# constexpr-function wrappers that cost 3-15 µs per host call, which dominated small launches.
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_pow2(n: int, minimum: int = 1) -> int:
+    """The smallest power of two >= ``n`` (and >= ``minimum``)."""
+    return max(minimum, 1 << max(0, n - 1).bit_length())
+
+
 def check_launchable(*tensors: torch.Tensor) -> torch.device:
     """Return the common device of ``tensors`` if a Triton kernel can run there.
 

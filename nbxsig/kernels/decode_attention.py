@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
-from ._runtime import check_launchable, empty_output
+from ._runtime import check_launchable, empty_output, next_pow2
 from ._splitsum import zeroed_counters
 
 LOG2E = 1.4426950408889634
@@ -87,18 +87,18 @@ def split_config(
     so a handful of compiled variants cover all shapes. ``target_programs`` overrides the target
     (benchmark sweeps).
     """
-    block_d = max(16, triton.next_power_of_2(d))
-    block_dv = max(16, triton.next_power_of_2(dv))
+    block_d = max(16, next_pow2(d))
+    block_dv = max(16, next_pow2(dv))
     block_t = 64 if max(block_d, block_dv) <= 128 else 32  # K and V tiles of 64×128 fit registers
     target = target_programs or _TARGET_PROGRAMS
     want_splits = min(_MAX_AUTO_SPLITS, max(1, -(-target // (batch * kv_heads))))
-    split = triton.next_power_of_2(max(1, -(-t // want_splits)))
-    split = max(block_t, min(split, max(block_t, triton.next_power_of_2(t))))
+    split = next_pow2(max(1, -(-t // want_splits)))
+    split = max(block_t, min(split, max(block_t, next_pow2(t))))
     return SplitConfig(
         split=split,
         n_splits=-(-t // split),
         block_t=block_t,
-        block_g=max(16, triton.next_power_of_2(group)),  # tl.dot needs >= 16 rows
+        block_g=max(16, next_pow2(group)),  # tl.dot needs >= 16 rows
         block_d=block_d,
         block_dv=block_dv,
         num_warps=4 if max(block_d, block_dv) <= 128 else 8,
@@ -367,8 +367,8 @@ def _plan(b: int, hkv: int, g: int, t: int, d: int, dv: int, config: SplitConfig
     plan = _PLANS.get(key)
     if plan is None:
         cfg = config or split_config(b, hkv, g, t, d, dv)
-        merge_g = triton.next_power_of_2(g)
-        block_s = triton.next_power_of_2(cfg.n_splits)
+        merge_g = next_pow2(g)
+        block_s = next_pow2(cfg.n_splits)
         # The merge holds MERGE_G × CHUNK × BLOCK_DV floats: about 64 registers per thread.
         chunk = max(1, min(block_s, (64 * 32 * cfg.num_warps) // (merge_g * cfg.block_dv)))
         plan = _PLANS[key] = (cfg, merge_g, block_s, chunk)

@@ -38,7 +38,7 @@ from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES, is_channels_last, shared_host_taps
 from ..reference.depthwise import resample as _resample_reference
 from ._launch import divisible_by_16, prefetch_l2
-from ._runtime import check_launchable, empty_output, resident_programs, sm_count
+from ._runtime import cdiv, check_launchable, empty_output, resident_programs, sm_count
 
 _BOUNDARY_CODE = {
     name: i for i, name in enumerate(BOUNDARIES)
@@ -1425,7 +1425,7 @@ def _launch_ring(x, taps, y, *, kh, kw, div, top, left, boundary, separable, con
     long_w = separable and max(kh, kw) > _FUSED_SEP_MAX_TAPS
     cycles, bw, warps = _ring_config(ho, wo, kh, long_w=long_w) if config is None else config
     rows = cycles * kh - kh + 1
-    _ring_kernel[(triton.cdiv(ho, rows) * triton.cdiv(wo, bw), y.shape[1], x.shape[0])](
+    _ring_kernel[(cdiv(ho, rows) * cdiv(wo, bw), y.shape[1], x.shape[0])](
         x, taps, y, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), top,
         LEFT=left, KH=kh, KW=kw, SEPARABLE=separable, BOUNDARY=_BOUNDARY_CODE[boundary], CYCLES=cycles,
         EVEN_W=wo % bw == 0, WHOLE_W=wo == x.shape[3] == bw, LONG_W=long_w, LONG_UNROLL=_LONG_UNROLL,
@@ -1459,7 +1459,7 @@ def _launch_long_rows(x, taps, y, *, kh, kw, div, top, left, boundary, config=No
     if vec not in (2, 4):
         raise ValueError(f"config: BLOCK_W / (32·num_warps) must be 2 or 4 columns per thread, got {config}")
     wy_args, wx_args = host_taps if host_taps is not None else ((), ())
-    n_wt = triton.cdiv(wo, bw)
+    n_wt = cdiv(wo, bw)
     off, nb = long_window(left, kw, vec)
     lo, hi = long_window_tiles(n_wt, bw, x.shape[3], off=off, nb=nb, vec=vec)
     # Rows Triton sees as 16-byte aligned (pointers, widths and strides, as it specializes them) load
@@ -1546,7 +1546,7 @@ def _forward(
         w_rs, w_ts = 1, w.shape[1]
     else:
         w_rs, w_ts = kh * kw, 1
-    grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
+    grid = (cdiv(ho, rows) * cdiv(wo, bw), cdiv(co, bc), x.shape[0])
     if static:
         _dw_static_kernel[grid](
             x, w, y, co, x.shape[2], x.shape[3], ho, wo, div, *x.stride(), *y.stride(), stride[1], top,
@@ -1567,7 +1567,7 @@ def _forward(
 def _launch_toeplitz(x, w, y, *, div, left, boundary):
     r, t, bu, warps = _TOEPLITZ_TILE
     lo = y.shape[3]
-    grid = (triton.cdiv(lo, r * t), y.shape[1], x.shape[0])
+    grid = (cdiv(lo, r * t), y.shape[1], x.shape[0])
     _fir_toeplitz_kernel[grid](
         x, w, y, x.shape[3], lo, div, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], R=r, T=t, BU=bu,
@@ -1579,8 +1579,8 @@ def _launch_bank(x, w, y, *, m, stride, left, boundary):
     bl, bk, warps = _BANK_TILE
     bf = min(64, max(16, _next_pow2(m)))
     lo = y.shape[3]
-    n_fb = triton.cdiv(m, bf)
-    grid = (triton.cdiv(lo, bl), x.shape[1] * n_fb, x.shape[0])
+    n_fb = cdiv(m, bf)
+    grid = (cdiv(lo, bl), x.shape[1] * n_fb, x.shape[0])
     _bank_kernel[grid](
         x, w, y, x.shape[3], lo, m, n_fb, x.stride(0), x.stride(1), x.stride(3), y.stride(0), y.stride(1),
         y.stride(3), stride, left, K=w.shape[2], BOUNDARY=_BOUNDARY_CODE[boundary], BL=bl, BF=bf, BK=bk,
@@ -1659,9 +1659,9 @@ class _DepthwiseConv2d(torch.autograd.Function):
             ho, wo = g.shape[2], g.shape[3]
             block_t = min(16, _next_pow2(kh * kw))
             block_p, steps = 128, 4
-            n_chunks = triton.cdiv(ho * wo, block_p * steps)
+            n_chunks = cdiv(ho * wo, block_p * steps)
             part = empty_output((co, kh * kw, n * n_chunks), dtype=torch.float32, device=x.device)
-            _wgrad_kernel[(co, triton.cdiv(kh * kw, block_t), n * n_chunks)](
+            _wgrad_kernel[(co, cdiv(kh * kw, block_t), n * n_chunks)](
                 x, g, part, h, w, ho, wo, m, *x.stride(), *g.stride(), stride[0], stride[1], top, left,
                 n_chunks, KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], BLOCK_T=block_t, BLOCK_P=block_p,
                 STEPS=steps,
@@ -1721,7 +1721,7 @@ def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
     static = config[4] if config is not None and len(config) > 4 else band_loads <= _SEP_STATIC_MAX_LOADS
     if config is None and static and bc == 1:
         bw = min(bw, _SEP_STATIC_BLOCK_W)
-    grid = (triton.cdiv(ho, rows) * triton.cdiv(wo, bw), triton.cdiv(co, bc), x.shape[0])
+    grid = (cdiv(ho, rows) * cdiv(wo, bw), cdiv(co, bc), x.shape[0])
     _sep_kernel[grid](
         x, wyt, wxt, y, co, x.shape[2], x.shape[3], ho, wo, co // x.shape[1], *x.stride(), *y.stride(),
         stride[1], top, left, co,
@@ -1758,7 +1758,7 @@ def _separable_dot(x, wy, wx, *, pads, boundary, config=None):
     bh, bw, bu, bv, warps = _SEP_DOT_TILE if config is None else config
     _check_tf32_tile("config", (bh, bw, bu, bv, warps), bh, (bu, bw), warps)
     ho, wo = y.shape[2], y.shape[3]
-    grid = (triton.cdiv(ho, bh) * triton.cdiv(wo, bw), co, n)
+    grid = (cdiv(ho, bh) * cdiv(wo, bw), co, n)
     _sep_dot_kernel[grid](
         x, wy32, wx32, y, h, w, ho, wo, co // c, *x.stride(), *y.stride(), top, left,
         KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], BH=bh, BW=bw, BU=bu, BV=bv, PRECISION="tf32x3",
@@ -1980,7 +1980,7 @@ class _Resample(torch.autograd.Function):
             bank, off = _device_bank(compact, offsets, x.device)
             check_launchable(x, bank, off)
             block = 512
-            _resample_kernel[(triton.cdiv(lo, block), b)](
+            _resample_kernel[(cdiv(lo, block), b)](
                 x, bank, off, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
                 bank.shape[1], BLOCK=block,
             )  # fmt: skip
@@ -1990,7 +1990,7 @@ class _Resample(torch.autograd.Function):
             _check_tf32_tile("_RESAMPLE_TILE", _RESAMPLE_TILE, bl, (bn,), warps)
             blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
             check_launchable(x, blocks, start)
-            grid = (triton.cdiv(triton.cdiv(lo, new), bl), blocks.shape[0], b)
+            grid = (cdiv(cdiv(lo, new), bl), blocks.shape[0], b)
             _resample_dot_kernel[grid](
                 x, blocks, start, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
                 KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,

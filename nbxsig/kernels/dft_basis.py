@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._runtime import check_launchable, empty_output
+from ._runtime import cdiv, check_launchable, empty_output
 
 _BLOCK_K = 16
 _BLOCK_T = 64
@@ -60,7 +60,7 @@ def _dft_basis_kernel(
 def _launch(n: int, rows: int, *, inverse: bool, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     out = empty_output((2, rows, n), dtype=dtype, device=device)
     check_launchable(out)
-    grid = (triton.cdiv(rows, _BLOCK_K), triton.cdiv(n, _BLOCK_T))
+    grid = (cdiv(rows, _BLOCK_K), cdiv(n, _BLOCK_T))
     step = torch.full((1,), 2.0 * math.pi / n, dtype=torch.float64, device=device)
     _dft_basis_kernel[grid](out, step, n, rows, rows * n, INVERSE=inverse, BLOCK_K=_BLOCK_K, BLOCK_T=_BLOCK_T)
     return out

@@ -106,7 +106,8 @@ import triton
 import triton.language as tl
 
 from ._launch import CachedLaunch
-from ._runtime import check_launchable, empty_output
+from ._runtime import cdiv, check_launchable, empty_output
+from ._runtime import next_pow2 as _p2
 from .mel import _LOGS, _dot, _planes, _store_mels, dot_precision, mel_blocks, memoized, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
@@ -117,10 +118,6 @@ MAX_PADDED = 2048
 #: Largest padded factor: the stage bases (``N1P × 2·N1P`` and ``2·N2P × 2·K2P`` fp32, hi + lo planes
 #: at 3xTF32) are dot operands in shared memory; a 128-point factor's would take 256 KB.
 MAX_FACTOR = 64
-
-
-def _p2(n: int, minimum: int) -> int:
-    return max(minimum, 1 << max(0, n - 1).bit_length())
 
 
 @lru_cache(maxsize=256)
@@ -740,7 +737,7 @@ def _launch(
     if (block_t * hop + n_fft) * abs(x.stride(1)) >= 2**31:
         # The interior tiles' 32-bit offsets would overflow (a last-dimension stride of ~2^31 / 3000).
         x = x.contiguous()
-    grid = (triton.cdiv(n_frames, block_t), x.shape[0])
+    grid = (cdiv(n_frames, block_t), x.shape[0])
     win = window if window is not None else x
     args = (
         x, x.stride(0), x.stride(1), x.shape[1], win, b1, b1_lo, tw, b2, b2_lo, fb, fb_lo,

@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 
 from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported, prefetch_l2
-from ._runtime import check_launchable, empty_output, sm_count
+from ._runtime import check_launchable, empty_output, next_pow2, sm_count
 from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
@@ -116,7 +116,7 @@ def gemv_config(m: int, k: int = 0, n: int = 0, group_size: int = 128) -> GemvCo
     for the 4096/11008 layers (``bench.quant_sweep``'s GEMV rows, tenth round); at 1024×1024 they were
     6-12% faster (4.41 against 4.80 µs with PDL), a layer whose target is already met.
     """
-    block_m = max(1, triton.next_power_of_2(m))
+    block_m = max(1, next_pow2(m))
     block_r = {1: 16, 2: 8, 4: 4, 8: 2}[block_m]
     block_n = 128
     rows = k // 8

@@ -46,7 +46,7 @@ from .._dispatch import interpreter_enabled
 from ..reference import mel as ref
 from ..reference.dft import rdft_basis
 from ._launch import CachedLaunch
-from ._runtime import check_launchable, empty_output
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 from .stft import n_frames as count_frames
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
@@ -442,7 +442,7 @@ def whisper_finish(out: torch.Tensor, peak: torch.Tensor) -> None:
     ``(x + 4) / 4``."""
     per_example = out.shape[1] * out.shape[2]
     block = 1024
-    grid = (triton.cdiv(per_example, block), out.shape[0])
+    grid = (cdiv(per_example, block), out.shape[0])
     _whisper_finish_launch(grid, (out, peak, per_example), {"BLOCK": block}, 4)
 
 
@@ -486,7 +486,7 @@ def mel_blocks(n_mels: int) -> tuple[int, int]:
     minimum): 80 → (64, 16) and 128 → (128, 0), so 80 mels cost 80 columns of dots, not 128."""
     m1 = max(16, 1 << (n_mels.bit_length() - 1))
     rest = n_mels - m1
-    return m1, (0 if rest <= 0 else max(16, triton.next_power_of_2(rest)))
+    return m1, (0 if rest <= 0 else max(16, next_pow2(rest)))
 
 
 def _split_hi_lo(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -601,7 +601,7 @@ def project(
     interpreted = interpreter_enabled() and device.type == "cpu"
     config = dict(_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIG)
     meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
-    f_pad = triton.cdiv(n_freq, config["BLOCK_F"]) * config["BLOCK_F"]
+    f_pad = cdiv(n_freq, config["BLOCK_F"]) * config["BLOCK_F"]
     m1, m2 = mel_blocks(n_mels)
     precision = dot_precision(device)
     key = (id(filters), filters._version, factor, f_pad, m1 + m2)
@@ -613,7 +613,7 @@ def project(
         return out
     # Whisper's per-example maxima (float bits); without TRACK_PEAK the kernel never reads it.
     peak = torch.zeros(batch, dtype=torch.int32, device=device) if whisper else out
-    grid = (triton.cdiv(n_frames, config["BLOCK_T"]), batch)
+    grid = (cdiv(n_frames, config["BLOCK_T"]), batch)
     args = (
         spec, spec.stride(0), spec.stride(1), spec.stride(2), n_frames, n_freq,
         fb if precision == "ieee" else fb_hi, fb_lo, out, *out.stride(), peak, n_mels, float(floor or 0.0),
@@ -657,8 +657,8 @@ def _launch(
     n_frames = count_frames(length, n_fft, hop_length, center) - (1 if drop_last else 0)
     n_mels = filters.shape[1]
     half = n_fft // 2 + 1
-    k_pad = triton.cdiv(half, 32) * 32
-    f_pad = triton.cdiv(half, 16) * 16
+    k_pad = cdiv(half, 32) * 32
+    f_pad = cdiv(half, 16) * 16
     m1, m2 = mel_blocks(n_mels)
     m_tot = m1 + m2
     precision = _precision or dot_precision(device)
@@ -710,18 +710,18 @@ def _launch(
     # One fixed config under the interpreter (autotuning there would run every config).
     edge = dict(_INTERPRETER_CONFIG if interpreted else _EDGE_CONFIG)
     edge_meta = {k: edge.pop(k) for k in ("num_warps", "num_stages") if k in edge}
-    edge_tiles = triton.cdiv(t_a, edge["BLOCK_T"]) + triton.cdiv(n_frames - t_b, edge["BLOCK_T"])
+    edge_tiles = cdiv(t_a, edge["BLOCK_T"]) + cdiv(n_frames - t_b, edge["BLOCK_T"])
     if edge_tiles:
         _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
     if t_b > t_a:
         if _config is None and not interpreted:
-            grid = lambda meta: (triton.cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
+            grid = lambda meta: (cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
             _tuned_kernel()[grid](*common, *scalars, EDGE=False, **args)
         else:
             # A fixed config: the interpreter's, or one the benchmark's sweep names.
             config = dict(_config or _INTERPRETER_CONFIG)
             meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
-            grid = (triton.cdiv(t_b - t_a, config["BLOCK_T"]), batch)
+            grid = (cdiv(t_b - t_a, config["BLOCK_T"]), batch)
             _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
     if whisper:
         whisper_finish(out, peak)

@@ -54,7 +54,9 @@ import triton.language as tl
 from ..dft import irdft_basis, rdft_basis
 from ..reference.stft import istft_range
 from ._launch import CachedLaunch
+from ._runtime import cdiv as _cdiv
 from ._runtime import check_launchable, empty_output
+from ._runtime import next_pow2 as _p2
 
 #: Envelope threshold below which istft does not divide (torch.istft's NOLA threshold).
 NOLA_EPS = 1e-11
@@ -160,16 +162,6 @@ def use_dense(n_fft: int) -> bool:
 def _precision() -> str:
     # Read at call time (never at import): the user may change it between calls.
     return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
-
-
-# Plain-Python helpers: triton.cdiv / triton.next_power_of_2 are constexpr-function wrappers that
-# cost ~15 µs per host call, which dominated the batch-1 istft's launch latency.
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _p2(n: int, minimum: int = 1) -> int:
-    return max(minimum, 1 << max(0, n - 1).bit_length())
 
 
 def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
