@@ -440,6 +440,26 @@ def test_unfused_path_matches_float64(variant, device, generator):
     assert_close(got, expected, dtype="float32", rel_error=1e-5, atol=1e-5 if log_kw else None)
 
 
+def test_unfused_path_follows_window_changes(device, generator):
+    # The unfused path caches its float32 copy of the window per tensor and version: an in-place
+    # change of the window must reach the next call (the first call filled the cache).
+    from nbxsig.features import _cached_filters
+    from nbxsig.kernels import mel as kmel
+
+    x = random_tensor((2, 900), generator=generator)
+    window = torch.hann_window(64, dtype=F64).to(device)
+    filters = _cached_filters(33, 0.0, 4000.0, 20, 8000, None, "htk", device)
+    opts = dict(n_fft=64, hop_length=16, filters=filters, power=2.0, scale=1.0, center=True)
+    opts.update(pad_mode="reflect", _path="unfused")
+    first = kmel.mel_spectrogram(x.to(device), window=window, **opts)
+    window.mul_(random_tensor((64,), generator=generator, dtype=F64, low=0.5, high=1.5).to(device))
+    second = kmel.mel_spectrogram(x.to(device), window=window, **opts)
+    spec = torch.stft(x.double(), 64, 16, window=window.cpu(), center=True, return_complex=True).abs() ** 2
+    expected = (spec.transpose(1, 2) @ filters.cpu().double()).transpose(1, 2)
+    assert_close(second, expected, dtype="float32", rel_error=1e-5)
+    assert not torch.allclose(first, second)
+
+
 def test_unfused_path_whisper_and_half_input(device, generator):
     from nbxsig.features import _cached_filters, prepare_window
     from nbxsig.kernels import mel as kmel

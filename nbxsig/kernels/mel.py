@@ -524,6 +524,7 @@ def memoized(cache: OrderedDict, key: tuple, owners: tuple, build):
 
 
 _PACK_CACHE: OrderedDict = OrderedDict()
+_WINDOW32_CACHE: OrderedDict = OrderedDict()
 
 
 def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: float, k_pad, f_pad, m_tot):
@@ -779,7 +780,11 @@ def _unfused(
     from . import fourstep
     from .stft import use_dense
 
-    window = window.detach().float()
+    # The float32 window, cached per window tensor and version: callers hold one padded float64
+    # window per buffer version, and casting it on every call was a kernel launch each time.
+    window = memoized(
+        _WINDOW32_CACHE, (id(window), window._version), (window,), lambda: window.detach().float()
+    )
     precision = dot_precision(x.device)
     route = dict(device_type=x.device.type, n_fft=n_fft, onesided=True, precision=precision)
     if not use_dense(n_fft) and fourstep.spectrogram_path(**route) == "fourstep":
