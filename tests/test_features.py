@@ -441,8 +441,8 @@ def test_unfused_path_matches_float64(variant, device, generator):
 
 
 def test_unfused_path_follows_window_changes(device, generator):
-    # The unfused path caches its float32 copy of the window per tensor and version: an in-place
-    # change of the window must reach the next call (the first call filled the cache).
+    # The window the unfused path is given may be reused across calls (the modules keep one per
+    # buffer version): an in-place change of it must reach the next call.
     from nbxsig.features import _cached_filters
     from nbxsig.kernels import mel as kmel
 

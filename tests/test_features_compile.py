@@ -66,6 +66,7 @@ fs_scalars = {"stride_xb", "stride_xl", "length", "stride_ob", "stride_of", "str
               "pad", "scale", "power", "floor", "n_mels"}
 launches = [  # (n_fft, stage precision, mode, stack bytes allowed): the auto paths' launches
     (400, "fp16", "power", 0), (400, "fp16x3", "power", 0), (512, "fp16", "power", 24),
+    (400, "fp16", "power-f64-window", 0), (400, "fp16x3", "power-f64-window", 0),  # the mel path's
     (512, "fp16x3", "power", 0), (256, "fp16x3", "power", 0), (1000, "fp16", "power", 0),
     (400, "fp16x3", "complex", 0), (512, "fp16", "complex", 32), (2048, "fp16", "complex", 312),
     (400, "tf32", "mel", 120),
@@ -82,6 +83,8 @@ for n_fft, precision, mode, stack in launches:
     half = {n: "*fp16" for n in bases} if precision.startswith("fp16") else {}
     fs_pointers = {n: "*fp32" for n in fs._fourstep_kernel.arg_names if n.endswith("_ptr")}
     fs_pointers.update(peak_ptr="*i32", **half)
+    if mode.endswith("f64-window"):  # the unfused mel path passes its padded float64 window
+        fs_pointers["win_ptr"] = "*fp64"
     constexprs = dict(N_FFT=n_fft, N1=n1, N2=n2, N1P=n1p, N2P=n2p, K2P=k2p, MODE=1, HAS_WINDOW=True,
                       POWER_MODE=2, MEL=mel, HAS_FLOOR=mel, LOG=1 if mel else 0, TRACK_PEAK=mel, M_TOT=80,
                       M1=64, M2=16, BLOCK_T=config["BLOCK_T"], PRECISION=precision,

@@ -262,6 +262,20 @@ def test_half_stages_stft_and_nonfinite_frames(precision, device, generator):
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("window_table", [True, False], ids=["table", "per-element"])
+def test_float64_window_read_as_its_float32_cast(window_table, device, generator):
+    # The unfused mel path hands the kernel its padded float64 window (no float32 copy): the kernel's
+    # fp32 load of it must give exactly what the float32 window gives.
+    x = random_tensor((2, 1500), generator=generator).to(device)
+    window = random_tensor((400,), generator=generator, dtype=F64, low=0.1, high=1.0).to(device)
+    opts = dict(n_fft=400, hop=160, center=True, pad_mode="reflect", scale=1.0, power=2.0)
+    opts.update(_precision="fp16x3", _config={"WINDOW_TABLE": window_table})
+    wide = fourstep.spectrogram(x, window=window, **opts)
+    narrow = fourstep.spectrogram(x, window=window.float(), **opts)
+    torch.testing.assert_close(wide, narrow, rtol=0, atol=0)
+    assert_close(wide, power_oracle(x, 400, 160, window), dtype="float32", rel_error=2e-6)
+
+
 def test_half_stages_refuse_the_mel_epilogue(device, generator):
     x = random_tensor((1, 2000), generator=generator).to(device)
     window = torch.hann_window(400).to(device)

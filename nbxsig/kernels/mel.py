@@ -524,7 +524,6 @@ def memoized(cache: OrderedDict, key: tuple, owners: tuple, build):
 
 
 _PACK_CACHE: OrderedDict = OrderedDict()
-_WINDOW32_CACHE: OrderedDict = OrderedDict()
 
 
 def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: float, k_pad, f_pad, m_tot):
@@ -780,23 +779,20 @@ def _unfused(
     from . import fourstep
     from .stft import use_dense
 
-    # The float32 window, cached per window tensor and version: callers hold one padded float64
-    # window per buffer version, and casting it on every call was a kernel launch each time.
-    window = memoized(
-        _WINDOW32_CACHE, (id(window), window._version), (window,), lambda: window.detach().float()
-    )
+    window = window.detach()
     precision = dot_precision(x.device)
     route = dict(device_type=x.device.type, n_fft=n_fft, onesided=True, precision=precision)
     if not use_dense(n_fft) and fourstep.spectrogram_path(**route) == "fourstep":
         # The kernel itself, not through nbxsig.stft.spectrogram's checks and dispatch (this op's own
-        # were made): host time on every call.
+        # were made): host time on every call. It reads the window in its own dtype (the callers'
+        # padded float64 one) and computes in fp32: no float32 copy, which was a launch per call.
         spec = fourstep.spectrogram(
             x, n_fft=n_fft, hop=hop_length, window=window, center=center, pad_mode=pad_mode, scale=1.0,
             power=power, _row_align=16 if precision in ALIGNED_SPECTROGRAM else 1,
         )  # fmt: skip
     else:
         spec = nstft.spectrogram(
-            x, n_fft, hop_length, window=window, power=power, center=center, pad_mode=pad_mode,
+            x, n_fft, hop_length, window=window.float(), power=power, center=center, pad_mode=pad_mode,
             backend="triton",
         )  # fmt: skip
     if drop_last:
