@@ -45,8 +45,28 @@ def _interpreter_fma_rounds_once() -> None:
     interpreter.InterpreterBuilder.create_fma = create_fma
 
 
+def _interpreter_scalar_loop_bounds() -> None:
+    """Let the interpreter run loops whose bounds are runtime scalars (``range(lo, hi)`` with ``lo``
+    loaded or passed in), as the mel projection's band loops are.
+
+    Triton 3.6's interpreter holds a scalar as a one-element 1-D array and converts it with
+    ``int(array)``, which numpy 2.4 refuses (triton-lang/triton#9171, fixed upstream after 3.6). The
+    conversion here is the same one, of that array's only element.
+    """
+    from triton.runtime import interpreter
+
+    patch_tensor = interpreter._patch_lang_tensor
+
+    def patched(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(())))
+
+    interpreter._patch_lang_tensor = patched
+
+
 if TEST_DEVICE == "cpu":
     _interpreter_fma_rounds_once()
+    _interpreter_scalar_loop_bounds()
 
 
 @pytest.fixture

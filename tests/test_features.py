@@ -519,6 +519,94 @@ def test_mel_projection_matches_float64(n_mels, layout, tail, device, generator)
     assert_close(got, want, dtype="float32", rel_error=1e-5, atol=1e-5 if log else None)
 
 
+@pytest.mark.parametrize("tile", ["interpreter", "tf32", "tf32x3"])
+@pytest.mark.parametrize(
+    "case", ["htk-80", "slaney-128-whisper", "empty-groups", "hand-built"]
+)
+def test_mel_projection_reads_each_group_band(case, tile, device, generator, monkeypatch):
+    # The projection's dots read, for each group of BLOCK_M mels, only the bin chunks its filters
+    # touch: real mel filterbanks (a few bins each, groups overlapping at their edges), groups of
+    # empty filters (f_min above the top bin's frequency for some mels) and a hand-built matrix whose
+    # nonzero rows start and end mid-chunk; fresh random spectrograms with odd bins and frames, on a
+    # strided view. "tf32"/"tf32x3" run that GPU precision's BLOCK_F/BLOCK_M here (small frame tiles).
+    from nbxsig.kernels import mel as kmel
+
+    if tile != "interpreter":
+        config = {k: kmel.PROJECT_CONFIGS[tile][k] for k in ("BLOCK_F", "BLOCK_M")}
+        monkeypatch.setattr(kmel, "_PROJECT_INTERPRETER_CONFIG", {"BLOCK_T": 16, **config})
+    n_freq, whisper = 201, case == "slaney-128-whisper"
+    if case == "htk-80":
+        filters = nf.mel_filterbank(n_freq, 0.0, 8000.0, 80, 16000, dtype=F64)
+    elif whisper:
+        filters = nf.mel_filterbank(n_freq, 0.0, 8000.0, 128, 16000, "slaney", "slaney", dtype=F64)
+    elif case == "empty-groups":
+        n_freq = 57
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the empty filters warn, as torchaudio's do
+            filters = nf.mel_filterbank(n_freq, 0.0, 22050.0, 64, 16000, dtype=F64)
+        assert (filters[:, 48:] == 0).all()
+    else:
+        n_freq = 57
+        filters = torch.zeros(n_freq, 40, dtype=F64)
+        for m, (lo, hi) in enumerate([(3, 5), (17, 18), (20, 49)] * 13 + [(56, 57)]):
+            filters[lo:hi, m] = random_tensor((hi - lo,), generator=generator, dtype=F64).abs() + 0.1
+    n_mels = filters.shape[1]
+    spec = random_tensor((2, 45, n_freq + 3), generator=generator).square()[..., 2 : n_freq + 2]
+    spec = spec.transpose(1, 2)  # (B, F, T) read through the frame-major strides
+    want = (filters.T * 0.37) @ spec.double()
+    if whisper:
+        want = want.clamp(min=1e-10).log10()
+        want = (torch.maximum(want, want.amax(dim=(1, 2), keepdim=True) - 8.0) + 4.0) / 4.0
+    got = kmel.project(
+        spec.to(device), filters.float().to(device), factor=0.37, floor=1e-10 if whisper else None,
+        log="log10" if whisper else None, whisper=whisper,
+    )  # fmt: skip
+    assert got.shape == (2, n_mels, 45)
+    assert_close(got, want, dtype="float32", rel_error=1e-5, atol=1e-5 if whisper else None)
+    # The bands themselves: each group's chunks cover exactly its nonzero rows, rounded out to chunks.
+    config = kmel._PROJECT_INTERPRETER_CONFIG
+    block_f, block_m = config["BLOCK_F"], config["BLOCK_M"]
+    plane = torch.zeros(math.ceil(n_freq / block_f) * block_f, math.ceil(n_mels / block_m) * block_m)
+    plane[:n_freq, :n_mels] = filters.float()
+    bands = kmel._filter_bands(plane, block_f, block_m).tolist()
+    for group, (c_lo, c_hi) in enumerate(bands):
+        rows = plane[:, group * block_m : (group + 1) * block_m].ne(0).any(dim=1).nonzero().flatten()
+        if rows.numel() == 0:
+            assert (c_lo, c_hi) == (0, 0)
+        else:
+            assert (c_lo, c_hi) == (int(rows[0]) // block_f, int(rows[-1]) // block_f + 1)
+    if case == "empty-groups" and 16 % block_m == 0:
+        assert bands[-1] == [0, 0]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
+def test_mel_projection_nonfinite_bin_stays_in_its_groups(device, generator):
+    # An inf power bin (e.g. |X|² overflowing) reaches only the mel groups whose bands cover it: the
+    # projection never reads a bin into another group's dots. Inside a covering group it is torch's
+    # product: inf where the weight is positive, NaN (0·inf) where it is zero. torch's dense product
+    # makes NaN of every other mel of that frame too; project()'s docstring says so.
+    from nbxsig.kernels import mel as kmel
+
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=F64)
+    spec = random_tensor((1, 201, 9), generator=generator).square()
+    spec[0, 150, 4] = math.inf
+    got = kmel.project(spec.to(device), filters.float().to(device), factor=1.0, floor=None, log=None, whisper=False)
+    got = got.cpu()
+    if device.type == "cpu":
+        block_m = kmel._PROJECT_INTERPRETER_CONFIG["BLOCK_M"]
+    else:
+        block_m = kmel.PROJECT_CONFIGS[kmel.dot_precision(device)]["BLOCK_M"]
+    covered = filters[150] != 0
+    groups = {int(m) // block_m for m in covered.nonzero().flatten()}
+    in_groups = torch.tensor([m // block_m in groups for m in range(80)])
+    assert torch.isposinf(got[0, covered, 4]).all()
+    assert torch.isnan(got[0, in_groups & ~covered, 4]).all()
+    elsewhere = torch.ones_like(got, dtype=torch.bool)
+    elsewhere[0, in_groups, 4] = False
+    want = filters.T @ torch.where(torch.isinf(spec), 0.0, spec).double()
+    assert_close(got[elsewhere], want[elsewhere], dtype="float32", rel_error=1e-5)
+
+
 def test_mel_path_rule():
     from nbxsig.kernels.mel import mel_path
 

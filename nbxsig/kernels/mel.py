@@ -376,6 +376,7 @@ def _project_kernel(
     n_freq,
     fb_ptr,
     fb_lo_ptr,
+    band_ptr,
     out_ptr,
     stride_ob,
     stride_om,
@@ -386,36 +387,41 @@ def _project_kernel(
     HAS_FLOOR: tl.constexpr,
     LOG: tl.constexpr,
     TRACK_PEAK: tl.constexpr,
-    F_PAD: tl.constexpr,  # bins rounded up to BLOCK_F (the filter planes' rows)
-    M_TOT: tl.constexpr,
-    M1: tl.constexpr,
-    M2: tl.constexpr,
+    M_TOT: tl.constexpr,  # mels rounded up to BLOCK_M (the filter planes' columns)
     BLOCK_T: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    BLOCK_M: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     """Mels of ``BLOCK_T`` frames of a power spectrogram ``p (B, F, T)`` (read by its strides):
-    ``out[m, t] = Σ_f p[f, t]·fb[f, m]``, one ``tl.dot`` per ``BLOCK_F`` bins, then the tile's tail
-    (:func:`_finish_tile`). The spectrogram is read once; the filters (tens of KB) stay in L2."""
+    ``out[m, t] = Σ_f p[f, t]·fb[f, m]``, ``BLOCK_M`` mels at a time, each group by one ``tl.dot`` per
+    ``BLOCK_F`` bins over only the bin chunks its filters touch: ``band_ptr`` holds each group's chunk
+    range ``[c_lo, c_hi)``. A mel filter spans a few bins, so 80 mels of 201 bins take about a quarter
+    of a dense product's dots. The chunks two groups share are read twice, the second time from
+    L1/L2; the filters (tens of KB) stay in L2."""
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     t = pid * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = t < n_frames
     rows = p_ptr + b * stride_pb + t.to(tl.int64)[:, None] * stride_pt
-    m1 = tl.arange(0, M1)
-    acc1 = tl.zeros((BLOCK_T, M1), dtype=tl.float32)
-    acc2 = tl.zeros((BLOCK_T, M2 if M2 > 0 else 16), dtype=tl.float32)
-    for f0 in range(0, F_PAD, BLOCK_F):
-        f = f0 + tl.arange(0, BLOCK_F)
-        tile = tl.load(rows + f[None, :] * stride_pf, mask=t_ok[:, None] & (f < n_freq)[None, :], other=0.0)
-        # The filter planes are zero-padded to (F_PAD, M_TOT): no mask needed on them.
-        foffs = f[:, None] * M_TOT + m1[None, :]
-        acc1 = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc1, PRECISION)
-        if M2 > 0:
-            foffs2 = f[:, None] * M_TOT + (M1 + tl.arange(0, M2))[None, :]
-            acc2 = _dot(tile, fb_ptr + foffs2, fb_lo_ptr + foffs2, acc2, PRECISION)
-    _finish_tile(acc1, acc2, t, t_ok, b, out_ptr, stride_ob, stride_om, stride_ot, peak_ptr, n_mels, floor,
-                 HAS_FLOOR, LOG, TRACK_PEAK, M1, M2)  # fmt: skip
+    peak = 0.0
+    for group in tl.static_range(M_TOT // BLOCK_M):
+        m = group * BLOCK_M + tl.arange(0, BLOCK_M)
+        acc = tl.zeros((BLOCK_T, BLOCK_M), dtype=tl.float32)
+        # Chunk indices, not bins: f = c·BLOCK_F tells the compiler the loads are BLOCK_F-aligned.
+        for c in range(tl.load(band_ptr + 2 * group), tl.load(band_ptr + 2 * group + 1)):
+            f = c * BLOCK_F + tl.arange(0, BLOCK_F)
+            tile = tl.load(rows + f[None, :] * stride_pf, mask=t_ok[:, None] & (f < n_freq)[None, :], other=0.0)
+            # The filter planes are zero-padded to (chunks · BLOCK_F, M_TOT): no mask needed on them.
+            foffs = f[:, None] * M_TOT + m[None, :]
+            acc = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc, PRECISION)
+        if TRACK_PEAK:
+            # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
+            ok = t_ok[:, None] & (m < n_mels)[None, :]
+            peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok, acc, 0.0), axis=1), axis=0))
+        _store_mels(acc, m, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG)
+    if TRACK_PEAK:
+        tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
 
 
 @triton.jit
@@ -553,25 +559,32 @@ def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: floa
 
 
 def _filter_planes(filters: torch.Tensor, factor: float, f_pad: int, m_tot: int) -> tuple:
-    """``factor · filters`` zero-padded to ``(F_PAD, M_TOT)`` (columns ``M1..`` hold mels ``M1..``),
-    as (fp32, TF32 hi, fp32 lo) planes."""
+    """``factor · filters`` zero-padded to ``(F_PAD, M_TOT)`` as (fp32, TF32 hi, fp32 lo) planes."""
     fb = torch.zeros(f_pad, m_tot, dtype=torch.float64, device=filters.device)
     fb[: filters.shape[0], : filters.shape[1]] = filters.detach().double() * factor
     return _planes(fb)
 
 
+def _filter_bands(fb: torch.Tensor, block_f: int, block_m: int) -> torch.Tensor:
+    """Each group of ``block_m`` columns of the zero-padded filter plane ``fb (F_PAD, M_TOT)``: the
+    range ``[c_lo, c_hi)`` of ``block_f``-bin chunks holding its nonzero rows (``[0, 0)`` for a
+    group of empty filters), as int32 ``(M_TOT // block_m, 2)`` on ``fb``'s device."""
+    f_pad, m_tot = fb.shape
+    used = (fb != 0).view(f_pad, m_tot // block_m, block_m).any(dim=2)  # (F_PAD, groups)
+    rows = torch.arange(f_pad, device=fb.device)[:, None]
+    first = torch.where(used, rows, f_pad).amin(dim=0)
+    last = torch.where(used, rows, -1).amax(dim=0)
+    bands = torch.stack([first // block_f, last // block_f + 1], dim=1)
+    return torch.where(used.any(dim=0)[:, None], bands, 0).to(torch.int32).contiguous()
+
+
 _PROJECT_CACHE: OrderedDict = OrderedDict()
-#: The projection's tile (BLOCK_F divides the padded bins; module level, so a sweep can set it), from an
-#: H200 sweep (64 × 30 s, n_fft 400, 80 mels, the four-step kernel's frame-major spectrogram; µs at TF32 /
-#: 3xTF32): T256 F16 w8 s3 114 / 199; T128 F16 w4 s3 126 / 195 (s2 150 / 240, s4 132 / 228, s5 171 / 235);
-#: T128 F16 w8 s3 132 / 203; T64 F16 w4 s3 176 / 300; T128 F32 w4 s3 157 / 237; T128 F32 w8 s3 170 / 256;
-#: T256 F32 w8 s2 157 / 225; torch.matmul in the same process 136 / 240. Rows padded to 208 floats
-#: (16-byte aligned) gained 3-16 µs; the four-step kernel writes such rows at 3xTF32 since the eleventh
-#: round (:data:`ALIGNED_SPECTROGRAM`). Far from the 52-µs bandwidth floor (154 MB in, 61 MB out), and
-#: not profiled. The sm_90 build (offline) copies the spectrogram tile
-#: into shared memory with cp.async, loads it into registers to round it to TF32 and issues the wgmma with
-#: that operand from registers (8 HGMMA per tile at TF32, 24 at 3xTF32).
-PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3}
+#: The projection's tile per dot precision (module level, so a sweep can set it): BLOCK_T frames, BLOCK_M
+#: mels per group, BLOCK_F bins per dot.
+PROJECT_CONFIGS = {
+    "tf32x3": {"BLOCK_T": 256, "BLOCK_F": 16, "BLOCK_M": 16, "num_warps": 8, "num_stages": 3},
+    "tf32": {"BLOCK_T": 256, "BLOCK_F": 16, "BLOCK_M": 16, "num_warps": 8, "num_stages": 3},
+}
 #: Dot precisions at which the unfused path launches the four-step spectrogram with rows padded to 64
 #: bytes (208 floats for 201 bins; :func:`_unfused`), else with 201-float rows.
 #: H200, eleventh round, 64 × 30 s, n_fft 400, 80 mels, three interleaved passes (µs, 201 / 208-float
@@ -579,7 +592,7 @@ PROJECT_CONFIG = {"BLOCK_T": 256, "BLOCK_F": 16, "num_warps": 8, "num_stages": 3
 #: also stored TF32-rounded so the projection's dot takes the tile as loaded, 427 / 456 (projection 112
 #: / 128, four-step 313 / 327): not used at "tf32", and the rounding dropped.
 ALIGNED_SPECTROGRAM = ("tf32x3",)
-_PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16}
+_PROJECT_INTERPRETER_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 16, "BLOCK_M": 16}
 
 
 def project(
@@ -594,20 +607,30 @@ def project(
     """Mels of a float32 power spectrogram ``spec (B, F, T)`` (any strides): ``factor · filtersᵀ @
     spec`` → ``(B, n_mels, T)`` float32, with the optional floor, log and Whisper's finish fused
     into the kernel (:func:`_project_kernel`), where torch would make a pass over the mels for each.
-    The dot precision follows torch's fp32 matmul setting (:func:`dot_precision`)."""
+    The dot precision follows torch's fp32 matmul setting (:func:`dot_precision`).
+
+    Each group of ``BLOCK_M`` mels reads only the bins its filters touch, so an inf or NaN power bin
+    reaches only the groups whose bands cover it (inside them it is torch's product: inf where a
+    weight is positive, NaN from 0·inf where it is zero); torch's dense product (torchaudio's) makes
+    NaN of every mel of that frame. A spectrogram computed from finite audio has such bins only
+    where |X|² overflows float32."""
     device = check_launchable(spec, filters)
     batch, n_freq, n_frames = spec.shape
     n_mels = filters.shape[1]
     interpreted = interpreter_enabled() and device.type == "cpu"
-    config = dict(_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIG)
-    meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
-    f_pad = cdiv(n_freq, config["BLOCK_F"]) * config["BLOCK_F"]
-    m1, m2 = mel_blocks(n_mels)
     precision = dot_precision(device)
-    key = (id(filters), filters._version, factor, f_pad, m1 + m2)
-    fb, fb_hi, fb_lo = memoized(
-        _PROJECT_CACHE, key, (filters,), lambda: _filter_planes(filters, factor, f_pad, m1 + m2)
-    )
+    config = dict(_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIGS[precision])
+    meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
+    block_f, block_m = config["BLOCK_F"], config["BLOCK_M"]
+    f_pad = cdiv(n_freq, block_f) * block_f
+    m_tot = cdiv(n_mels, block_m) * block_m
+
+    def build():
+        planes = _filter_planes(filters, factor, f_pad, m_tot)
+        return (*planes, _filter_bands(planes[0], block_f, block_m))
+
+    key = (id(filters), filters._version, factor, f_pad, m_tot, block_f, block_m)
+    fb, fb_hi, fb_lo, bands = memoized(_PROJECT_CACHE, key, (filters,), build)
     out = empty_output((batch, n_mels, n_frames), dtype=torch.float32, device=device)
     if n_frames <= 0:
         return out
@@ -616,11 +639,12 @@ def project(
     grid = (cdiv(n_frames, config["BLOCK_T"]), batch)
     args = (
         spec, spec.stride(0), spec.stride(1), spec.stride(2), n_frames, n_freq,
-        fb if precision == "ieee" else fb_hi, fb_lo, out, *out.stride(), peak, n_mels, float(floor or 0.0),
+        fb if precision == "ieee" else fb_hi, fb_lo, bands, out, *out.stride(), peak, n_mels,
+        float(floor or 0.0),
     )  # fmt: skip
     constexprs = dict(
-        HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=whisper, F_PAD=f_pad, M_TOT=m1 + m2, M1=m1,
-        M2=m2, PRECISION=precision, **config,
+        HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=whisper, M_TOT=m_tot, PRECISION=precision,
+        **config,
     )  # fmt: skip
     num_warps = meta.pop("num_warps", 4)
     _project_launch(grid, args, constexprs, num_warps, options=meta)
