@@ -42,9 +42,9 @@ for i, (config, warps, stages, is_edge) in enumerate(configs):
 proj = {n: "*fp32" for n in ("p_ptr", "fb_ptr", "fb_lo_ptr", "out_ptr")}
 proj.update(peak_ptr="*i32", band_ptr="*i32")
 aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kmel._project_kernel.arg_names) if n in proj}
+config = dict(kmel.PROJECT_CONFIG)
+meta = {k: config.pop(k) for k in ("num_warps", "num_stages")}
 for precision, _, log, peak in variants[:2]:  # the GPU's dot precisions; "ieee" is the interpreter's
-    config = dict(kmel.PROJECT_CONFIGS[precision])
-    meta = {k: config.pop(k) for k in ("num_warps", "num_stages")}
     compiled = build(kmel._project_kernel, proj,
                      dict(stride_pf=1, stride_ot=1, HAS_FLOOR=log > 0, LOG=log, TRACK_PEAK=peak,
                           M_TOT=-(-80 // config["BLOCK_M"]) * config["BLOCK_M"], PRECISION=precision, **config),

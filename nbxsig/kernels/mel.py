@@ -404,7 +404,9 @@ def _project_kernel(
     t = pid * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = t < n_frames
     rows = p_ptr + b * stride_pb + t.to(tl.int64)[:, None] * stride_pt
-    peak = 0.0
+    if TRACK_PEAK:
+        # Elementwise across the groups (same tile shape), reduced once at the end.
+        peaks = tl.zeros((BLOCK_T, BLOCK_M), dtype=tl.float32)
     for group in tl.static_range(M_TOT // BLOCK_M):
         m = group * BLOCK_M + tl.arange(0, BLOCK_M)
         acc = tl.zeros((BLOCK_T, BLOCK_M), dtype=tl.float32)
@@ -416,11 +418,11 @@ def _project_kernel(
             foffs = f[:, None] * M_TOT + m[None, :]
             acc = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc, PRECISION)
         if TRACK_PEAK:
-            # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
-            ok = t_ok[:, None] & (m < n_mels)[None, :]
-            peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok, acc, 0.0), axis=1), axis=0))
+            peaks = tl.maximum(peaks, tl.where(t_ok[:, None] & (m < n_mels)[None, :], acc, 0.0))
         _store_mels(acc, m, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG)
     if TRACK_PEAK:
+        # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
+        peak = tl.max(tl.max(peaks, axis=1), axis=0)
         tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
 
 
@@ -579,12 +581,14 @@ def _filter_bands(fb: torch.Tensor, block_f: int, block_m: int) -> torch.Tensor:
 
 
 _PROJECT_CACHE: OrderedDict = OrderedDict()
-#: The projection's tile per dot precision (module level, so a sweep can set it): BLOCK_T frames, BLOCK_M
-#: mels per group, BLOCK_F bins per dot.
-PROJECT_CONFIGS = {
-    "tf32x3": {"BLOCK_T": 256, "BLOCK_F": 16, "BLOCK_M": 16, "num_warps": 8, "num_stages": 3},
-    "tf32": {"BLOCK_T": 256, "BLOCK_F": 16, "BLOCK_M": 16, "num_warps": 8, "num_stages": 3},
-}
+#: The projection's tile (module level, so a sweep can set it): BLOCK_T frames, BLOCK_M mels per group,
+#: BLOCK_F bins per dot. H200 sweep, fourteenth round (64 × 30 s, n_fft 400, the four-step kernel's
+#: spectrogram, 80 mels; µs at 3xTF32 / TF32, HTK filters; Slaney's within 3%): M16 F16 T128 w4 s3
+#: 117.1 / 107.4; T64 w4 119.5 / 106.5; T128 w8 120.8 / 106.9; T256 w8 144.2 / 107.9 (s2 190.9 / 115.7,
+#: s4 182.8 / 158.3); M8 (mma.sync, not wgmma) T128 w4 131.3 / 123.8; M32 T128 w4 142.5 / 106.5, T128 w8
+#: 126.5 / 107.3; F32 tiles 170-216 / 135-174. The dense product over all 208 bins × 80 mels that it
+#: replaced: 180.5 / 112.9 in the same process. The bandwidth floor is 52 µs (154 MB in, 61 MB out).
+PROJECT_CONFIG = {"BLOCK_T": 128, "BLOCK_F": 16, "BLOCK_M": 16, "num_warps": 4, "num_stages": 3}
 #: Dot precisions at which the unfused path launches the four-step spectrogram with rows padded to 64
 #: bytes (208 floats for 201 bins; :func:`_unfused`), else with 201-float rows.
 #: H200, eleventh round, 64 × 30 s, n_fft 400, 80 mels, three interleaved passes (µs, 201 / 208-float
@@ -610,16 +614,15 @@ def project(
     The dot precision follows torch's fp32 matmul setting (:func:`dot_precision`).
 
     Each group of ``BLOCK_M`` mels reads only the bins its filters touch, so an inf or NaN power bin
-    reaches only the groups whose bands cover it (inside them it is torch's product: inf where a
-    weight is positive, NaN from 0·inf where it is zero); torch's dense product (torchaudio's) makes
-    NaN of every mel of that frame. A spectrogram computed from finite audio has such bins only
-    where |X|² overflows float32."""
+    makes inf or NaN only of the mels in groups whose bands cover it; torch's dense product
+    (torchaudio's) makes NaN of every mel of that frame, from 0·inf. A spectrogram computed from
+    finite audio has such bins only where |X|² overflows float32."""
     device = check_launchable(spec, filters)
     batch, n_freq, n_frames = spec.shape
     n_mels = filters.shape[1]
     interpreted = interpreter_enabled() and device.type == "cpu"
     precision = dot_precision(device)
-    config = dict(_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIGS[precision])
+    config = dict(_PROJECT_INTERPRETER_CONFIG if interpreted else PROJECT_CONFIG)
     meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
     block_f, block_m = config["BLOCK_F"], config["BLOCK_M"]
     f_pad = cdiv(n_freq, block_f) * block_f
