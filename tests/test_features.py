@@ -520,9 +520,7 @@ def test_mel_projection_matches_float64(n_mels, layout, tail, device, generator)
 
 
 @pytest.mark.parametrize("tile", ["interpreter", "gpu"])
-@pytest.mark.parametrize(
-    "case", ["htk-80", "slaney-128-whisper", "empty-groups", "hand-built"]
-)
+@pytest.mark.parametrize("case", ["htk-80", "slaney-128-whisper", "empty-groups", "hand-built"])
 def test_mel_projection_reads_each_group_band(case, tile, device, generator, monkeypatch):
     # The projection's dots read, for each group of BLOCK_M mels, only the bin chunks its filters
     # touch: real mel filterbanks (a few bins each, groups overlapping at their edges), groups of
@@ -591,8 +589,9 @@ def test_mel_projection_nonfinite_bin_stays_in_its_groups(device, generator):
     filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=F64)
     spec = random_tensor((1, 201, 9), generator=generator).square()
     spec[0, 150, 4] = math.inf
-    got = kmel.project(spec.to(device), filters.float().to(device), factor=1.0, floor=None, log=None, whisper=False)
-    got = got.cpu()
+    got = kmel.project(
+        spec.to(device), filters.float().to(device), factor=1.0, floor=None, log=None, whisper=False
+    ).cpu()
     config = kmel._PROJECT_INTERPRETER_CONFIG if device.type == "cpu" else kmel.PROJECT_CONFIG
     block_m = config["BLOCK_M"]
     covered = filters[150] != 0

@@ -44,10 +44,11 @@ proj.update(peak_ptr="*i32", band_ptr="*i32")
 aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kmel._project_kernel.arg_names) if n in proj}
 config = dict(kmel.PROJECT_CONFIG)
 meta = {k: config.pop(k) for k in ("num_warps", "num_stages")}
+m_tot = -(-80 // config["BLOCK_M"]) * config["BLOCK_M"]  # 80 mels in whole groups
 for precision, _, log, peak in variants[:2]:  # the GPU's dot precisions; "ieee" is the interpreter's
     compiled = build(kmel._project_kernel, proj,
                      dict(stride_pf=1, stride_ot=1, HAS_FLOOR=log > 0, LOG=log, TRACK_PEAK=peak,
-                          M_TOT=-(-80 // config["BLOCK_M"]) * config["BLOCK_M"], PRECISION=precision, **config),
+                          M_TOT=m_tot, PRECISION=precision, **config),
                      floats=("floor",), attrs=aligned, **meta)
     assert "async_copy_global_to_local" in compiled.asm["ttgir"], precision
     assert compiled.metadata.shared <= 227 * 1024, (precision, compiled.metadata.shared)

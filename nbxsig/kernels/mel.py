@@ -413,13 +413,16 @@ def _project_kernel(
         # Chunk indices, not bins: f = c·BLOCK_F tells the compiler the loads are BLOCK_F-aligned.
         for c in range(tl.load(band_ptr + 2 * group), tl.load(band_ptr + 2 * group + 1)):
             f = c * BLOCK_F + tl.arange(0, BLOCK_F)
-            tile = tl.load(rows + f[None, :] * stride_pf, mask=t_ok[:, None] & (f < n_freq)[None, :], other=0.0)
+            ok = t_ok[:, None] & (f < n_freq)[None, :]
+            tile = tl.load(rows + f[None, :] * stride_pf, mask=ok, other=0.0)
             # The filter planes are zero-padded to (chunks · BLOCK_F, M_TOT): no mask needed on them.
             foffs = f[:, None] * M_TOT + m[None, :]
             acc = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc, PRECISION)
         if TRACK_PEAK:
             peaks = tl.maximum(peaks, tl.where(t_ok[:, None] & (m < n_mels)[None, :], acc, 0.0))
-        _store_mels(acc, m, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG)
+        _store_mels(
+            acc, m, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
+        )
     if TRACK_PEAK:
         # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
         peak = tl.max(tl.max(peaks, axis=1), axis=0)
