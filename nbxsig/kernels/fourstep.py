@@ -108,7 +108,7 @@ import triton.language as tl
 from ._launch import CachedLaunch
 from ._runtime import cdiv, check_launchable, empty_output
 from ._runtime import next_pow2 as _p2
-from .mel import _LOGS, _dot, _planes, _store_mels, dot_precision, mel_blocks, memoized, whisper_finish
+from .mel import _dot, _planes, _store_mels, dot_precision, log_mode, mel_blocks, memoized, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -747,9 +747,9 @@ def _launch(
     constexprs = dict(
         N_FFT=n_fft, N1=n1_, N2=n2_, N1P=n1p, N2P=n2p, K2P=k2p, MODE=_PAD_MODES[pad_mode],
         HAS_WINDOW=window is not None, POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
-        MEL=filters is not None, HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=peak is not None,
-        M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision, COMPLEX=complex_out, NYQ=nyq,
-        K_END=n_fft // 2 + (0 if nyq else 1), **meta,
+        MEL=filters is not None, HAS_FLOOR=floor is not None, LOG=log_mode(log, whisper=peak is not None),
+        TRACK_PEAK=peak is not None, M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision,
+        COMPLEX=complex_out, NYQ=nyq, K_END=n_fft // 2 + (0 if nyq else 1), **meta,
     )  # fmt: skip
     # Through the compiled handle: Triton's own launch path (binding ~40 arguments, hashing the key)
     # is host time on every call.

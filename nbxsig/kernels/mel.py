@@ -53,6 +53,14 @@ _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _LOGS = {None: 0, "log10": 1, "ln": 2, "log2": 3}
 
 
+def log_mode(log: str | None, *, whisper: bool) -> int:
+    """The kernels' ``LOG`` constexpr: ``_LOGS[log]``, or 4 for Whisper's log10 with its ``(x + 4) / 4``
+    applied in the store. That affine map is increasing, so it commutes with the floor at the
+    example's maximum − 8 that :func:`whisper_finish` applies afterwards, which then rewrites only
+    the values below that floor."""
+    return 4 if whisper else _LOGS[log]
+
+
 @triton.jit
 def _tf32_hi(v):
     """``v`` rounded to TF32 (10 mantissa bits, to nearest): exact in a TF32 dot, and ``v − hi`` is
@@ -231,6 +239,8 @@ def _store_mels(
         acc = tl.log2(acc) * 0.69314718055994531
     elif LOG == 3:
         acc = tl.log2(acc)
+    elif LOG == 4:
+        acc = (tl.log2(acc) * 0.30102999566398120 + 4.0) * 0.25
     offs = b * stride_ob + m[None, :].to(tl.int64) * stride_om + t[:, None].to(tl.int64) * stride_ot
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=ok_out)
 
@@ -431,15 +441,17 @@ def _project_kernel(
 
 @triton.jit
 def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
-    """``out = (max(out, log10(max(peak, 1e-10)) − 8) + 4) / 4`` on a contiguous ``(B, M, T)`` block."""
+    """``out = max(out, (log10(max(peak, 1e-10)) − 8 + 4) / 4)`` on a contiguous ``(B, M, T)`` block
+    of ``(log10(mel) + 4) / 4`` values: a read of every value, a write of only those below the floor
+    (NaN stays NaN, as in torch's ``maximum``)."""
     b = tl.program_id(1).to(tl.int64)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < per_example
     peak = tl.load(peak_ptr + b).to(tl.float32, bitcast=True)
-    top = tl.log2(tl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0
+    low = (tl.log2(tl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
     ptrs = out_ptr + b * per_example + i
     v = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
-    tl.store(ptrs, ((tl.maximum(v, top) + 4.0) * 0.25).to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(ptrs, low.to(out_ptr.dtype.element_ty), mask=ok & (v < low))
 
 
 # Through the compiled handles: Triton's own launch path is host time on every call.
@@ -448,9 +460,9 @@ _whisper_finish_launch = CachedLaunch(_whisper_finish_kernel)
 
 
 def whisper_finish(out: torch.Tensor, peak: torch.Tensor) -> None:
-    """Whisper's second pass over the contiguous log10-mels ``out (B, n_mels, T)``, in place: the floor
-    at each example's log10(max) − 8 (``peak``: that maximum's float bits, per example), then
-    ``(x + 4) / 4``."""
+    """Whisper's second pass over the contiguous ``(log10(mel) + 4) / 4`` values ``out (B, n_mels, T)``
+    that the kernels store (:func:`log_mode`), in place: the floor at ``(log10(max) − 8 + 4) / 4``
+    with each example's maximum mel (``peak``: its float bits, per example)."""
     per_example = out.shape[1] * out.shape[2]
     block = 1024
     grid = (cdiv(per_example, block), out.shape[0])
@@ -649,8 +661,8 @@ def project(
         float(floor or 0.0),
     )  # fmt: skip
     constexprs = dict(
-        HAS_FLOOR=floor is not None, LOG=_LOGS[log], TRACK_PEAK=whisper, M_TOT=m_tot, PRECISION=precision,
-        **config,
+        HAS_FLOOR=floor is not None, LOG=log_mode(log, whisper=whisper), TRACK_PEAK=whisper, M_TOT=m_tot,
+        PRECISION=precision, **config,
     )  # fmt: skip
     num_warps = meta.pop("num_warps", 4)
     _project_launch(grid, args, constexprs, num_warps, options=meta)
@@ -705,7 +717,7 @@ def _launch(
         PAD_MODE=_PAD_MODES[pad_mode],
         POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
         HAS_FLOOR=floor is not None,
-        LOG=_LOGS[log],
+        LOG=log_mode(log, whisper=whisper),
         TRACK_PEAK=whisper,
         K_HALF=half,
         F_PAD=f_pad,
