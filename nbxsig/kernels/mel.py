@@ -415,8 +415,11 @@ def _project_kernel(
     t_ok = t < n_frames
     rows = p_ptr + b * stride_pb + t.to(tl.int64)[:, None] * stride_pt
     if TRACK_PEAK:
-        # Elementwise across the groups (same tile shape), reduced once at the end.
-        peaks = tl.zeros((BLOCK_T, BLOCK_M), dtype=tl.float32)
+        # Each frame's largest mel so far: a row maximum per group, reduced over the frames once at the
+        # end. (H200, 64 × 30 s, Whisper's projection at 3xTF32: 147.5 µs, against 169 with a whole
+        # (BLOCK_T, BLOCK_M) tile of maxima, whose registers cost a program per SM, and 162 with a
+        # full reduction and an atomic per group.)
+        peaks = tl.zeros((BLOCK_T,), dtype=tl.float32)
     for group in tl.static_range(M_TOT // BLOCK_M):
         m = group * BLOCK_M + tl.arange(0, BLOCK_M)
         acc = tl.zeros((BLOCK_T, BLOCK_M), dtype=tl.float32)
@@ -429,14 +432,14 @@ def _project_kernel(
             foffs = f[:, None] * M_TOT + m[None, :]
             acc = _dot(tile, fb_ptr + foffs, fb_lo_ptr + foffs, acc, PRECISION)
         if TRACK_PEAK:
-            peaks = tl.maximum(peaks, tl.where(t_ok[:, None] & (m < n_mels)[None, :], acc, 0.0))
+            valid = tl.where(t_ok[:, None] & (m < n_mels)[None, :], acc, 0.0)
+            peaks = tl.maximum(peaks, tl.max(valid, axis=1))
         _store_mels(
             acc, m, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG
         )
     if TRACK_PEAK:
         # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
-        peak = tl.max(tl.max(peaks, axis=1), axis=0)
-        tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+        tl.atomic_max(peak_ptr + b, tl.max(peaks, axis=0).to(tl.int32, bitcast=True))
 
 
 @triton.jit
