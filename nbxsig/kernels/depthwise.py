@@ -38,7 +38,7 @@ from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES, is_channels_last, shared_host_taps
 from ..reference.depthwise import resample as _resample_reference
 from ._launch import divisible_by_16, prefetch_l2
-from ._runtime import cdiv, check_launchable, empty_output, resident_programs, sm_count
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2, resident_programs, sm_count
 
 _BOUNDARY_CODE = {
     name: i for i, name in enumerate(BOUNDARIES)
@@ -1340,23 +1340,19 @@ def _bank_kernel(
 # launchers
 
 
-def _next_pow2(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
-
-
 def _tiles(x: torch.Tensor, co: int, ho: int, wo: int, kh: int) -> tuple[int, int, int]:
     """(BLOCK_C, ROWS, BLOCK_W): the contiguous axis fastest (columns for NCHW and 1-D, channels for
     channels_last), ``ROWS`` output rows per program (1, 2, 4 or 8: more rows share more row loads, at
     ``ROWS`` accumulators per thread), shrunk to the problem so small images do not run mostly masked."""
-    rows = 1 if ho == 1 else min(4 if kh < 8 else 8, _next_pow2(ho))
+    rows = 1 if ho == 1 else min(4 if kh < 8 else 8, next_pow2(ho))
     if is_channels_last(x):
-        bc = min(64, max(2, _next_pow2(co)))
-        return bc, min(rows, 4), min(_next_pow2(wo), max(2, 512 // bc))
+        bc = min(64, max(2, next_pow2(co)))
+        return bc, min(rows, 4), min(next_pow2(wo), max(2, 512 // bc))
     # 512 columns (4 per thread at 4 warps): measured on the H200, 128-column tiles (e7e6e3a, which let
     # interior tiles skip the column mapping) were 1.2-1.8x slower than 512 (9ca6223): 2544 vs 1414 us for
     # fp32 k=3, 7464 vs 6402 us for fp32 k=7 on 32x64x512x512 -- the per-tile row mapping, weight loads and
     # launch overhead dominate the column mapping they saved.
-    return 1, rows, min(512, max(16, _next_pow2(wo)))
+    return 1, rows, min(512, max(16, next_pow2(wo)))
 
 
 def _like_format(x: torch.Tensor, shape: tuple[int, int, int, int], dtype: torch.dtype) -> torch.Tensor:
@@ -1390,7 +1386,7 @@ def _ring_config(ho: int, wo: int, kh: int, *, long_w: bool = False) -> tuple[in
     rows = -(-ho // chunks)
     cycles = -(-(rows + kh - 1) // kh)
     widest = _RING_BLOCK_W_LONG if long_w else _RING_BLOCK_W_TALL if tall else _RING_BLOCK_W
-    block_w = min(widest, max(16, _next_pow2(wo)))
+    block_w = min(widest, max(16, next_pow2(wo)))
     return cycles, block_w, max(1, block_w // 64)
 
 
@@ -1577,7 +1573,7 @@ def _launch_toeplitz(x, w, y, *, div, left, boundary):
 
 def _launch_bank(x, w, y, *, m, stride, left, boundary):
     bl, bk, warps = _BANK_TILE
-    bf = min(64, max(16, _next_pow2(m)))
+    bf = min(64, max(16, next_pow2(m)))
     lo = y.shape[3]
     n_fb = cdiv(m, bf)
     grid = (cdiv(lo, bl), x.shape[1] * n_fb, x.shape[0])
@@ -1657,7 +1653,7 @@ class _DepthwiseConv2d(torch.autograd.Function):
             gx = gx.to(x.dtype)
         if ctx.needs_input_grad[1]:
             ho, wo = g.shape[2], g.shape[3]
-            block_t = min(16, _next_pow2(kh * kw))
+            block_t = min(16, next_pow2(kh * kw))
             block_p, steps = 128, 4
             n_chunks = cdiv(ho * wo, block_p * steps)
             part = empty_output((co, kh * kw, n * n_chunks), dtype=torch.float32, device=x.device)
@@ -1986,7 +1982,7 @@ class _Resample(torch.autograd.Function):
             )  # fmt: skip
         else:
             bl, bn, bu, warps = _RESAMPLE_TILE
-            bn = min(bn, max(16, _next_pow2(new)))
+            bn = min(bn, max(16, next_pow2(new)))
             _check_tf32_tile("_RESAMPLE_TILE", _RESAMPLE_TILE, bl, (bn,), warps)
             blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
             check_launchable(x, blocks, start)
