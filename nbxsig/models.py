@@ -26,13 +26,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._dispatch import Backend, Op
 from ._validate import check_float, check_int, check_tensor
 from .attention import KVCache, decode_attention
-from .errors import BackendUnavailableError, bad_value
+from .errors import BackendUnavailableError, bad_type, bad_value
 from .quant import Int4Linear, quantize_model
+from .reference import models as reference_models
 from .reference.attention import sliding_window_mask
 
-__all__ = ["CapturedStep", "KVCache", "RMSNorm", "SeqConfig", "SeqModel", "decode_attention", "rope"]
+__all__ = [
+    "CapturedStep",
+    "KVCache",
+    "RMSNorm",
+    "SeqConfig",
+    "SeqModel",
+    "decode_attention",
+    "rms_norm",
+    "rope",
+]
 
 
 @dataclass(frozen=True)
@@ -78,8 +89,49 @@ class SeqConfig:
         return self.d_model // self.n_heads
 
 
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_RMS_NORM = Op(
+    "rms_norm",
+    torch_impl="nbxsig.reference.models:rms_norm",
+    triton_impl="nbxsig.kernels.rmsnorm:rms_norm",
+    triton_dtypes=_FLOAT_DTYPES,
+)
+_ROPE = Op(
+    "rope",
+    torch_impl="nbxsig.reference.models:rope",
+    triton_impl="nbxsig.kernels.rope:rope",
+    triton_dtypes=_FLOAT_DTYPES,
+)
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6, backend: Backend | None = None
+) -> torch.Tensor:
+    """Root-mean-square normalisation over the last dim: ``x / sqrt(mean(x²) + eps) · weight``.
+
+    Args:
+        x: ``(..., D)`` float16/bfloat16/float32 (float64 on the torch backend).
+        weight: ``(D,)`` floating, on ``x``'s device.
+        eps: added to the mean square (>= 0).
+        backend: None (auto: Triton on CUDA, one launch), "triton" or "torch".
+
+    Returns:
+        ``(..., D)`` in ``x.dtype``, computed in float32 (float64 for float64 ``x``); differentiable.
+
+    Example:
+        >>> y = rms_norm(torch.randn(2, 5, 64), torch.ones(64))   # (2, 5, 64)
+    """
+    check_tensor("x", x, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=1)
+    check_tensor("weight", weight, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=1, max_dim=1)
+    if weight.shape[0] != x.shape[-1] or weight.device != x.device:
+        raise bad_value("weight", weight, f"a ({x.shape[-1]},) tensor on x's device {x.device}")
+    eps = check_float("eps", eps, min_value=0.0)
+    chosen = _RMS_NORM.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
+    return _RMS_NORM(x, weight, eps=eps, backend=chosen)
+
+
 class RMSNorm(nn.Module):
-    """``x / sqrt(mean(x²) + eps) · weight``, computed in float32."""
+    """``x / sqrt(mean(x²) + eps) · weight``, computed in float32 (:func:`rms_norm`)."""
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -87,21 +139,48 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.weight.float()).to(x.dtype)
+        return rms_norm(x, self.weight, eps=self.eps)
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotary embedding (rotate-half form) of ``x (..., H, D)`` at positions ``pos`` broadcastable to
-    ``x.shape[:-2]``. Angles ``pos · base^(-2i/D)`` in float32, identical for forward and step."""
-    d = x.shape[-1]
-    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    angle = pos.to(torch.float32)[..., None, None] * inv_freq  # (..., 1, D/2)
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    xf = x.float()
-    x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+def rope(
+    x: torch.Tensor, pos: torch.Tensor, base: float = 10000.0, *, backend: Backend | None = None
+) -> torch.Tensor:
+    """Rotary embedding (rotate-half form) of ``x (..., H, D)`` at positions ``pos``.
+
+    Args:
+        x: ``(..., H, D)`` float16/bfloat16/float32 (float64 on the torch backend), ``D`` even.
+        pos: real tensor of positions broadcastable to ``x.shape[:-2]``, on ``x``'s device.
+        base: the frequency base (> 0): angles ``float32(pos) · base^(-2i/D)``, in float32 -- the
+            same bits on both backends, so ``SeqModel.forward`` and ``step`` agree.
+        backend: None (auto: Triton on CUDA, one launch), "triton" or "torch".
+
+    Returns:
+        ``(x1·cos − x2·sin, x2·cos + x1·sin)`` on the halves of the last dim, in ``x.dtype``
+        (computed in float32, float64 for float64 ``x``); differentiable in ``x``.
+
+    Example:
+        >>> q = rope(torch.randn(2, 5, 4, 16), torch.arange(5))   # (B, T, H, D), a position per T
+    """
+    check_tensor("x", x, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=2)
+    if x.shape[-1] % 2:
+        raise bad_value("x", x, "an even head dim D (rotate-half pairs i with i + D/2)")
+    if not isinstance(pos, torch.Tensor) or pos.is_complex() or pos.dtype == torch.bool:
+        raise bad_type("pos", pos, "a real tensor of positions")
+    try:
+        torch.broadcast_shapes(pos.shape, x.shape[:-2])
+    except RuntimeError:
+        lead = tuple(x.shape[:-2])
+        raise bad_value("pos", pos, f"positions broadcastable to x's leading dims {lead}") from None
+    if pos.device != x.device:
+        raise bad_value("pos", pos, f"on x's device {x.device}")
+    base = check_float("base", base, min_value=0.0, min_inclusive=False)
+    return _rope(x, pos, reference_models.rope_frequencies(x.shape[-1], base, x.device), backend)
+
+
+def _rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor, backend: Backend | None = None):
+    """:func:`rope` with its frequency table given (the model keeps one per device)."""
+    chosen = _ROPE.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
+    return _ROPE(x, pos, inv_freq, backend=chosen)
 
 
 class _Block(nn.Module):
@@ -139,6 +218,18 @@ class SeqModel(nn.Module):
         self.blocks = nn.ModuleList(_Block(config) for _ in range(config.n_layers))
         self.final_norm = RMSNorm(config.d_model)
         self.out_proj = nn.Linear(config.d_model, config.d_out)
+        # The rotary frequency table per device (float32, kept out of the module's buffers so that
+        # ``.to(float16)`` leaves it alone); built on first use, which for a graph is its warm-up.
+        self._rope_tables: dict[torch.device, torch.Tensor] = {}
+
+    def _rope_table(self, device: torch.device) -> torch.Tensor:
+        table = self._rope_tables.get(device)
+        if table is None:
+            cfg = self.config
+            table = self._rope_tables[device] = reference_models.rope_frequencies(
+                cfg.head_dim, cfg.rope_base, device
+            )
+        return table
 
     def _param(self) -> torch.Tensor:
         return self.final_norm.weight
@@ -153,12 +244,13 @@ class SeqModel(nn.Module):
         b, t, _ = x.shape
         hd, g = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
         pos = torch.arange(t, device=x.device)  # broadcasts against (B, T)
+        freqs = self._rope_table(x.device)
         mask = sliding_window_mask(t, cfg.window, device=x.device)
         h = self.in_proj(x)
         for blk in self.blocks:
             a = blk.attn_norm(h)
-            q = rope(blk.wq(a).view(b, t, cfg.n_heads, hd), pos, cfg.rope_base)
-            k = rope(blk.wk(a).view(b, t, cfg.n_kv_heads, hd), pos, cfg.rope_base)
+            q = _rope(blk.wq(a).view(b, t, cfg.n_heads, hd), pos, freqs)
+            k = _rope(blk.wk(a).view(b, t, cfg.n_kv_heads, hd), pos, freqs)
             v = blk.wv(a).view(b, t, cfg.n_kv_heads, hd)
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (B, H, T, hd)
             k = k.repeat_interleave(g, dim=1)  # query head h reads KV head h // g
@@ -207,11 +299,12 @@ class SeqModel(nn.Module):
         b, hd = x_t.shape[0], cfg.head_dim
         pos = state.pos
         lengths = state.lengths()
+        freqs = self._rope_table(x_t.device)
         h = self.in_proj(x_t)
         for layer, blk in enumerate(self.blocks):
             a = blk.attn_norm(h)
-            q = rope(blk.wq(a).view(b, cfg.n_heads, hd), pos, cfg.rope_base)
-            k = rope(blk.wk(a).view(b, cfg.n_kv_heads, hd), pos, cfg.rope_base)
+            q = _rope(blk.wq(a).view(b, cfg.n_heads, hd), pos, freqs)
+            k = _rope(blk.wk(a).view(b, cfg.n_kv_heads, hd), pos, freqs)
             v = blk.wv(a).view(b, cfg.n_kv_heads, hd)
             state.write(layer, k, v)
             o = decode_attention(q, state.keys(layer), state.values(layer), lengths=lengths)
@@ -269,7 +362,7 @@ class SeqModel(nn.Module):
         state.reset()
         # The graph reads the weights by address: the step keeps these very tensors alive, so
         # dropping the model, or replacing its layers (quantize), cannot free memory it reads.
-        weights = (*self.parameters(), *self.buffers())
+        weights = (*self.parameters(), *self.buffers(), self._rope_table(p.device))
         return CapturedStep(graph, static_x, static_y, state, weights)
 
 

@@ -1,4 +1,4 @@
-"""Compile the int4 GEMV and decode-attention kernels for an H100/H200 (sm_90) without a GPU.
+"""Compile the int4 GEMV, decode-attention, RMSNorm and rotary kernels for an H100/H200 (sm_90) without a GPU.
 
 The interpreter accepts code the compiler refuses (``other=`` without ``mask=``, mixed layouts), so
 the suite also compiles the real kernels ahead of time with Triton's bundled ptxas, in a child
@@ -115,6 +115,14 @@ for b, t, d, has_len, has_bias, size, switches in shapes:
     # K/V tiles stream through cp.async wherever a split has more than one tile and rows are 16-byte
     # multiples (D = 129 rows are not; one 24-key tile has nothing to overlap).
     assert pipelined(compiled) == (d % 8 == 0 and t > cfg.block_t), (b, t, d, cfg)
+# The sequence model's pointwise kernels: the streaming step's shapes (one and two passes; 8 query
+# heads of 64, fp16 activations, int64 positions).
+from nbxsig.kernels import rmsnorm as KN, rope as KR
+for one_pass in (True, False):
+    build(KN._rms_norm_kernel, {"x_ptr": "*fp16", "w_ptr": "*fp16", "y_ptr": "*fp16", "eps": "fp32"},
+          dict(BLOCK_R=8, BLOCK_D=512, ONE_PASS=one_pass), num_warps=4)
+build(KR._rope_kernel, {"x_ptr": "*fp16", "pos_ptr": "*i64", "freq_ptr": "*fp32", "y_ptr": "*fp16"},
+      dict(BLOCK_R=8, BLOCK_H=8, BLOCK_D=32), num_warps=4)
 print("compiled")
 """
 

@@ -1,0 +1,117 @@
+"""Rotary embedding on the Triton backend (the twin of :func:`nbxsig.reference.models.rope`): one launch.
+
+``x (..., H, D)`` is read as ``(rows, H, D)`` rows of heads; each program rotates ``BLOCK_R`` rows,
+all heads, both halves of the last dim::
+
+    a[i] = float32(pos[row]) · inv_freq[i]                        (i < D/2; the host's table)
+    y[.., i]       = x[.., i] · cos a[i] − x[.., i + D/2] · sin a[i]
+    y[.., i + D/2] = x[.., i + D/2] · cos a[i] + x[.., i] · sin a[i]
+
+in float32, stored in x's dtype. The angles are the torch twin's float32 products (same table, same
+positions cast to float32), so a position's angle has the same bits on both backends. torch's eager
+form takes about a dozen launches (angles, cos, sin, casts, four products, two sums, the
+concatenation); a streaming step calls it twice per layer.
+
+Backward: :class:`_Rope` recomputes the torch twin under autograd (the kernel saves nothing).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..reference import models as ref
+from ._launch import CachedLaunch
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2
+
+#: Elements per program (rows × heads × D): small rows share a program.
+_TILE = 4096
+
+
+@triton.jit
+def _rope_kernel(
+    x_ptr,
+    pos_ptr,
+    freq_ptr,
+    y_ptr,
+    n_rows,
+    heads,
+    half,
+    stride_xr,
+    stride_xh,
+    BLOCK_R: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # >= half
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    h = tl.arange(0, BLOCK_H)
+    i = tl.arange(0, BLOCK_D)
+    row_ok = rows < n_rows
+    ok = row_ok[:, None, None] & (h < heads)[None, :, None] & (i < half)[None, None, :]
+    angle = (
+        tl.load(pos_ptr + rows, mask=row_ok, other=0).to(tl.float32)[:, None]
+        * tl.load(freq_ptr + i, mask=i < half, other=0.0)[None, :]
+    )
+    cos = tl.cos(angle)[:, None, :]
+    sin = tl.sin(angle)[:, None, :]
+    x_at = x_ptr + rows.to(tl.int64)[:, None, None] * stride_xr + h[None, :, None] * stride_xh
+    x_at += i[None, None, :]
+    x1 = tl.load(x_at, mask=ok, other=0.0).to(tl.float32)
+    x2 = tl.load(x_at + half, mask=ok, other=0.0).to(tl.float32)
+    # The output is contiguous (rows, heads, 2·half).
+    y_at = y_ptr + rows.to(tl.int64)[:, None, None] * (heads * 2 * half) + h[None, :, None] * (2 * half)
+    y_at += i[None, None, :]
+    tl.store(y_at, (x1 * cos - x2 * sin).to(y_ptr.dtype.element_ty), mask=ok)
+    tl.store(y_at + half, (x2 * cos + x1 * sin).to(y_ptr.dtype.element_ty), mask=ok)
+
+
+_launch = CachedLaunch(_rope_kernel)
+
+
+def _forward(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    device = check_launchable(x, pos, inv_freq)
+    *lead, heads, dim = x.shape
+    half = dim // 2
+    rows = x.reshape(-1, heads, dim)
+    if rows.stride(2) != 1:
+        rows = rows.contiguous()
+    # One position per row; a broadcast (e.g. (T,) against (B, T)) is materialised, small.
+    positions = pos.expand(lead).reshape(-1)
+    y = empty_output(tuple(x.shape), dtype=x.dtype, device=device)
+    n_rows = rows.shape[0]
+    if n_rows == 0 or heads == 0 or half == 0:
+        return y
+    block_h, block_d = next_pow2(heads), next_pow2(half)
+    block_r = max(1, min(64, _TILE // (block_h * block_d), next_pow2(n_rows)))
+    args = (rows, positions, inv_freq, y, n_rows, heads, half, rows.stride(0), rows.stride(1))
+    constexprs = {"BLOCK_R": block_r, "BLOCK_H": block_h, "BLOCK_D": block_d}
+    _launch((cdiv(n_rows, block_r), 1), args, constexprs, 4)
+    return y
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, pos, inv_freq):
+        ctx.save_for_backward(pos, inv_freq)
+        ctx.x_meta = (x.dtype, x.shape)
+        return _forward(x, pos, inv_freq)
+
+    @staticmethod
+    def backward(ctx, grad):
+        pos, inv_freq = ctx.saved_tensors
+        dtype, shape = ctx.x_meta
+        with torch.enable_grad():
+            # The rotation is linear in x: the torch twin's gradient at any point (zeros here).
+            xd = torch.zeros(shape, dtype=dtype, device=grad.device, requires_grad=True)
+            (gx,) = torch.autograd.grad(ref.rope(xd, pos, inv_freq), xd, grad)
+        return gx, None, None
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Triton twin of :func:`nbxsig.reference.models.rope`: ``x (..., H, D)`` float16/bfloat16/float32,
+    ``pos`` broadcastable to ``x.shape[:-2]``, ``inv_freq (D/2,)`` float32 → ``(..., H, D)`` in
+    ``x.dtype``; differentiable in ``x``."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rope.apply(x, pos, inv_freq)
+    return _forward(x, pos, inv_freq)

@@ -1,0 +1,41 @@
+"""The sequence model's pointwise layers in plain torch: RMSNorm and rotary embeddings (the CPU path
+and the tests' oracle for :mod:`nbxsig.kernels.rmsnorm` and :mod:`nbxsig.kernels.rope`)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for the 16-bit and float32 inputs, float64 for float64."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
+    """``x / sqrt(mean(x²) + eps) · weight`` over the last dim, in float32 (float64 for float64 ``x``),
+    cast to ``x.dtype``.
+
+    Shape: ``x (..., D)``, ``weight (D,)`` → ``(..., D)``."""
+    xf = x.to(_compute_dtype(x.dtype))
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * weight.to(xf.dtype)).to(x.dtype)
+
+
+def rope_frequencies(head_dim: int, base: float, device: torch.device | str | None = None) -> torch.Tensor:
+    """The rotary frequencies ``base^(-2i/D)``, ``i < D/2``, float32 ``(D/2,)``: the one table that both
+    backends multiply positions by, so their angles are the same float32 values."""
+    exponent = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+    return base ** (-exponent)
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (rotate-half form) of ``x (..., H, D)`` at positions ``pos`` (broadcastable to
+    ``x.shape[:-2]``): angles ``float32(pos) · inv_freq`` (:func:`rope_frequencies`), then
+    ``(x1·cos − x2·sin, x2·cos + x1·sin)`` on the halves of the last dim, in float32 (float64 for
+    float64 ``x``), cast to ``x.dtype``."""
+    angle = pos.to(torch.float32)[..., None, None] * inv_freq  # (..., 1, D/2)
+    xf = x.to(_compute_dtype(x.dtype))
+    cos, sin = torch.cos(angle).to(xf.dtype), torch.sin(angle).to(xf.dtype)
+    d = x.shape[-1]
+    x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)

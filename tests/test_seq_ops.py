@@ -1,0 +1,105 @@
+"""RMSNorm and rotary embeddings: the Triton kernels (interpreter on CPU) against the float64 torch twins."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nbxsig.errors import ParameterTypeError, ParameterValueError
+from nbxsig.kernels import rmsnorm as krms
+from nbxsig.models import rms_norm, rope
+from nbxsig.reference import models as ref
+from nbxsig.testing import assert_close, random_tensor
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _twin_rms_norm(x, w, eps):
+    return ref.rms_norm(x.double(), w.double(), eps=eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "shape,view",
+    [((3, 5, 64), None), ((7, 37), None), ((4, 6, 24), "strided"), ((2, 3, 48), "transposed")],
+    ids=["batched-64", "odd-37", "strided", "transposed"],
+)
+def test_rms_norm_kernel_matches_float64(shape, view, dtype, device, generator):
+    x = random_tensor(shape, generator=generator, dtype=dtype, device=device)
+    if view == "strided":
+        x = x[:, ::2, :]  # rows 2 apart
+    elif view == "transposed":
+        x = x.transpose(0, 1)  # a non-contiguous (3, 2, 48) view
+    w = random_tensor((x.shape[-1],), generator=generator, device=device)
+    y = rms_norm(x, w, eps=1e-5, backend="triton")
+    assert y.dtype == dtype and y.shape == x.shape
+    assert_close(y, _twin_rms_norm(x, w, 1e-5), dtype=dtype)
+
+
+def test_rms_norm_two_pass_for_wide_rows(device, generator, monkeypatch):
+    # Rows wider than a program's tile take the two-pass loop (the sum, then the scaled store).
+    monkeypatch.setattr(krms, "MAX_BLOCK_D", 32)
+    x = random_tensor((3, 100), generator=generator, device=device)
+    w = random_tensor((100,), generator=generator, device=device)
+    assert_close(rms_norm(x, w, backend="triton"), _twin_rms_norm(x, w, 1e-6), dtype=torch.float32)
+
+
+def test_rms_norm_gradient(device, generator):
+    x = random_tensor((4, 24), generator=generator, device=device).requires_grad_()
+    w = random_tensor((24,), generator=generator, device=device).requires_grad_()
+    g = random_tensor((4, 24), generator=generator, device=device)
+    gx, gw = torch.autograd.grad(rms_norm(x, w, backend="triton"), (x, w), g)
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ex, ew = torch.autograd.grad(ref.rms_norm(xd, wd, eps=1e-6), (xd, wd), g.double())
+    assert_close(gx, ex, dtype=torch.float32)
+    assert_close(gw, ew, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "shape,positions",
+    [((2, 7, 3, 16), "per-time"), ((5, 4, 10), "per-row-large"), ((3, 6, 5, 8), "transposed")],
+    ids=["BTHD", "step-odd-half", "transposed"],
+)
+def test_rope_kernel_matches_float64(shape, positions, dtype, device, generator):
+    x = random_tensor(shape, generator=generator, dtype=dtype, device=device)
+    if positions == "per-time":
+        pos = torch.arange(shape[1], device=device)  # broadcasts against (B, T)
+    elif positions == "per-row-large":
+        pos = torch.randint(0, 200_000, (shape[0],), generator=generator).to(device)  # one stream each
+    else:
+        x = x.transpose(1, 2)  # (B, H, T, D) view read as (B, H) rows of T "heads"
+        pos = torch.arange(shape[0] * shape[2], device=device).view(shape[0], shape[2]).float()
+    y = rope(x, pos, 10000.0, backend="triton")
+    inv_freq = ref.rope_frequencies(x.shape[-1], 10000.0, device)
+    assert y.dtype == dtype and y.shape == x.shape
+    # The angles are the twin's float32 values; cos/sin of them may differ in the last bit.
+    assert_close(y, ref.rope(x.double(), pos, inv_freq), dtype=dtype)
+
+
+def test_rope_gradient(device, generator):
+    x = random_tensor((2, 5, 3, 8), generator=generator, device=device).requires_grad_()
+    pos = torch.arange(5, device=device)
+    g = random_tensor((2, 5, 3, 8), generator=generator, device=device)
+    (gx,) = torch.autograd.grad(rope(x, pos, 500.0, backend="triton"), x, g)
+    xd = x.detach().double().requires_grad_()
+    (ex,) = torch.autograd.grad(ref.rope(xd, pos, ref.rope_frequencies(8, 500.0, device)), xd, g.double())
+    assert_close(gx, ex, dtype=torch.float32)
+
+
+def test_errors():
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(ParameterValueError, match="weight"):
+        rms_norm(x, torch.ones(7))
+    with pytest.raises(ParameterValueError, match="eps"):
+        rms_norm(x, torch.ones(8), eps=-1.0)
+    with pytest.raises(ParameterTypeError, match="x"):
+        rms_norm(torch.ones(2, 8, dtype=torch.int32), torch.ones(8))
+    with pytest.raises(ParameterValueError, match="even head dim"):
+        rope(torch.randn(2, 3, 7), torch.arange(2))
+    with pytest.raises(ParameterValueError, match="broadcastable"):
+        rope(torch.randn(2, 5, 3, 8), torch.arange(4))
+    with pytest.raises(ParameterTypeError, match="pos"):
+        rope(x, torch.ones(2, dtype=torch.bool))
+    with pytest.raises(ParameterValueError, match="base"):
+        rope(x, torch.arange(2), 0.0)
