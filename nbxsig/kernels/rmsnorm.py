@@ -26,6 +26,8 @@ from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 MAX_BLOCK_D = 4096
 #: Elements per program (rows × columns): small rows share a program.
 _TILE = 4096
+#: Programs a launch aims for (about one per SM of an H100/H200) before rows share one.
+_PROGRAMS = 128
 
 
 @triton.jit
@@ -84,7 +86,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if n_rows == 0 or dim == 0:
         return y
     block_d = min(next_pow2(dim, 16), MAX_BLOCK_D)
-    block_r = max(1, min(64, _TILE // block_d, next_pow2(n_rows)))
+    # Rows per program: at most a tile, and few enough that a step's batch spreads over the SMs.
+    block_r = max(1, min(_TILE // block_d, next_pow2(cdiv(n_rows, _PROGRAMS))))
     num_warps = 4 if block_r * block_d <= 2048 else 8
     args = (rows, weight, y, n_rows, dim, rows.stride(0), dim, float(eps))
     constexprs = {"BLOCK_R": block_r, "BLOCK_D": block_d, "ONE_PASS": dim <= block_d}

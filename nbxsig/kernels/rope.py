@@ -27,6 +27,8 @@ from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 
 #: Elements per program (rows × heads × D): small rows share a program.
 _TILE = 4096
+#: Programs a launch aims for (about one per SM of an H100/H200) before rows share one.
+_PROGRAMS = 128
 
 
 @triton.jit
@@ -83,7 +85,8 @@ def _forward(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torc
     if n_rows == 0 or heads == 0 or half == 0:
         return y
     block_h, block_d = next_pow2(heads), next_pow2(half)
-    block_r = max(1, min(64, _TILE // (block_h * block_d), next_pow2(n_rows)))
+    # Rows per program: at most a tile, and few enough that a step's batch spreads over the SMs.
+    block_r = max(1, min(_TILE // (block_h * block_d), next_pow2(cdiv(n_rows, _PROGRAMS))))
     args = (rows, positions, inv_freq, y, n_rows, heads, half, rows.stride(0), rows.stride(1))
     constexprs = {"BLOCK_R": block_r, "BLOCK_H": block_h, "BLOCK_D": block_d}
     _launch((cdiv(n_rows, block_r), 1), args, constexprs, 4)
