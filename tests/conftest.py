@@ -111,6 +111,9 @@ def record_cached_launch(monkeypatch: pytest.MonkeyPatch):
             def __getitem__(self, grid):
                 return lambda *args, **keywords: (compiles.append((args, keywords)), _NoLaunch())[1]
 
+        # CPU tensors are launchable only where the interpreter is on (check_launchable, the
+        # dispatch): so it is for this stubbed launch in a `make gpu-test` run too.
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
         monkeypatch.setattr(launcher, "kernel", Recording())
         monkeypatch.setattr(launcher, "handles", {})
         monkeypatch.setattr(launcher, "interpreted", False)

@@ -78,6 +78,12 @@ wide_loads = sum(1 for op in loop if re.match(r"(@!?P\w+\s+)?LDG\.E\.128\b", op)
 assert ffma == 2 * per_thread, (ffma, per_thread)
 assert wide_loads >= 4, wide_loads
 assert len(loop) <= 5 * per_thread, (len(loop), per_thread)
+# A narrow custom tile (the bit-exact tests' BLOCK_N 16) with PDL's L2 prefetch: fewer columns than one
+# 128-byte line of words still prefetches one line (arange(0, BLOCK_N // 32) was empty: a compile error).
+build(KG._int4_gemv_kernel, gemv,
+      dict(N_ROWS=32, GROUP_ROWS=8, SPLIT_ROWS=8, N_SPLITS=4, HAS_BIAS=True, EVEN_N=False, BLOCK_M=2,
+           BLOCK_R=4, BLOCK_N=16, STAGES=2, PDL=True, PREFETCH_ROWS=8),
+      num_warps=4, num_stages=2, enable_fp_fusion=False)
 deq = {"packed_ptr": "*i32", "scales_ptr": "*fp16", "mins_ptr": "*fp16", "out_ptr": "*bf16"}
 build(KG._dequant_kernel, deq, dict(N_ROWS=512, GROUP_ROWS=16, BLOCK_R=16, BLOCK_N=128), num_warps=4)
 

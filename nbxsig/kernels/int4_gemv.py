@@ -229,7 +229,7 @@ def _int4_gemv_kernel(
     if PREFETCH_ROWS > 0:  # the split's first rows, one address per 128-byte line (32 words)
         # Indices clamped into the weight (a line past it is asked for again, never one outside).
         pf_row = tl.minimum(sp * SPLIT_ROWS + tl.arange(0, PREFETCH_ROWS), N_ROWS - 1)
-        pf_col = tl.minimum(pid_n * BLOCK_N + 32 * tl.arange(0, BLOCK_N // 32), N - 1)
+        pf_col = tl.minimum(pid_n * BLOCK_N + 32 * tl.arange(0, max(1, BLOCK_N // 32)), N - 1)
         prefetch_l2(packed_ptr + pf_row.to(tl.int64)[:, None] * stride_pr + pf_col[None, :] * stride_pn)
         # ... and those rows' scale and min rows (fp16: 64 columns a line).
         PF_GROUPS: tl.constexpr = max(1, PREFETCH_ROWS // GROUP_ROWS)
