@@ -62,6 +62,10 @@ def stubbed_launches() -> Iterator[None]:
     names = ("_ola_dft_kernel", "_frame_dft_kernel")
     saved_kernels = {n: getattr(K, n) for n in names}
     saved_globals = (L.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+    # CPU tensors pass the launchers' checks only where the interpreter is on; with Triton's JIT already
+    # loaded (a GPU test run) the variable changes nothing else, and nothing is launched anyway.
+    saved_interpret = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
     try:
         for c in launchers:
             # The cached path is the GPU's; the interpreter would bypass it.
@@ -79,6 +83,10 @@ def stubbed_launches() -> Iterator[None]:
         for name, kernel in saved_kernels.items():
             setattr(K, name, kernel)
         L.CACHED_LAUNCH, torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream = saved_globals
+        if saved_interpret is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved_interpret
         _drop_plans(K)  # plans made under the stubs hold their no-op handles
 
 
