@@ -106,8 +106,7 @@ import triton
 import triton.language as tl
 
 from ._launch import CachedLaunch
-from ._runtime import cdiv, check_launchable, empty_output
-from ._runtime import next_pow2 as _p2
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 from .mel import _dot, _planes, _store_mels, dot_precision, log_mode, mel_blocks, memoized, whisper_finish
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
@@ -156,7 +155,7 @@ def _split_nyquist(n2: int, *, mel: bool) -> bool:
 def _pads(n1: int, n2: int, *, mel: bool = False) -> tuple[int, int, int]:
     # N1P is a dot's K and half its N (>= 16); 2·N2P and 2·K2P are dots' K and N (>= 16).
     k2 = n2 // 2 if _split_nyquist(n2, mel=mel) else n2 // 2 + 1
-    return _p2(n1, 16), _p2(n2, 8), _p2(k2, 8)
+    return next_pow2(n1, 16), next_pow2(n2, 8), next_pow2(k2, 8)
 
 
 def supports(n_fft: int, *, onesided: bool = True) -> bool:
@@ -541,7 +540,7 @@ def _tables(n1_: int, n2_: int, k2_: int, device: torch.device):
     and the stage-2 basis ``(2·N2P, 2·K2P)`` for ``k2 < k2_``, built in float64 and stored as
     (fp32, hi, lo) planes."""
     n_fft = n1_ * n2_
-    n1p, n2p, k2p = _p2(n1_, 16), _p2(n2_, 8), _p2(k2_, 8)
+    n1p, n2p, k2p = next_pow2(n1_, 16), next_pow2(n2_, 8), next_pow2(k2_, 8)
     i1 = torch.arange(n1_, device=device)
     i2 = torch.arange(n2_, device=device)
     a1 = _angles(i1, i1, n1_)  # (n1, k1)

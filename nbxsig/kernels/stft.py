@@ -54,9 +54,7 @@ import triton.language as tl
 from ..dft import irdft_basis, rdft_basis
 from ..reference.stft import istft_range
 from ._launch import CachedLaunch
-from ._runtime import cdiv as _cdiv
-from ._runtime import check_launchable, empty_output
-from ._runtime import next_pow2 as _p2
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 
 #: Envelope threshold below which istft does not divide (torch.istft's NOLA threshold).
 NOLA_EPS = 1e-11
@@ -147,7 +145,7 @@ def _unrolled_stft(n_fft: int) -> bool:
 
 
 def _unrolled_ola(n_fft: int, hop: int) -> bool:
-    return _unrolled_stft(n_fft) and _cdiv(n_fft, hop) <= UNR_OLA_MAX_TERMS and hop <= UNR_OLA_MAX_HOP
+    return _unrolled_stft(n_fft) and cdiv(n_fft, hop) <= UNR_OLA_MAX_TERMS and hop <= UNR_OLA_MAX_HOP
 
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
@@ -167,7 +165,7 @@ def _precision() -> str:
 def _unrolled_block(block: int, rows: int, n_batch: int, warps: int) -> int:
     # Halve the tile while the grid is too small to occupy the GPU (batch-1 latency), but never
     # below one element per thread (smaller tiles leave lanes idle: measured 2.5× slower).
-    while block > 32 * warps and _cdiv(rows, block) * n_batch < UNR_MIN_PROGRAMS:
+    while block > 32 * warps and cdiv(rows, block) * n_batch < UNR_MIN_PROGRAMS:
         block //= 2
     return block
 
@@ -176,14 +174,14 @@ def _stft_unrolled_config(n_batch, T, out_strides, *, n_fft, n_bins, kind, mode,
                           tile_out):  # fmt: skip
     """The unrolled stft kernel's launch: ``(grid, output strides as passed, constexprs, warps)``."""
     block = _unrolled_block(UNR_FWD_BLOCK, T, n_batch, UNR_FWD_WARPS)
-    grid = (_cdiv(T, block), n_batch)
+    grid = (cdiv(T, block), n_batch)
     # A complex output's strides go in complex units (see the kernel); it is our own (B, F, T, 2)
     # allocation with (re, im) pairs innermost, so every real stride but the last is even.
     so = tuple(out_strides[:3]) if output else tuple(s // 2 for s in out_strides[:3])
     constexprs = dict(N=n_fft, F=n_bins, KIND=kind, MODE=mode, HAS_WINDOW=has_window, OUTPUT=output,
                       BLOCK_T=block)  # fmt: skip
     if tile_out:
-        constexprs.update(TILE_OUT=True, F_P2=_p2(n_bins), LOG2_F=_p2(n_bins).bit_length() - 1)
+        constexprs.update(TILE_OUT=True, F_P2=next_pow2(n_bins), LOG2_F=next_pow2(n_bins).bit_length() - 1)
     return grid, so, constexprs, UNR_FWD_WARPS
 
 
@@ -1040,10 +1038,10 @@ def stft_forward(
             )  # fmt: skip
             return out
         basis = _basis(n_fft, "fwd" if onesided else "fwd2", device)
-        block_k = min(_p2(n_fft, 16), 64)
-        block_f = min(_p2(n_bins, 16), 64)
+        block_k = min(next_pow2(n_fft, 16), 64)
+        block_f = min(next_pow2(n_bins, 16), 64)
         block_t = FWD_BLOCK_T
-        grid = (_cdiv(T, block_t), _cdiv(n_bins, block_f), n_batch)
+        grid = (cdiv(T, block_t), cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, n_bins,
             win, win, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, float(power),
@@ -1076,9 +1074,9 @@ def stft_forward(
 def _frames(x, win, has_window, length, pad, hop, T, n_fft, scale, mode, inv) -> torch.Tensor:
     n_batch = x.shape[0]
     frames = empty_output((n_batch, T, n_fft), dtype=torch.float32, device=x.device)
-    block_n = min(_p2(n_fft), 256)
+    block_n = min(next_pow2(n_fft), 256)
     block_t = max(1, 2048 // block_n)
-    grid = (_cdiv(T, block_t), _cdiv(n_fft, block_n), n_batch)
+    grid = (cdiv(T, block_t), cdiv(n_fft, block_n), n_batch)
     _frame_kernel[grid](
         x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, win, inv, frames, scale,
         MODE=mode, HAS_WINDOW=has_window, BLOCK_T=block_t, BLOCK_N=block_n,
@@ -1091,7 +1089,7 @@ def _power(spec_real: torch.Tensor, power: float) -> torch.Tensor:
     out = empty_output(spec_real.shape[:-1], dtype=torch.float32, device=spec_real.device)
     numel = out.numel()
     block = 1024
-    _power_kernel[(_cdiv(numel, block),)](
+    _power_kernel[(cdiv(numel, block),)](
         spec_real, out, numel, float(power), OUTPUT=_output_kind(power), BLOCK=block
     )
     return out
@@ -1115,14 +1113,14 @@ def _ola_unrolled_config(strides, n_batch, n_fft, n_bins, hop, T, start, n_out, 
         # Each program completes BLOCK_T - (Q - 1) rows (its first Q - 1 frames are the overlap).
         warps = UNR_OLA_FRAMES_WARPS
         block = _unrolled_block(UNR_OLA_FRAMES_BLOCK, rows, n_batch, warps)
-        hop_p2 = _p2(hop)
-        grid = (_cdiv(rows, block - _cdiv(n_fft, hop) + 1), n_batch)
+        hop_p2 = next_pow2(hop)
+        grid = (cdiv(rows, block - cdiv(n_fft, hop) + 1), n_batch)
         constexprs = dict(common, HOP_P2=hop_p2, LOG2_HOP=hop_p2.bit_length() - 1, BLOCK_T=block)
         return _ola_frames_launch, grid, s, tail, constexprs, warps
     rows_per_thread = UNR_OLA_ROWS
-    block = _unrolled_block(UNR_OLA_BLOCK, _cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
-    out_p2 = _p2(rows_per_thread * hop)
-    grid = (_cdiv(rows, block * rows_per_thread), n_batch)
+    block = _unrolled_block(UNR_OLA_BLOCK, cdiv(rows, rows_per_thread), n_batch, UNR_OLA_WARPS)
+    out_p2 = next_pow2(rows_per_thread * hop)
+    grid = (cdiv(rows, block * rows_per_thread), n_batch)
     constexprs = dict(common, TILE_STORE=UNR_OLA_TILE_STORE, OUT_P2=out_p2, LOG2_OUT=out_p2.bit_length() - 1,
                       ROWS=rows_per_thread, BLOCK_U=block)  # fmt: skip
     return _ola_launch, grid, s, tail, constexprs, UNR_OLA_WARPS
@@ -1169,17 +1167,17 @@ def _ola(
     basis = None if basis_kind is None else _basis(n_fft, basis_kind, src.device)
     if source == 0:
         # Fill the dot's N dimension (>= 16 columns) with S whole hops of output samples.
-        block_c = _p2(hop, 16)
-        block_f = _p2(n_bins, 16)
+        block_c = next_pow2(hop, 16)
+        block_f = next_pow2(n_bins, 16)
         block_g = OLA_BLOCK_G
     else:
-        block_c = _p2(hop)
+        block_c = next_pow2(hop)
         block_f = 16
         block_g = max(1, 2048 // block_c)
     span = (block_c // hop) * hop
     g_begin = start // span
     g_end = (start + n_out - 1) // span + 1
-    grid = (_cdiv(g_end - g_begin, block_g), n_batch)
+    grid = (cdiv(g_end - g_begin, block_g), n_batch)
     win = window if window is not None else src
     s = (*strides, 0, 0, 0, 0)[:4]
     _ola_dft_kernel[grid](
@@ -1187,7 +1185,7 @@ def _ola(
         n_fft, n_bins, hop, T, start, n_out, g_begin, scale,
         SOURCE=source, HAS_WINDOW=window is not None, DIVIDE=divide, PRECISION=_precision(),
         USE_FMA=source == 0 and n_fft <= OLA_FMA_MAX_N,
-        S=block_c // hop, N_TERMS=block_c // hop + _cdiv(n_fft, hop) - 1,
+        S=block_c // hop, N_TERMS=block_c // hop + cdiv(n_fft, hop) - 1,
         BLOCK_G=block_g, BLOCK_C=block_c, BLOCK_F=block_f, num_warps=OLA_WARPS if source == 0 else 4,
     )  # fmt: skip
     return out
@@ -1291,9 +1289,9 @@ def _inv_envelope(window: torch.Tensor | None, n_fft: int, hop: int, T: int, dev
     block = 1024
     win = window if window is not None else out
     _envelope_launch(
-        (_cdiv(total, block), 1),
+        (cdiv(total, block), 1),
         (win, out, n_fft, hop, T, total),
-        dict(N_TERMS=_cdiv(n_fft, hop), HAS_WINDOW=window is not None, BLOCK=block),
+        dict(N_TERMS=cdiv(n_fft, hop), HAS_WINDOW=window is not None, BLOCK=block),
         4,
     )
     return out
@@ -1337,8 +1335,8 @@ def istft_backward(
             )  # fmt: skip
             return out
         basis = _basis(n_fft, "inv", device)
-        block_t, block_k, block_f = FWD_BLOCK_T, min(_p2(n_fft, 16), 64), min(_p2(n_bins, 16), 64)
-        grid = (_cdiv(T, block_t), _cdiv(n_bins, block_f), n_batch)
+        block_t, block_k, block_f = FWD_BLOCK_T, min(next_pow2(n_fft, 16), 64), min(next_pow2(n_bins, 16), 64)
+        grid = (cdiv(T, block_t), cdiv(n_bins, block_f), n_batch)
         _frame_dft_kernel[grid](
             grad, grad.stride(0), grad.stride(1), n_out, start, hop, T, n_fft, n_bins,
             win, inv, basis, out, out.stride(0), out.stride(1), out.stride(2), scale, -1.0,

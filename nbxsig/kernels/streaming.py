@@ -21,8 +21,7 @@ import triton
 import triton.language as tl
 
 from ._launch import CachedLaunch
-from ._runtime import check_launchable, empty_output
-from .stft import _cdiv, _p2
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 
 
 # The frame counters change every push: not specialized (Triton would compile a variant per value
@@ -146,10 +145,10 @@ class PushLaunch:
         # pointer, which the launcher refuses; every access to them is masked, so the output, never
         # empty here, stands in.
         self.empty = (new.numel() == 0, history.numel() == 0)
-        block = min(256, _p2(n_out, 16))
-        self.grid = (batch, _cdiv(n_out, block))
-        self.constexprs = dict(H=n_history, R=n_history + 1, F_PAD=_p2(n_freq, 16), H_PAD=_p2(n_history, 2),
-                               BLOCK_S=block)  # fmt: skip
+        block = min(256, next_pow2(n_out, 16))
+        self.grid = (batch, cdiv(n_out, block))
+        self.constexprs = dict(H=n_history, R=n_history + 1, F_PAD=next_pow2(n_freq, 16),
+                               H_PAD=next_pow2(n_history, 2), BLOCK_S=block)  # fmt: skip
         self.head = tuple(new.stride())
         self.tail = (n_new, n_out, hop, n_fft, n_freq)
         self.shape, self.device = (batch, n_out), new.device
