@@ -46,6 +46,22 @@ def test_step_through_triton_kernels_equals_forward(generator, device, monkeypat
     assert_close(streamed, full, atol=1e-4, rtol=1e-4)
 
 
+def test_training_gradients_match_between_backends(generator, monkeypatch):
+    # forward's RMSNorm and rotary layers on the Triton backend (interpreter on CPU), differentiated
+    # through their recomputed torch twins: every parameter's gradient as on the torch backend.
+    model = _model(5)
+    x = random_tensor((2, 9, 12), generator=generator)
+    grads = {}
+    for backend in ("torch", "triton"):
+        monkeypatch.setenv("NBXSIG_BACKEND", backend)
+        model.zero_grad()
+        model(x).square().sum().backward()
+        grads[backend] = {name: p.grad.clone() for name, p in model.named_parameters()}
+    assert grads["torch"].keys() == grads["triton"].keys()
+    for name, g in grads["triton"].items():
+        assert_close(g, grads["torch"][name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_sliding_window_limits_the_context(generator):
     # Changing the input at t = 0 must not change outputs at t >= window·n_layers (receptive field).
     model = _model(3)
