@@ -12,7 +12,7 @@ positions cast to float32), so a position's angle has the same bits on both back
 form takes about a dozen launches (angles, cos, sin, casts, four products, two sums, the
 concatenation); a streaming step calls it twice per layer.
 
-Backward: :class:`_Rope` recomputes the torch twin under autograd (the kernel saves nothing).
+Backward: :class:`_Rope` applies the transposed rotation -- this kernel at the negated angles.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..reference import models as ref
 from ._launch import CachedLaunch
 from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 
@@ -97,18 +96,14 @@ class _Rope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, pos, inv_freq):
         ctx.save_for_backward(pos, inv_freq)
-        ctx.x_meta = (x.dtype, x.shape)
         return _forward(x, pos, inv_freq)
 
     @staticmethod
     def backward(ctx, grad):
         pos, inv_freq = ctx.saved_tensors
-        dtype, shape = ctx.x_meta
-        with torch.enable_grad():
-            # The rotation is linear in x: the torch twin's gradient at any point (zeros here).
-            xd = torch.zeros(shape, dtype=dtype, device=grad.device, requires_grad=True)
-            (gx,) = torch.autograd.grad(ref.rope(xd, pos, inv_freq), xd, grad)
-        return gx, None, None
+        # A rotation's transpose is the rotation by the opposite angle: the same kernel with the
+        # frequencies negated (exact: -(p·f) = p·(-f), cos even, sin odd).
+        return _forward(grad, pos, -inv_freq), None, None
 
 
 def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
