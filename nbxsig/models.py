@@ -102,6 +102,13 @@ _ROPE = Op(
     triton_impl="nbxsig.kernels.rope:rope",
     triton_dtypes=_FLOAT_DTYPES,
 )
+# A decode step's q/k rotation and KV-cache write in one launch (internal: SeqModel.step).
+_ROPE_CACHE = Op(
+    "rope_and_cache",
+    torch_impl="nbxsig.reference.models:rope_and_cache",
+    triton_impl="nbxsig.kernels.rope:rope_and_cache",
+    triton_dtypes=_FLOAT_DTYPES,
+)
 
 
 def rms_norm(
@@ -303,10 +310,12 @@ class SeqModel(nn.Module):
         h = self.in_proj(x_t)
         for layer, blk in enumerate(self.blocks):
             a = blk.attn_norm(h)
-            q = _rope(blk.wq(a).view(b, cfg.n_heads, hd), pos, freqs)
-            k = _rope(blk.wk(a).view(b, cfg.n_kv_heads, hd), pos, freqs)
+            q = blk.wq(a).view(b, cfg.n_heads, hd)
+            k = blk.wk(a).view(b, cfg.n_kv_heads, hd)
             v = blk.wv(a).view(b, cfg.n_kv_heads, hd)
-            state.write(layer, k, v)
+            # q and k rotated, k and v stored at the stream's cache slot (KVCache.write's slot).
+            chosen = _ROPE_CACHE.backend(None, device=q.device, dtype=q.dtype, numel=q.numel())
+            q = _ROPE_CACHE(q, k, v, pos, freqs, state.keys(layer), state.values(layer), backend=chosen)
             o = decode_attention(q, state.keys(layer), state.values(layer), lengths=lengths)
             h = h + blk.wo(o.reshape(b, cfg.n_heads * hd))
             h = h + blk.mlp(h)

@@ -129,6 +129,9 @@ for one_pass in (True, False):
           dict(BLOCK_R=8, BLOCK_D=512, ONE_PASS=one_pass), num_warps=4)
 build(KR._rope_kernel, {"x_ptr": "*fp16", "pos_ptr": "*i64", "freq_ptr": "*fp32", "y_ptr": "*fp16"},
       dict(BLOCK_R=8, BLOCK_H=8, BLOCK_D=32), num_warps=4)
+rc = {n: "*fp16" for n in ("q_ptr", "k_ptr", "v_ptr", "qo_ptr", "kc_ptr", "vc_ptr")}
+build(KR._rope_cache_kernel, dict(rc, pos_ptr="*i64", freq_ptr="*fp32"),
+      dict(HQ=8, HKV=2, HALF=32, BLOCK_R=2, BLOCK_HQ=8, BLOCK_HKV=2, BLOCK_D=32), num_warps=4)
 print("compiled")
 """
 

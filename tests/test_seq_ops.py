@@ -7,6 +7,7 @@ import torch
 
 from nbxsig.errors import ParameterTypeError, ParameterValueError
 from nbxsig.kernels import rmsnorm as krms
+from nbxsig.kernels import rope as krope
 from nbxsig.models import rms_norm, rope
 from nbxsig.reference import models as ref
 from nbxsig.testing import assert_close, random_tensor
@@ -85,6 +86,31 @@ def test_rope_gradient(device, generator):
     xd = x.detach().double().requires_grad_()
     (ex,) = torch.autograd.grad(ref.rope(xd, pos, ref.rope_frequencies(8, 500.0, device)), xd, g.double())
     assert_close(gx, ex, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_rope_and_cache_kernel_matches_twin(dtype, device, generator):
+    # A decode step's fused rotation + cache write: q returned rotated, k rotated and v copied into
+    # slot pos % slots of layer 1's views (positions past the ring wrap); every other slot and layer
+    # keeps its values. Odd half-width (D 10), a strided q.
+    b, hq, hkv, d, slots = 5, 4, 2, 10, 3
+    q = random_tensor((b, d, hq), generator=generator, dtype=dtype, device=device).transpose(1, 2)
+    k = random_tensor((b, hkv, d), generator=generator, dtype=dtype, device=device)
+    v = random_tensor((b, hkv, d), generator=generator, dtype=dtype, device=device)
+    pos = torch.tensor([0, 2, 3, 7, 11], device=device)
+    inv_freq = ref.rope_frequencies(d, 10000.0, device)
+    shape = (2, b, hkv, slots, d)  # (layers, B, Hkv, slots, D), as KVCache holds them
+    caches = [random_tensor(shape, generator=generator, dtype=dtype, device=device) for _ in "kv"]
+    expected = [c.clone() for c in caches]
+    q_ref = ref.rope_and_cache(q, k, v, pos, inv_freq, expected[0][1], expected[1][1])
+    q_out = krope.rope_and_cache(q, k, v, pos, inv_freq, caches[0][1], caches[1][1])
+    assert_close(q_out, q_ref, dtype=dtype)
+    for got, want in zip(caches, expected, strict=True):
+        assert_close(got, want, dtype=dtype)
+    written = torch.zeros(2, b, slots, dtype=torch.bool)
+    written[1, torch.arange(b), pos.cpu() % slots] = True
+    untouched = ~written[:, :, None, :, None].expand(2, b, hkv, slots, d)
+    assert torch.equal(caches[1].cpu()[untouched], expected[1].cpu()[untouched])
 
 
 def test_errors():

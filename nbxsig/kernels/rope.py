@@ -13,6 +13,11 @@ form takes about a dozen launches (angles, cos, sin, casts, four products, two s
 concatenation); a streaming step calls it twice per layer.
 
 Backward: :class:`_Rope` applies the transposed rotation -- this kernel at the negated angles.
+
+:func:`rope_and_cache` is a streaming step's whole attention input in one launch
+(:func:`_rope_cache_kernel`): ``q`` and ``k`` rotated, the rotated ``k`` and ``v`` stored straight into the
+KV cache's slot ``pos % slots`` (torch's form: rope twice, a remainder and two indexed writes, each
+its own launch).
 """
 
 from __future__ import annotations
@@ -113,3 +118,105 @@ def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Te
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rope.apply(x, pos, inv_freq)
     return _forward(x, pos, inv_freq)
+
+
+@triton.jit
+def _rotate(src, dst, cos, sin, ok, HALF: tl.constexpr):
+    """``dst[.., i], dst[.., i + HALF] = x1·cos − x2·sin, x2·cos + x1·sin`` for the pointer tiles
+    ``src``/``dst`` over ``i < HALF`` (float32 math, stored in dst's dtype)."""
+    x1 = tl.load(src, mask=ok, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=ok, other=0.0).to(tl.float32)
+    tl.store(dst, (x1 * cos - x2 * sin).to(dst.dtype.element_ty), mask=ok)
+    tl.store(dst + HALF, (x2 * cos + x1 * sin).to(dst.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _rope_cache_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    pos_ptr,
+    freq_ptr,
+    qo_ptr,
+    kc_ptr,
+    vc_ptr,
+    n_rows,
+    slots,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kh,
+    stride_vb,
+    stride_vh,
+    stride_kcb,
+    stride_kch,
+    stride_kcs,
+    stride_vcb,
+    stride_vch,
+    stride_vcs,
+    HQ: tl.constexpr,
+    HKV: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HKV: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # >= HALF
+):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < n_rows
+    i = tl.arange(0, BLOCK_D)
+    pos = tl.load(pos_ptr + rows, mask=row_ok, other=0)
+    angle = pos.to(tl.float32)[:, None] * tl.load(freq_ptr + i, mask=i < HALF, other=0.0)[None, :]
+    cos = tl.cos(angle)[:, None, :]
+    sin = tl.sin(angle)[:, None, :]
+    r64 = rows.to(tl.int64)[:, None, None]
+    # q: rotated into a contiguous (rows, HQ, 2·HALF) output.
+    hq = tl.arange(0, BLOCK_HQ)[None, :, None]
+    ok = row_ok[:, None, None] & (hq < HQ) & (i < HALF)[None, None, :]
+    q_at = q_ptr + r64 * stride_qb + hq * stride_qh + i[None, None, :]
+    _rotate(q_at, qo_ptr + r64 * (HQ * 2 * HALF) + hq * (2 * HALF) + i[None, None, :], cos, sin, ok, HALF)
+    # k rotated and v copied into slot pos % slots of each row's caches.
+    slot = (pos % slots).to(tl.int64)[:, None, None]
+    hk = tl.arange(0, BLOCK_HKV)[None, :, None]
+    ok = row_ok[:, None, None] & (hk < HKV) & (i < HALF)[None, None, :]
+    _rotate(k_ptr + r64 * stride_kb + hk * stride_kh + i[None, None, :],
+            kc_ptr + r64 * stride_kcb + hk * stride_kch + slot * stride_kcs + i[None, None, :], cos, sin, ok,
+            HALF)  # fmt: skip
+    for part in tl.static_range(2):  # v's two halves, copied
+        j = part * HALF + i[None, None, :]
+        v = tl.load(v_ptr + r64 * stride_vb + hk * stride_vh + j, mask=ok, other=0.0)
+        tl.store(vc_ptr + r64 * stride_vcb + hk * stride_vch + slot * stride_vcs + j,
+                 v.to(vc_ptr.dtype.element_ty), mask=ok)  # fmt: skip
+
+
+_cache_launch = CachedLaunch(_rope_cache_kernel)
+
+
+def rope_and_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> torch.Tensor:
+    """Triton twin of :func:`nbxsig.reference.models.rope_and_cache` (no autograd: a decode step), one
+    launch. Each of ``q``, ``k``, ``v`` and the caches is read by its strides (last dim unit)."""
+    device = check_launchable(q, k, v, pos, inv_freq, k_cache, v_cache)
+    batch, hq, dim = q.shape
+    hkv = k.shape[1]
+    half = dim // 2
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    out = empty_output((batch, hq, dim), dtype=q.dtype, device=device)
+    if batch == 0:
+        return out
+    block_hq, block_hkv, block_d = next_pow2(hq), next_pow2(hkv), next_pow2(half)
+    block_r = max(1, min(_TILE // (block_hq * block_d), next_pow2(cdiv(batch, _PROGRAMS))))
+    args = (q, k, v, pos, inv_freq, out, k_cache, v_cache, batch, k_cache.shape[2], q.stride(0), q.stride(1),
+            k.stride(0), k.stride(1), v.stride(0), v.stride(1), k_cache.stride(0), k_cache.stride(1),
+            k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2))  # fmt: skip
+    constexprs = dict(HQ=hq, HKV=hkv, HALF=half, BLOCK_R=block_r, BLOCK_HQ=block_hq, BLOCK_HKV=block_hkv,
+                      BLOCK_D=block_d)  # fmt: skip
+    _cache_launch((cdiv(batch, block_r), 1), args, constexprs, 4)
+    return out

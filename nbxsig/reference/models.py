@@ -39,3 +39,24 @@ def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Te
     d = x.shape[-1]
     x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def rope_and_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> torch.Tensor:
+    """One decode step's attention inputs: ``q`` and ``k`` rotated at ``pos`` (:func:`rope`), the rotated
+    ``k`` and ``v`` written into the caches at slot ``pos % slots``; returns the rotated ``q``.
+
+    Shape: ``q (B, Hq, D)``, ``k``/``v (B, Hkv, D)``, ``pos (B,)`` integer, ``k_cache``/``v_cache
+    (B, Hkv, slots, D)`` (written in place, in their own dtype) → ``(B, Hq, D)``."""
+    rows = torch.arange(q.shape[0], device=q.device)
+    slot = torch.remainder(pos, k_cache.shape[2])
+    k_cache[rows, :, slot] = rope(k, pos, inv_freq).to(k_cache.dtype)
+    v_cache[rows, :, slot] = v.to(v_cache.dtype)
+    return rope(q, pos, inv_freq)
