@@ -1,4 +1,4 @@
-"""int4 weights (asymmetric, 4.25 bits per weight) and a fused dequant-GEMV linear layer.
+"""int4 weights (asymmetric, 4.25 bits per weight) and fused dequant-GEMV/GEMM linear layers.
 
 Format (llama.cpp q4_1-like): for a weight ``W (N, K)`` each group of ``group_size`` elements along
 ``K`` of one output has an fp16 ``scale`` and fp16 ``min``; ``W ≈ q·scale + min`` with ``q`` an
@@ -49,13 +49,19 @@ _INT4_GEMV = Op(
     triton_impl="nbxsig.kernels.int4_gemv:int4_linear",
     triton_dtypes=_FLOAT_DTYPES,
 )
+_INT4_GEMM = Op(
+    "int4_linear",
+    torch_impl="nbxsig.reference.int4:int4_linear",
+    triton_impl="nbxsig.kernels.int4_gemm:int4_gemm",
+    triton_dtypes=(torch.float16, torch.bfloat16),
+)
 _DEQUANT = Op(
     "dequantize_int4",
     torch_impl="nbxsig.reference.int4:dequantize_kn",
     triton_impl="nbxsig.kernels.int4_gemv:dequantize_kn",
     triton_dtypes=(torch.int32,),
 )
-#: Rows up to which the fused GEMV runs; beyond it dequantize + a tensor-core matmul wins.
+#: Rows up to which the fused GEMV runs; beyond it the dequant-GEMM (16-bit x) or dequantize + F.linear.
 MAX_GEMV_ROWS = 8
 
 
@@ -195,16 +201,20 @@ def dequantize_int4(
     return _DEQUANT(w.packed, w.scales, w.mins, w.group_size, dtype=dtype, backend=chosen).t()
 
 
-def gemv_path(m: int) -> str:
-    """Which Triton-side path ``int4_linear`` takes for ``m`` rows: ``"fused_gemv"`` (m ≤ 8) or
-    ``"dequant_matmul"`` (dequantize to the input dtype, then a tensor-core ``F.linear``). Pure."""
-    return "fused_gemv" if m <= MAX_GEMV_ROWS else "dequant_matmul"
+def gemv_path(m: int, dtype: torch.dtype = torch.float16) -> str:
+    """Which Triton-side path ``int4_linear`` takes for ``m`` rows of ``dtype``: ``"fused_gemv"``
+    (m ≤ 8), ``"fused_gemm"`` (float16/bfloat16: the dequant-GEMM kernel, which dequantizes tile by
+    tile into tensor-core dots) or ``"dequant_matmul"`` (float32: dequantize to float32, then
+    ``F.linear``, which follows torch's float32 matmul precision settings). Pure."""
+    if m <= MAX_GEMV_ROWS:
+        return "fused_gemv"
+    return "fused_gemm" if dtype in (torch.float16, torch.bfloat16) else "dequant_matmul"
 
 
 def int4_linear(
     x: torch.Tensor, w: Int4Weight, bias: torch.Tensor | None = None, *, backend: Backend | None = None
 ) -> torch.Tensor:
-    """``x @ dequantize(w)ᵀ + bias`` without materialising the weight for up to 8 rows.
+    """``x @ dequantize(w)ᵀ + bias`` without materialising the weight (except for many float32 rows).
 
     Args:
         x: ``(..., K)`` float16/bfloat16/float32 (float64 on the torch backend).
@@ -214,8 +224,11 @@ def int4_linear(
 
     Returns:
         ``(..., N)`` in ``x.dtype``. Accumulation is float32. With ``M = prod(x.shape[:-1]) ≤ 8`` the
-        Triton backend runs the fused dequant-GEMV (deterministic: one program per column tile walks
-        all of K in a fixed order); larger M dequantizes to ``x.dtype`` and calls ``F.linear``.
+        Triton backend runs the fused dequant-GEMV (deterministic: fixed split of K, merged in split
+        order); larger M runs the fused dequant-GEMM for float16/bfloat16 ``x`` (deterministic: one
+        program walks all of K per output tile) and, for float32 ``x``, dequantizes to float32 and
+        calls ``F.linear``. Differentiable with respect to ``x`` and ``bias`` on every path (the
+        weight is frozen): the fused paths' backward is ``grad @ dequantize(w)``.
 
     Shape:
         ``x (..., K)``, ``w (N, K)`` → ``(..., N)``.
@@ -243,14 +256,39 @@ def int4_linear(
     x2 = x if flat else x.reshape(-1, k)  # a view whenever the leading dims allow; read by strides
     m = x2.shape[0]
     chosen = _INT4_GEMV.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
-    if chosen == "triton" and gemv_path(m) == "fused_gemv":
-        out = _INT4_GEMV(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="triton")
-    elif chosen == "triton":
+    path = gemv_path(m, x.dtype)
+    if chosen == "triton" and path == "dequant_matmul":
         weight = dequantize_int4(w, dtype=x.dtype, backend="triton")
         out = torch.nn.functional.linear(x2, weight, None if bias is None else bias.to(x.dtype))
+    elif chosen == "triton":
+        op = _INT4_GEMV if path == "fused_gemv" else _INT4_GEMM
+        if torch.is_grad_enabled() and (x2.requires_grad or (bias is not None and bias.requires_grad)):
+            out = _FusedInt4Linear.apply(x2, bias, w, op)
+        else:  # a decode step: no autograd node (host time per token)
+            out = op(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="triton")
     else:
         out = _INT4_GEMV(x2, w.packed, w.scales, w.mins, w.group_size, bias, backend="torch")
     return out if flat else out.reshape(*lead, n)
+
+
+class _FusedInt4Linear(torch.autograd.Function):
+    """A fused kernel's forward; backward ``grad_x = grad @ dequantize(w)``, ``grad_bias = Σ grad``
+    (as ``F.linear`` on the dequantized weight, which the unfused paths differentiate)."""
+
+    @staticmethod
+    def forward(ctx, x, bias, w, op):
+        ctx.w = w
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return op(x, w.packed, w.scales, w.mins, w.group_size, bias, backend="triton")
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_x = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad @ dequantize_int4(ctx.w, dtype=grad.dtype, backend="triton")
+        if ctx.needs_input_grad[1]:
+            grad_bias = grad.sum(0).to(ctx.bias_dtype)
+        return grad_x, grad_bias, None, None
 
 
 class Int4Linear(nn.Module):

@@ -1,4 +1,4 @@
-"""Compile the int4 GEMV, decode-attention, RMSNorm and rotary kernels for an H100/H200 (sm_90) without a GPU.
+"""Compile the int4 GEMV/GEMM, decode-attention, RMSNorm and rotary kernels for sm_90 without a GPU.
 
 The interpreter accepts code the compiler refuses (``other=`` without ``mask=``, mixed layouts), so
 the suite also compiles the real kernels ahead of time with Triton's bundled ptxas, in a child
@@ -121,6 +121,22 @@ for b, t, d, has_len, has_bias, size, switches in shapes:
     # K/V tiles stream through cp.async wherever a split has more than one tile and rows are 16-byte
     # multiples (D = 129 rows are not; one 24-key tile has nothing to overlap).
     assert pipelined(compiled) == (d % 8 == 0 and t > cfg.block_t), (b, t, d, cfg)
+# The dequant-GEMM (M > 8 rows of 16-bit input): the streaming step's tiles (256 rows, N 512/1536) and a
+# large-M tile, both input dtypes, one scale row a step (g128) and one a packed row (g32): the loop is
+# software-pipelined (cp.async).
+from nbxsig.kernels import int4_gemm as KM
+for dt, (m, n), gs, pdl in [("fp16", (256, 512), 128, True), ("bf16", (256, 1536), 128, True),
+                            ("fp16", (4096, 4096), 32, False)]:
+    bm, bn = KM.gemm_tiles(m, n)
+    compiled = build(KM._int4_gemm_kernel, {"x_ptr": f"*{dt}", "packed_ptr": "*i32", "scales_ptr": "*fp16",
+                                            "mins_ptr": "*fp16", "bias_ptr": f"*{dt}", "out_ptr": f"*{dt}"},
+                     dict(stride_xk=1, stride_pn=1, stride_sn=1, stride_on=1, N_ROWS=64, GROUP_ROWS=gs // 8,
+                          HAS_BIAS=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_R=KM.BLOCK_R, PDL=pdl),
+                     num_warps=KM._NUM_WARPS, num_stages=KM._NUM_STAGES)
+    assert pipelined(compiled), (dt, m, n, gs)
+    # Hopper's wgmma where the tile has a warpgroup's 64 rows; mma.sync below that.
+    assert ("wgmma.mma_async" in compiled.asm["ptx"]) == (bm >= 64), (dt, m, n, gs)
+    assert ("griddepcontrol" in compiled.asm["ptx"]) == pdl, (dt, m, n, pdl)
 # The sequence model's pointwise kernels: the streaming step's shapes (one and two passes; 8 query
 # heads of 64, fp16 activations, int64 positions).
 from nbxsig.kernels import rmsnorm as KN, rope as KR
