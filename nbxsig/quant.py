@@ -61,8 +61,14 @@ _DEQUANT = Op(
     triton_impl="nbxsig.kernels.int4_gemv:dequantize_kn",
     triton_dtypes=(torch.int32,),
 )
-#: Rows up to which the fused GEMV runs; beyond it the dequant-GEMM (16-bit x) or dequantize + F.linear.
+#: Rows up to which the fused GEMV runs; beyond it dequantize + a tensor-core ``F.linear`` (or, with
+#: ``FUSED_GEMM``, the dequant-GEMM kernel for 16-bit x).
 MAX_GEMV_ROWS = 8
+#: Run ``M > MAX_GEMV_ROWS`` rows of float16/bfloat16 input through the fused dequant-GEMM
+#: (``nbxsig.kernels.int4_gemm``) instead of dequantize + ``F.linear``. Off until it is measured
+#: against that path on a GPU (written in the sixteenth round, a session without one; the round
+#: before, a first dequant-GEMM design ran 3-6× slower and was dropped). Read on every call.
+FUSED_GEMM = False
 
 
 @dataclass
@@ -203,18 +209,18 @@ def dequantize_int4(
 
 def gemv_path(m: int, dtype: torch.dtype = torch.float16) -> str:
     """Which Triton-side path ``int4_linear`` takes for ``m`` rows of ``dtype``: ``"fused_gemv"``
-    (m ≤ 8), ``"fused_gemm"`` (float16/bfloat16: the dequant-GEMM kernel, which dequantizes tile by
-    tile into tensor-core dots) or ``"dequant_matmul"`` (float32: dequantize to float32, then
-    ``F.linear``, which follows torch's float32 matmul precision settings). Pure."""
+    (m ≤ 8); with ``FUSED_GEMM`` on, ``"fused_gemm"`` for float16/bfloat16 (the dequant-GEMM kernel,
+    which dequantizes tile by tile into tensor-core dots); otherwise ``"dequant_matmul"`` (dequantize
+    to ``dtype``, then ``F.linear``, which follows torch's matmul precision settings)."""
     if m <= MAX_GEMV_ROWS:
         return "fused_gemv"
-    return "fused_gemm" if dtype in (torch.float16, torch.bfloat16) else "dequant_matmul"
+    return "fused_gemm" if FUSED_GEMM and dtype in (torch.float16, torch.bfloat16) else "dequant_matmul"
 
 
 def int4_linear(
     x: torch.Tensor, w: Int4Weight, bias: torch.Tensor | None = None, *, backend: Backend | None = None
 ) -> torch.Tensor:
-    """``x @ dequantize(w)ᵀ + bias`` without materialising the weight (except for many float32 rows).
+    """``x @ dequantize(w)ᵀ + bias``, without materialising the weight for up to 8 rows.
 
     Args:
         x: ``(..., K)`` float16/bfloat16/float32 (float64 on the torch backend).
@@ -225,10 +231,10 @@ def int4_linear(
     Returns:
         ``(..., N)`` in ``x.dtype``. Accumulation is float32. With ``M = prod(x.shape[:-1]) ≤ 8`` the
         Triton backend runs the fused dequant-GEMV (deterministic: fixed split of K, merged in split
-        order); larger M runs the fused dequant-GEMM for float16/bfloat16 ``x`` (deterministic: one
-        program walks all of K per output tile) and, for float32 ``x``, dequantizes to float32 and
-        calls ``F.linear``. Differentiable with respect to ``x`` and ``bias`` on every path (the
-        weight is frozen): the fused paths' backward is ``grad @ dequantize(w)``.
+        order); larger M dequantizes to ``x.dtype`` and calls ``F.linear`` (or, with ``FUSED_GEMM``
+        on and 16-bit ``x``, runs the fused dequant-GEMM). Differentiable with respect to ``x`` and
+        ``bias`` on every path (the weight is frozen): the fused paths' backward is
+        ``grad @ dequantize(w)``.
 
     Shape:
         ``x (..., K)``, ``w (N, K)`` → ``(..., N)``.

@@ -101,10 +101,13 @@ _BF16_DOT_XFAIL = pytest.mark.xfail(
     [(9, 67, 256, 64, ""), (70, 40, 136, 8, "bias"), (33, 130, 512, 128, "strided")],
     ids=["M9-g64", "M70-g8-partial-step-bias", "M33-g128-strided-x"],
 )
-def test_fused_gemm_matches_float64_on_dequantized_weight(m, n, k, gs, case, dtype, generator, device):
+def test_fused_gemm_matches_float64_on_dequantized_weight(
+    m, n, k, gs, case, dtype, generator, device, monkeypatch
+):
     # M > 8 rows of 16-bit input take the dequant-GEMM kernel; the weight it forms is exactly
     # dequantize_int4(w, dtype) (K 136 = 17 packed rows: a partial 8-row step, groups of 8 -- a scale
     # row per packed row; g64/g128: one scale row a step).
+    monkeypatch.setattr(Q, "FUSED_GEMM", True)
     assert Q.gemv_path(m, dtype) == "fused_gemm"
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator), gs).to(device)
     x = random_tensor((m, 2 * k if case == "strided" else k), generator=generator, dtype=dtype, device=device)
@@ -128,10 +131,15 @@ def test_gemm_tiles_fill_the_gpu_then_stop_shrinking():
     assert gemm_tiles(9, 40) == (16, 32)  # the smallest tile, whatever the grid
 
 
-@pytest.mark.parametrize("m", [3, 20], ids=lambda m: f"M{m}-{Q.gemv_path(m)}")
-def test_fused_paths_differentiate_like_linear_on_the_dequantized_weight(m, generator, device):
+@pytest.mark.parametrize(
+    "m,fused_gemm", [(3, False), (20, True), (20, False)], ids=["gemv", "gemm", "unfused"]
+)
+def test_every_path_differentiates_like_linear_on_the_dequantized_weight(
+    m, fused_gemm, generator, device, monkeypatch
+):
     # The fused GEMV (M ≤ 8) and GEMM (M > 8) have no autograd of their own: int4_linear wraps them so
-    # x and bias get F.linear's gradients on the dequantized weight, as the unfused paths do.
+    # x and bias get F.linear's gradients on the dequantized weight, as the unfused path does.
+    monkeypatch.setattr(Q, "FUSED_GEMM", fused_gemm)
     n, k = 40, 128
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator), 32).to(device)
     x = random_tensor((m, k), generator=generator, dtype=torch.float16, device=device).requires_grad_()
@@ -259,7 +267,9 @@ def test_triton_dequantize_equals_reference_bit_for_bit(dtype, generator, device
     assert torch.equal(ours.cpu(), ref)
 
 
-def test_gemv_path_dispatch():
+def test_gemv_path_dispatch(monkeypatch):
+    assert [Q.gemv_path(m) for m in (1, 8, 9, 64)] == ["fused_gemv", "fused_gemv"] + ["dequant_matmul"] * 2
+    monkeypatch.setattr(Q, "FUSED_GEMM", True)
     assert [Q.gemv_path(m) for m in (1, 8, 9, 64)] == ["fused_gemv", "fused_gemv", "fused_gemm", "fused_gemm"]
     assert Q.gemv_path(64, torch.bfloat16) == "fused_gemm"
     assert [Q.gemv_path(m, torch.float32) for m in (8, 9)] == ["fused_gemv", "dequant_matmul"]
@@ -364,6 +374,25 @@ def test_gpu_fused_gemv_bit_exact_large(size, m, stages, pdl, generator, cuda_de
     shifted = torch.empty(m * k + 1, device=cuda_device)[1:].view(m, k).copy_(x)
     for inp in (x, shifted, x):
         assert torch.equal(K.int4_gemv(inp, qw.packed, qw.scales, qw.mins, gs, config=cfg), fused)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [False, True], ids=["-", "pdl"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("m,k,n", [(256, 512, 1536), (256, 1536, 512), (300, 4096, 4096)], ids=str)
+def test_gpu_fused_gemm_large(m, k, n, dtype, pdl, generator, cuda_device, monkeypatch):
+    # The compiled dequant-GEMM (wgmma or mma.sync by tile, cp.async pipeline, PDL) at the streaming
+    # step's shapes and a 4096² layer: bfloat16 only runs here (the interpreter's bf16 dot is wrong).
+    from nbxsig.kernels import int4_gemm as KM
+
+    monkeypatch.setattr(Q, "FUSED_GEMM", True)
+    monkeypatch.setattr(KM, "PDL", pdl)
+    qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), 128)
+    x = random_tensor((m, k), generator=generator, dtype=dtype, device=cuda_device)
+    out = Q.int4_linear(x, qw)
+    ref = x.double() @ Q.dequantize_int4(qw, dtype=dtype).double().t()
+    assert_close(out, ref, dtype=dtype)
+    assert torch.equal(Q.int4_linear(x, qw), out)  # deterministic
 
 
 def test_gemv_cached_launch_passes_options_and_every_parameter(record_cached_launch, generator):

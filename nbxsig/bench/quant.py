@@ -142,20 +142,43 @@ def _gemv_cases(quick: bool, device: torch.device) -> list[Case]:
                 out.append(
                     Case(f"{name} tile {label}, graph", GraphReplay(fn), None, nbytes, "", notes="variant")
                 )
-    # The dequantize + matmul path for M > 8.
-    k, n, m = 4096, 4096, 64
-    qw = quantize_int4(torch.randn(n, k, device=device), 128)
-    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-    dense = dequantize_int4(qw, dtype=torch.bfloat16).contiguous()  # a plain (N, K) bf16 weight
-    out.append(
-        Case(
-            f"int4 linear {m}×{k} @ {k}×{n} (dequant + matmul) vs bf16 F.linear",
-            lambda: int4_linear(x, qw, backend="triton"),
-            lambda: F.linear(x, dense),
-            qw.nbytes() + 2 * m * (k + n),
-            "report",
+    # M > 8 rows: the dequantize + matmul path (int4_linear's default) against bf16 F.linear, and the
+    # fused dequant-GEMM (quant.FUSED_GEMM, off by default until measured) against that path at a
+    # 64-row layer and the streaming SeqModel's 256-row linears.
+    from ..kernels.int4_gemm import int4_gemm
+
+    for m, k, n in [(64, 4096, 4096)] + ([] if quick else [(256, 512, 1536), (256, 1536, 512)]):
+        qw = quantize_int4(torch.randn(n, k, device=device), 128)
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        dense = dequantize_int4(qw, dtype=torch.bfloat16).contiguous()  # a plain (N, K) bf16 weight
+        nbytes = qw.nbytes() + 2 * m * (k + n)
+        unfused = lambda x=x, qw=qw: F.linear(x, dequantize_int4(qw, dtype=x.dtype, backend="triton"))
+        fused = lambda x=x, qw=qw: int4_gemm(x, qw.packed, qw.scales, qw.mins, qw.group_size)
+        check = lambda fused=fused, x=x, qw=qw: _rel(fused(), x.double() @ dequantize_int4(qw).double().t())
+        name = f"int4 linear {m}×{k} @ {k}×{n} bf16"
+        if (m, k, n) == (64, 4096, 4096):
+            out.append(
+                Case(
+                    f"{name} (dequant + matmul) vs bf16 F.linear",
+                    lambda x=x, qw=qw: int4_linear(x, qw, backend="triton"),
+                    lambda x=x, dense=dense: F.linear(x, dense),
+                    nbytes,
+                    "report",
+                )
+            )
+        calls = 16
+        out.append(
+            Case(
+                f"{name} fused dequant-GEMM vs dequant + matmul, {calls} calls back to back in one CUDA "
+                "graph (per call)",
+                graph_chain([fused] * calls),
+                graph_chain([unfused] * calls),
+                nbytes,
+                "report",
+                check,
+                calls=calls,
+            )
         )
-    )
     return out
 
 
@@ -229,6 +252,15 @@ def _model_cases(quick: bool, device: torch.device) -> list[Case]:
     # the closures below, so the memory their graphs read stays alive.
     dense_step = dense.capture_step(streams)
     int4_step = model.capture_step(streams)
+    # The int4 step with its 256-row linears through the fused dequant-GEMM: the switch is read while
+    # the step is captured, so this graph keeps it.
+    from .. import quant
+
+    before, quant.FUSED_GEMM = quant.FUSED_GEMM, True
+    try:
+        fused_step = copy.deepcopy(model).capture_step(streams)
+    finally:
+        quant.FUSED_GEMM = before
     x = torch.randn(streams, cfg.d_in, device=device, dtype=torch.float16)
     weights = sum(p.numel() * p.element_size() for p in model.buffers()) + sum(
         p.numel() * p.element_size() for p in model.parameters()
@@ -241,7 +273,15 @@ def _model_cases(quick: bool, device: torch.device) -> list[Case]:
             lambda: dense_step(x),
             weights + kv,
             "report µs/step, streams·steps/s",
-        )
+        ),
+        Case(
+            f"SeqModel step d512 L8 int4 {streams} streams W256 graph, fused dequant-GEMM vs "
+            "dequant + matmul",
+            lambda: fused_step(x),
+            lambda: int4_step(x),
+            weights + kv,
+            "report",
+        ),
     ]
 
 
