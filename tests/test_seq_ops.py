@@ -111,6 +111,12 @@ def test_rope_and_cache_kernel_matches_twin(dtype, device, generator):
     written[1, torch.arange(b), pos.cpu() % slots] = True
     untouched = ~written[:, :, None, :, None].expand(2, b, hkv, slots, d)
     assert torch.equal(caches[1].cpu()[untouched], expected[1].cpu()[untouched])
+    # A cache whose head_dim is strided cannot be written in place by the kernel: refused, unchanged.
+    strided = random_tensor((b, hkv, slots, 2 * d), generator=generator, dtype=dtype, device=device)[..., ::2]
+    before = strided.clone()
+    with pytest.raises(ValueError, match="unit stride along head_dim"):
+        krope.rope_and_cache(q, k, v, pos, inv_freq, strided, caches[1][1])
+    assert torch.equal(strided, before)
 
 
 def test_errors():
