@@ -62,6 +62,25 @@ def test_training_gradients_match_between_backends(generator, monkeypatch):
         assert_close(g, grads["torch"][name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_half_step_through_the_fused_dequant_gemm(generator, device, monkeypatch):
+    # 10 float16 streams: every int4 linear of the step has M = 10 > 8 rows, so with FUSED_GEMM on
+    # they run the dequant-GEMM kernel; the stream equals the dequantize + F.linear stream in float16.
+    import nbxsig.quant as Q
+    from nbxsig.kernels import int4_gemm as KM
+
+    model = _model(4, device=device).quantize(group_size=32).half()
+    x = random_tensor((10, 3, 12), generator=generator, dtype=torch.float16, device=device)
+    monkeypatch.setenv("NBXSIG_BACKEND", "triton")
+    unfused = _stream(model, x)
+    launches = []
+    launch = KM._launch
+    monkeypatch.setattr(KM, "_launch", lambda *a, **k: (launches.append(a[0]), launch(*a, **k))[1])
+    monkeypatch.setattr(Q, "FUSED_GEMM", True)
+    fused = _stream(model, x)
+    assert len(launches) == 3 * len(model.quantized_layers())  # every int4 linear of every step
+    assert_close(fused, unfused, dtype=torch.float16)
+
+
 def test_sliding_window_limits_the_context(generator):
     # Changing the input at t = 0 must not change outputs at t >= window·n_layers (receptive field).
     model = _model(3)
