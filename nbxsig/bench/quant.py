@@ -250,6 +250,7 @@ def _model_cases(quick: bool, device: torch.device) -> list[Case]:
     model = copy.deepcopy(dense).quantize(group_size=128)
     # Baseline: the same model with fp16 weights, also graph-captured. Both models stay referenced by
     # the closures below, so the memory their graphs read stays alive.
+    fused = copy.deepcopy(model)
     dense_step = dense.capture_step(streams)
     int4_step = model.capture_step(streams)
     # The int4 step with its 256-row linears through the fused dequant-GEMM: the switch is read while
@@ -258,7 +259,7 @@ def _model_cases(quick: bool, device: torch.device) -> list[Case]:
 
     before, quant.FUSED_GEMM = quant.FUSED_GEMM, True
     try:
-        fused_step = copy.deepcopy(model).capture_step(streams)
+        fused_step = fused.capture_step(streams)
     finally:
         quant.FUSED_GEMM = before
     x = torch.randn(streams, cfg.d_in, device=device, dtype=torch.float16)
