@@ -16,7 +16,7 @@ import torch
 
 from ._dispatch import Backend, Op
 from ._validate import check_float, check_int, check_tensor
-from .errors import bad_value
+from .errors import bad_type, bad_value
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _DECODE = Op(
@@ -76,8 +76,10 @@ def decode_attention(
         raise bad_value("v_cache", v_cache, f"a tensor of shape ({b}, {hkv}, {t}, Dv) like k_cache")
     if hq % hkv:
         raise bad_value("q", q, f"a head count that is a multiple of k_cache's {hkv} KV heads (GQA)")
-    if d > MAX_HEAD_DIM or v_cache.shape[3] > MAX_HEAD_DIM:
-        raise bad_value("q", q, f"head dims D and Dv of at most {MAX_HEAD_DIM}")
+    if d > MAX_HEAD_DIM:
+        raise bad_value("q", q, f"a head dim D of at most {MAX_HEAD_DIM}")
+    if v_cache.shape[3] > MAX_HEAD_DIM:
+        raise bad_value("v_cache", v_cache, f"a value head dim Dv of at most {MAX_HEAD_DIM}")
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
         if x.device != q.device:
             raise bad_value(name, x, f"on q's device {q.device}")
@@ -107,13 +109,15 @@ class KVCache:
     are ``window`` slots, so attention covers exactly the last ``window`` tokens (keys carry
     their rotary position, so their order inside the ring does not matter). The position counter
     lives on the device (``pos``, one per stream) and nothing here synchronises with the host, so a
-    step can be captured in a CUDA graph.
+    step can be captured in a CUDA graph; ``steps`` counts the tokens since the last :meth:`reset`
+    on the host (every stream advances together), so that a cache without a window refuses a token
+    it has no slot for (:meth:`check_room`) instead of overwriting the oldest one.
 
     Args:
         batch: streams. n_layers / n_kv_heads / head_dim: model geometry.
         capacity: the most tokens kept without a window; must be >= ``window`` when both are set.
         window: sliding-window length, or None.
-        dtype / device: of the storage.
+        dtype / device: of the storage (a floating dtype).
     """
 
     def __init__(
@@ -137,8 +141,11 @@ class KVCache:
             window = check_int("window", window, min_value=1)
             if window > capacity:
                 raise bad_value("capacity", capacity, f">= window={window}")
+        if dtype not in (*_FLOAT_DTYPES, torch.float64):
+            raise bad_type("dtype", dtype, "a floating torch.dtype (float16, bfloat16, float32, float64)")
         self.window = window
         self.slots = capacity if window is None else window
+        self.steps = 0
         shape = (n_layers, batch, n_kv_heads, self.slots, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -164,10 +171,24 @@ class KVCache:
         """Valid slots once the current token is written: ``min(pos + 1, slots)`` per stream (int32)."""
         return torch.clamp(self.pos + 1, max=self.slots).to(torch.int32)
 
+    def check_room(self) -> None:
+        """Raise unless the cache can take another token: without a window it holds ``capacity``
+        tokens, and a ring past that would silently drop the oldest keys (a sliding window the model
+        was not built with)."""
+        if self.window is None and self.steps >= self.slots:
+            raise bad_value(
+                "state",
+                f"a KVCache holding {self.steps} tokens",
+                f"a cache with room for another token: without a window it holds capacity={self.slots} "
+                "(reset() it, or make the state with a larger capacity)",
+            )
+
     def advance(self) -> None:
         """Move every stream to the next token."""
         self.pos += 1
+        self.steps += 1
 
     def reset(self) -> None:
         """Forget every stream's history (storage is kept)."""
         self.pos.zero_()
+        self.steps = 0

@@ -173,11 +173,13 @@ def rope(
         raise bad_value("x", x, "an even head dim D (rotate-half pairs i with i + D/2)")
     if not isinstance(pos, torch.Tensor) or pos.is_complex() or pos.dtype == torch.bool:
         raise bad_type("pos", pos, "a real tensor of positions")
+    lead = tuple(x.shape[:-2])
     try:
-        torch.broadcast_shapes(pos.shape, x.shape[:-2])
+        fits = torch.broadcast_shapes(pos.shape, lead) == lead  # pos may not add or widen dims
     except RuntimeError:
-        lead = tuple(x.shape[:-2])
-        raise bad_value("pos", pos, f"positions broadcastable to x's leading dims {lead}") from None
+        fits = False
+    if not fits:
+        raise bad_value("pos", pos, f"positions broadcastable to x's leading dims {lead}")
     if pos.device != x.device:
         raise bad_value("pos", pos, f"on x's device {x.device}")
     base = check_float("base", base, min_value=0.0, min_inclusive=False)
@@ -219,7 +221,7 @@ class SeqModel(nn.Module):
     def __init__(self, config: SeqConfig) -> None:
         super().__init__()
         if not isinstance(config, SeqConfig):
-            raise bad_value("config", config, "a SeqConfig")
+            raise bad_type("config", config, "a SeqConfig")
         self.config = config
         self.in_proj = nn.Linear(config.d_in, config.d_model)
         self.blocks = nn.ModuleList(_Block(config) for _ in range(config.n_layers))
@@ -245,7 +247,7 @@ class SeqModel(nn.Module):
         """Whole sequences: ``x (B, T, d_in)`` → ``(B, T, d_out)``; attention is causal and limited to
         the window. Uses ``F.scaled_dot_product_attention`` with an explicit mask."""
         cfg = self.config
-        check_tensor("x", x, min_dim=3, max_dim=3)
+        check_tensor("x", x, dtypes=(self._param().dtype,), min_dim=3, max_dim=3)
         if x.shape[-1] != cfg.d_in:
             raise bad_value("x", x, f"a (B, T, d_in={cfg.d_in}) tensor")
         b, t, _ = x.shape
@@ -276,12 +278,17 @@ class SeqModel(nn.Module):
         device: torch.device | str | None = None,
     ) -> KVCache:
         """A fresh :class:`KVCache` for ``batch`` streams (``capacity`` defaults to the window and is
-        required without one; dtype/device default to the model's)."""
+        required without one; dtype/device default to the model's, and must equal them: the step
+        reads the cache in the model's dtype on its device)."""
         cfg = self.config
         capacity = capacity if capacity is not None else cfg.window
         if capacity is None:
             raise bad_value("capacity", capacity, "an integer when the model has no window")
         p = self._param()
+        if dtype is not None and dtype != p.dtype:
+            raise bad_value("dtype", dtype, f"the model's dtype {p.dtype} (or None)")
+        if device is not None and torch.device(device) != p.device:
+            raise bad_value("device", device, f"the model's device {p.device} (or None)")
         return KVCache(
             batch,
             cfg.n_layers,
@@ -300,9 +307,11 @@ class SeqModel(nn.Module):
         Equals ``forward`` on the concatenated steps (to 1e-4 in float32). No host synchronisation,
         so it can be captured in a CUDA graph (:meth:`capture_step`)."""
         cfg = self.config
-        check_tensor("x_t", x_t, min_dim=2, max_dim=2)
+        self._check_state(state)
+        check_tensor("x_t", x_t, dtypes=(self._param().dtype,), min_dim=2, max_dim=2)
         if x_t.shape != (state.batch, cfg.d_in):
             raise bad_value("x_t", x_t, f"a (batch={state.batch}, d_in={cfg.d_in}) tensor")
+        state.check_room()
         b, hd = x_t.shape[0], cfg.head_dim
         pos = state.pos
         lengths = state.lengths()
@@ -322,12 +331,29 @@ class SeqModel(nn.Module):
         state.advance()
         return self.out_proj(self.final_norm(h)), state
 
+    def _check_state(self, state: KVCache) -> None:
+        """``state`` is a :class:`KVCache` made for this model (:meth:`init_state`'s geometry, dtype
+        and device)."""
+        if not isinstance(state, KVCache):
+            raise bad_type("state", state, "a KVCache (see SeqModel.init_state)")
+        cfg, p = self.config, self._param()
+        made = (state.n_layers, state.n_kv_heads, state.head_dim, state.window, state.k.dtype, state.k.device)
+        want = (cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.window, p.dtype, p.device)
+        if made != want:
+            raise bad_value(
+                "state",
+                f"a KVCache (n_layers, n_kv_heads, head_dim, window, dtype, device) = {made}",
+                f"this model's state {want} (see SeqModel.init_state)",
+            )
+
     def quantize(self, group_size: int = 128) -> SeqModel:
         """Replace the linears by int4 :class:`~nbxsig.quant.Int4Linear` layers, in place.
 
         Linears whose input width is not a multiple of ``group_size`` (typically ``in_proj`` with a
         small ``d_in``) stay in floating point. Returns ``self``."""
         group_size = check_int("group_size", group_size, min_value=8)
+        if group_size % 8:
+            raise bad_value("group_size", group_size, "a multiple of 8 (8 nibbles per int32 word)")
         skip = [
             name
             for name, mod in self.named_modules()
@@ -341,8 +367,12 @@ class SeqModel(nn.Module):
         return [name for name, mod in self.named_modules() if isinstance(mod, Int4Linear)]
 
     @torch.no_grad()
-    def capture_step(self, batch: int) -> CapturedStep:
+    def capture_step(self, batch: int, *, capacity: int | None = None) -> CapturedStep:
         """Record :meth:`step` for ``batch`` streams in a CUDA graph.
+
+        Args:
+            batch: streams.
+            capacity: the state's capacity, as :meth:`init_state` (required without a window).
 
         Returns:
             A :class:`CapturedStep`: call it with ``x_t (batch, d_in)`` to get ``y_t``; it owns its
@@ -357,13 +387,14 @@ class SeqModel(nn.Module):
             raise BackendUnavailableError(
                 f"capture_step needs the model on a CUDA device, it is on {p.device}"
             )
-        state = self.init_state(batch)
+        state = self.init_state(batch, capacity=capacity)
         static_x = torch.zeros(batch, self.config.d_in, dtype=p.dtype, device=p.device)
         side = torch.cuda.Stream(p.device)
         side.wait_stream(torch.cuda.current_stream(p.device))
         with torch.cuda.stream(side):  # warm-up off the capture: compiles kernels, sets up workspaces
             for _ in range(2):
                 self.step(static_x, state)
+                state.reset()  # a capacity of 1 still has room for the next one
         torch.cuda.current_stream(p.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -398,8 +429,10 @@ class CapturedStep:
     def __call__(self, x_t: torch.Tensor) -> torch.Tensor:
         if x_t.shape != self._x.shape:
             raise bad_value("x_t", x_t, f"a tensor of shape {tuple(self._x.shape)}")
+        self.state.check_room()
         self._x.copy_(x_t)
         self.graph.replay()
+        self.state.steps += 1  # the graph advanced every stream's position on the device
         return self._y
 
     def reset(self) -> None:

@@ -89,6 +89,30 @@ class Int4Weight:
     group_size: int
     shape: tuple[int, int]
 
+    def __post_init__(self) -> None:
+        # The kernels read these by their shapes alone: a mismatch would read past the tensors.
+        # (Cheap: Int4Linear builds one per call.)
+        shape = self.shape
+        if not (
+            isinstance(shape, tuple) and len(shape) == 2 and all(type(v) is int and v > 0 for v in shape)
+        ):
+            raise bad_value("shape", shape, "a tuple (N, K) of two positive ints")
+        n, k = shape
+        gs = self.group_size
+        if type(gs) is not int or gs < 8 or gs % 8 or k % gs:
+            raise bad_value("group_size", gs, f"a multiple of 8 that divides K={k}")
+        for name, t, dtypes, rows in (
+            ("packed", self.packed, (torch.int32,), k // 8),
+            ("scales", self.scales, (torch.float16,), k // gs),
+            ("mins", self.mins, (torch.float16,), k // gs),
+        ):
+            if not isinstance(t, torch.Tensor) or t.dtype not in dtypes:
+                raise bad_type(name, t, f"a {dtypes[0]} tensor")
+            if t.shape != (rows, n):
+                raise bad_value(name, t, f"of shape ({rows}, {n}) for shape={shape}, group_size={gs}")
+            if t.device != self.packed.device:
+                raise bad_value(name, t, f"on packed's device {self.packed.device}")
+
     @property
     def device(self) -> torch.device:
         return self.packed.device
@@ -112,21 +136,31 @@ class Int4Weight:
 
     @classmethod
     def load(cls, path: str | Path, *, device: torch.device | str = "cpu") -> Int4Weight:
-        """Read a file written by :meth:`save`."""
+        """Read a file written by :meth:`save` (checked: its tensors must form a valid weight)."""
         from safetensors import safe_open
 
-        with safe_open(str(path), framework="pt", device=str(device)) as f:
+        with safe_open(str(_existing_file(path)), framework="pt", device=str(device)) as f:
             meta = f.metadata() or {}
-            if meta.get("format") != "nbxsig-int4":
+            if meta.get("format") != "nbxsig-int4" or set(f.keys()) != {"packed", "scales", "mins"}:
                 raise bad_value("path", str(path), "a safetensors file written by Int4Weight.save")
-            shape = tuple(json.loads(meta["shape"]))
+            try:
+                shape, group_size = tuple(json.loads(meta["shape"])), int(meta["group_size"])
+            except (KeyError, ValueError) as err:
+                raise bad_value(
+                    "path", str(path), f"an Int4Weight file with valid metadata ({err})"
+                ) from None
             return cls(
-                f.get_tensor("packed"),
-                f.get_tensor("scales"),
-                f.get_tensor("mins"),
-                int(meta["group_size"]),
-                shape,
+                f.get_tensor("packed"), f.get_tensor("scales"), f.get_tensor("mins"), group_size, shape
             )
+
+
+def _existing_file(path: str | Path) -> Path:
+    """``path`` as a Path, or a clear error where no such file exists (before any reader sees it)."""
+    if not isinstance(path, (str, Path)):
+        raise bad_type("path", path, "a str or pathlib.Path")
+    if not Path(path).is_file():
+        raise bad_value("path", str(path), "an existing file")
+    return Path(path)
 
 
 def _check_group(group_size: int, k: int, *, name: str = "weight") -> int:
@@ -358,6 +392,18 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return int4_linear(x, self.weight, self.bias, backend=self.backend)
 
+    def _apply(self, fn, recurse=True):
+        # Module.to(dtype) / .half() / .bfloat16() cast every floating buffer; the fp16 scales and
+        # mins are part of the format (rounded to bfloat16 they would change the weight for good).
+        # Device moves and the like still apply; a changed dtype is undone from the exact originals.
+        kept = {name: self._buffers[name] for name in ("scales", "mins")}
+        super()._apply(fn, recurse)
+        for name, original in kept.items():
+            moved = self._buffers[name]
+            if moved.dtype != torch.float16:
+                self._buffers[name] = original.to(moved.device)
+        return self
+
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -371,25 +417,47 @@ def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] 
     Args:
         model: any module.
         group_size: as :func:`quantize_int4`.
-        skip: qualified names (``model.named_modules()`` keys) of linears to leave in floating point.
+        skip: qualified names (``model.named_modules()`` keys) of linears to leave in floating point
+            (a linear shared under several names stays if any of them is listed). The linears of an
+            ``nn.MultiheadAttention`` always stay: it reads their weights as tensors.
 
     Returns:
         ``model`` itself.
 
     Raises:
         ParameterValueError: a linear not in ``skip`` has in_features not divisible by ``group_size``
-        (the message names it).
+        (the message names it); ``model`` is itself an ``nn.Linear`` (use
+        :meth:`Int4Linear.from_linear`); ``group_size`` not a multiple of 8.
+        ParameterTypeError: ``model`` is not a module.
     """
+    if not isinstance(model, nn.Module):
+        raise bad_type("model", model, "a torch.nn.Module")
+    if isinstance(model, nn.Linear):
+        raise bad_value(
+            "model", model, "a module containing linears (for one linear: Int4Linear.from_linear)"
+        )
+    group_size = check_int("group_size", group_size, min_value=8)
+    if group_size % 8:
+        raise bad_value("group_size", group_size, "a multiple of 8 (8 nibbles per int32 word)")
     skip = set(skip)
-    targets = [
-        (name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.Linear) and name not in skip
+    # Every place a linear sits, under its qualified name (a shared linear under each of its names).
+    # named_children() would list a shared child once, hence _modules. The linears inside
+    # nn.MultiheadAttention stay: it reads out_proj.weight as a tensor.
+    places = [
+        (f"{parent_name}.{attr}" if parent_name else attr, parent, attr, child)
+        for parent_name, parent in model.named_modules(remove_duplicate=False)
+        if not isinstance(parent, nn.MultiheadAttention)
+        for attr, child in parent._modules.items()
+        if isinstance(child, nn.Linear)
     ]
-    for name, mod in targets:
-        _check_group(group_size, mod.in_features, name=f"layer {name!r}")
-    for name, mod in targets:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, Int4Linear.from_linear(mod, group_size))
+    skipped = {id(child) for name, _, _, child in places if name in skip}
+    targets = {id(child): (name, child) for name, _, _, child in places if id(child) not in skipped}
+    for name, child in targets.values():
+        _check_group(group_size, child.in_features, name=f"layer {name!r}")
+    quantized = {key: Int4Linear.from_linear(child, group_size) for key, (_, child) in targets.items()}
+    for _, parent, attr, child in places:
+        if id(child) in quantized:
+            setattr(parent, attr, quantized[id(child)])
     return model
 
 
@@ -404,8 +472,34 @@ def save_quantized(model: nn.Module, path: str | Path) -> None:
 def load_quantized(model: nn.Module, path: str | Path) -> nn.Module:
     """Load a state written by :func:`save_quantized` into ``model`` (already quantized with the same
     structure, e.g. ``quantize_model(build(), group_size)``); strict about names and shapes."""
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
-    device = next(iter(model.state_dict().values())).device
-    model.load_state_dict(load_file(str(path), device=str(device)), strict=True)
+    if not isinstance(model, nn.Module):
+        raise bad_type("model", model, "a torch.nn.Module")
+    own = model.state_dict()
+    if not own:
+        raise bad_value("model", model, "a module with a state (parameters or buffers) to load into")
+    device = next(iter(own.values())).device
+    with safe_open(str(_existing_file(path)), framework="pt", device=str(device)) as f:
+        if (f.metadata() or {}).get("format") != "nbxsig-quantized-model":
+            raise bad_value("path", str(path), "a safetensors file written by save_quantized")
+        # Names and shapes first: a mismatch names what differs (quantized with another group size,
+        # another model) before anything is loaded.
+        missing, extra = sorted(own.keys() - f.keys()), sorted(f.keys() - own.keys())
+        shapes = [
+            k for k in own.keys() & f.keys() if tuple(f.get_slice(k).get_shape()) != tuple(own[k].shape)
+        ]
+        if missing or extra or shapes:
+            details = "; ".join(
+                f"{what}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
+                for what, keys in (
+                    ("missing", missing),
+                    ("unexpected", extra),
+                    ("other shape", sorted(shapes)),
+                )
+                if keys
+            )
+            raise bad_value("path", str(path), f"a state of this model's names and shapes ({details})")
+        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 -- safe_open is no dict
+    model.load_state_dict(state, strict=True)
     return model

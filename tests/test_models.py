@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nbxsig.errors import BackendUnavailableError, ParameterValueError
+from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
 from nbxsig.models import SeqConfig, SeqModel, rope
 from nbxsig.quant import Int4Linear, load_quantized, save_quantized
 from nbxsig.testing import assert_close, random_tensor
@@ -139,7 +139,46 @@ def test_errors():
     with pytest.raises(ParameterValueError, match="d_in=12"):
         model(torch.randn(1, 4, 5))
     with pytest.raises(BackendUnavailableError, match="CUDA"):
-        model.capture_step(2)
+        model.capture_step(2, capacity=8)
+    with pytest.raises(ParameterTypeError, match="x must be a tensor of dtype float32"):
+        model(torch.randn(1, 4, 12, dtype=torch.float64))
+    with pytest.raises(ParameterTypeError, match="x_t must be a tensor of dtype float32"):
+        model.step(torch.randn(2, 12).half(), state)
+    with pytest.raises(ParameterTypeError, match="state must be a KVCache"):
+        model.step(torch.randn(2, 12), None)
+    with pytest.raises(ParameterValueError, match="state must be this model's state"):
+        model.step(torch.randn(2, 12), _model(None, n_layers=1).init_state(2, capacity=8))
+    with pytest.raises(ParameterValueError, match="dtype must be the model's dtype"):
+        model.init_state(2, capacity=8, dtype=torch.float16)
+    with pytest.raises(ParameterValueError, match="group_size must be a multiple of 8"):
+        _model(None).quantize(12)
+    with pytest.raises(ParameterTypeError, match="config must be a SeqConfig"):
+        SeqModel({})
+
+
+def test_a_cache_without_window_refuses_a_token_past_its_capacity(generator):
+    # Without a window the ring would overwrite the oldest keys: a sliding window the model does not
+    # have, and step would no longer equal forward. Capacity tokens are fine; the next one raises.
+    model = _model(None)
+    x = random_tensor((2, 5, 12), generator=generator)
+    state = model.init_state(2, capacity=4)
+    with torch.no_grad():
+        assert_close(_stream(model, x[:, :4], capacity=4), model(x[:, :4]), atol=1e-4, rtol=1e-4)
+        for i in range(4):
+            model.step(x[:, i], state)
+        with pytest.raises(ParameterValueError, match=r"room for another token.*capacity=4"):
+            model.step(x[:, 4], state)
+        state.reset()
+        model.step(x[:, 4], state)  # room again
+
+
+def test_rope_positions_may_not_add_dims(generator):
+    x = random_tensor((5, 4, 16), generator=generator)
+    for backend in ("torch", "triton"):
+        with pytest.raises(ParameterValueError, match=r"broadcastable to x's leading dims \(5,\)"):
+            rope(x, torch.arange(10).view(2, 5), backend=backend)
+        with pytest.raises(ParameterValueError, match=r"leading dims \(\)"):
+            rope(x[0], torch.tensor([3]), backend=backend)
 
 
 @pytest.mark.gpu
@@ -177,3 +216,18 @@ def test_gpu_captured_step_outlives_its_model(generator, cuda_device):
     graphed = torch.stack([step(x[:, i]).clone() for i in range(x.shape[1])], dim=1)
     del junk
     assert_close(graphed, eager, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_captured_step_without_window_keeps_to_its_capacity(generator, cuda_device):
+    model = _model(None, device=cuda_device)
+    x = random_tensor((2, 4, 12), generator=generator, device=cuda_device)
+    step = model.capture_step(2, capacity=3)
+    with torch.no_grad():
+        expected = model(x[:, :3])
+    graphed = torch.stack([step(x[:, i]).clone() for i in range(3)], dim=1)
+    assert_close(graphed, expected, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ParameterValueError, match="capacity=3"):
+        step(x[:, 3])
+    step.reset()
+    assert_close(step(x[:, 0]), expected[:, 0], atol=1e-4, rtol=1e-4)

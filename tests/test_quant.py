@@ -318,6 +318,78 @@ def test_save_load_quantized_model(tmp_path, generator):
     assert torch.equal(model(x), other(x))
 
 
+def test_loading_a_mismatched_file_names_what_differs(tmp_path):
+    model = Q.quantize_model(nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 8)), group_size=32)
+    Q.save_quantized(model, tmp_path / "m.safetensors")
+    other = Q.quantize_model(nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 8)), group_size=16)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    with pytest.raises(ParameterValueError, match=r"other shape: 0\.mins, 0\.scales"):
+        Q.load_quantized(other, tmp_path / "m.safetensors")
+    assert all(torch.equal(v, before[k]) for k, v in other.state_dict().items())  # nothing loaded
+    with pytest.raises(ParameterValueError, match=r"missing: 0\.weight, 2\.weight; unexpected: 0\.mins"):
+        Q.load_quantized(
+            nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 8)), tmp_path / "m.safetensors"
+        )
+    Q.quantize_int4(torch.randn(8, 64), 32).save(tmp_path / "w.safetensors")
+    with pytest.raises(ParameterValueError, match="written by save_quantized"):
+        Q.load_quantized(model, tmp_path / "w.safetensors")
+    with pytest.raises(ParameterValueError, match=r"written by Int4Weight.save"):
+        Q.Int4Weight.load(tmp_path / "m.safetensors")
+    for load in (lambda p: Q.load_quantized(model, p), Q.Int4Weight.load):
+        with pytest.raises(ParameterValueError, match="an existing file"):
+            load(tmp_path / "absent.safetensors")
+    with pytest.raises(ParameterValueError, match="a module with a state"):
+        Q.load_quantized(nn.ReLU(), tmp_path / "m.safetensors")
+
+
+def test_int4_weight_parts_must_agree():
+    # The kernels read packed/scales/mins by the weight's shape and group size alone.
+    qw = Q.quantize_int4(torch.randn(24, 64), 32)
+    with pytest.raises(ParameterValueError, match=r"scales must be of shape \(4, 24\)"):
+        Q.Int4Weight(qw.packed, qw.scales, qw.mins, 16, (24, 64))
+    with pytest.raises(ParameterValueError, match="group_size must be a multiple of 8 that divides K=64"):
+        Q.Int4Weight(qw.packed, qw.scales, qw.mins, 48, (24, 64))
+    with pytest.raises(ParameterTypeError, match=r"mins must be a torch.float16 tensor"):
+        Q.Int4Weight(qw.packed, qw.scales, qw.mins.float(), 32, (24, 64))
+    with pytest.raises(ParameterValueError, match="shape must be a tuple"):
+        Q.Int4Weight(qw.packed, qw.scales, qw.mins, 32, (24, 64, 1))
+
+
+def test_half_and_bfloat16_modules_keep_the_fp16_scales(generator):
+    # Module.to(dtype) casts floating buffers; the format's fp16 scales and mins must not be rounded.
+    layer = Q.Int4Linear.from_linear(nn.Linear(64, 24), 32)
+    scales, mins = layer.scales.clone(), layer.mins.clone()
+    x = random_tensor((3, 64), generator=generator)
+    for convert, dtype in ((nn.Module.bfloat16, torch.bfloat16), (nn.Module.double, torch.float64)):
+        convert(layer)
+        assert layer.bias.dtype == dtype
+        assert torch.equal(layer.scales, scales) and torch.equal(layer.mins, mins)
+    layer.float()
+    ref = x.double() @ Q.dequantize_int4(layer.weight).double().t() + layer.bias.double()
+    assert_close(layer(x), ref, dtype="float32")
+
+
+def test_quantize_model_edge_cases(generator):
+    shared = nn.Linear(64, 64)
+    model = nn.Sequential(shared, nn.ReLU(), shared)  # one linear under two names: replaced at both
+    Q.quantize_model(model, 32)
+    assert isinstance(model[0], Q.Int4Linear) and model[0] is model[2]
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    Q.quantize_model(model, 32, skip=("2",))  # skipped under either name: stays everywhere
+    assert model[0] is shared and model[2] is shared
+    # nn.MultiheadAttention reads out_proj.weight as a tensor: its linear stays, the rest is quantized.
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0).eval()
+    Q.quantize_model(layer, 32)
+    assert isinstance(layer.linear1, Q.Int4Linear) and not isinstance(layer.self_attn.out_proj, Q.Int4Linear)
+    assert layer(random_tensor((2, 3, 64), generator=generator)).shape == (2, 3, 64)
+    with pytest.raises(ParameterValueError, match=r"Int4Linear.from_linear"):
+        Q.quantize_model(nn.Linear(64, 8), 32)
+    with pytest.raises(ParameterTypeError, match=r"model must be a torch.nn.Module"):
+        Q.quantize_model("model", 32)
+    with pytest.raises(ParameterValueError, match="group_size must be a multiple of 8"):
+        Q.quantize_model(nn.ReLU(), 12)  # checked even where no layer would use it
+
+
 def test_errors_name_the_problem():
     with pytest.raises(ParameterValueError, match="not a multiple of group_size=128"):
         Q.quantize_int4(torch.randn(8, 200))
