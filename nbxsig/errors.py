@@ -27,13 +27,18 @@ class BackendUnavailableError(ParameterValueError):
 
 
 def describe(value: Any) -> str:
-    """A short, readable rendering of ``value`` for error messages (tensors by shape and dtype)."""
+    """A short, readable rendering of ``value`` for error messages: arrays by kind, shape and dtype
+    ("a tensor" for torch, else the type's name, e.g. "a numpy.ndarray": a message that called a
+    numpy array a tensor would hide why it was refused)."""
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
         device = getattr(value, "device", None)
         where = f" on {device}" if device is not None else ""
-        return f"a tensor of shape {tuple(shape)} and dtype {dtype}{where}"
+        kind = type(value)
+        package = kind.__module__.partition(".")[0]
+        name = "tensor" if package == "torch" else f"{package}.{kind.__qualname__}"
+        return f"a {name} of shape {tuple(shape)} and dtype {dtype}{where}"
     return repr(value)
 
 

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from functools import lru_cache
 
 import torch
@@ -62,10 +63,13 @@ def hz_to_mel(f: float | torch.Tensor, mel_scale: str = "htk") -> float | torch.
             librosa's default).
 
     Returns:
-        Mels, a float for a float input, else a tensor of ``f``'s shape and dtype.
+        Mels, a float for a float input, else a tensor of ``f``'s shape and dtype. Floats follow the
+        tensor's arithmetic: on the HTK scale, -700 Hz gives -inf and lower frequencies NaN.
 
     Raises:
-        ParameterValueError: unknown ``mel_scale``.
+        ParameterValueError: unknown ``mel_scale``, or a float ``f`` that is not finite.
+        ParameterTypeError: ``f`` neither a real number nor a tensor (numpy arrays included:
+            convert them with ``torch.from_numpy``).
 
     Example:
         >>> hz_to_mel(1000.0)  # doctest: +ELLIPSIS
@@ -73,15 +77,16 @@ def hz_to_mel(f: float | torch.Tensor, mel_scale: str = "htk") -> float | torch.
     """
     check_choice("mel_scale", mel_scale, MEL_SCALES)
     if not isinstance(f, torch.Tensor):
-        f = check_float("f", f)
+        f = check_float("f", f, context="or a torch.Tensor")
     return _ref.hz_to_mel(f, mel_scale)
 
 
 def mel_to_hz(m: float | torch.Tensor, mel_scale: str = "htk") -> float | torch.Tensor:
-    """Convert mels to Hz: the inverse of :func:`hz_to_mel` (same arguments)."""
+    """Convert mels to Hz: the inverse of :func:`hz_to_mel` (same arguments and errors); mels beyond
+    float64's range of Hz give inf, for floats as for tensors."""
     check_choice("mel_scale", mel_scale, MEL_SCALES)
     if not isinstance(m, torch.Tensor):
-        m = check_float("m", m)
+        m = check_float("m", m, context="or a torch.Tensor")
     return _ref.mel_to_hz(m, mel_scale)
 
 
@@ -107,7 +112,8 @@ def mel_filterbank(
         n_freqs: number of STFT bins (``n_fft // 2 + 1``), >= 1.
         f_min, f_max: band edges in Hz, >= 0.
         n_mels: number of filters, >= 1.
-        sample_rate: Hz, >= 1; bins are spaced over ``0..sample_rate // 2``.
+        sample_rate: Hz, a whole number >= 1 (an integral float such as 16000.0 too, as torchaudio);
+            bins are spaced over ``0..sample_rate // 2``.
         norm: None or "slaney" (divide each triangle by its width in Hz / 2: constant energy).
         mel_scale: "htk" or "slaney".
         dtype / device: of the result.
@@ -124,7 +130,7 @@ def mel_filterbank(
     """
     n_freqs = check_int("n_freqs", n_freqs, min_value=1)
     n_mels = check_int("n_mels", n_mels, min_value=1)
-    sample_rate = check_int("sample_rate", sample_rate, min_value=1)
+    sample_rate = check_sample_rate(sample_rate)
     f_min = check_float("f_min", f_min, min_value=0.0)
     f_max = check_float("f_max", f_max, min_value=0.0)
     check_choice("norm", norm, NORMS)
@@ -147,6 +153,30 @@ def _cached_filters(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale,
 def _cached_hann(win_length: int, n_fft: int, device: torch.device) -> torch.Tensor:
     hann = torch.hann_window(win_length, periodic=True, dtype=torch.float64, device=device)
     return _ref.padded_window(hann, win_length, n_fft, torch.float64, device)
+
+
+def check_sample_rate(sample_rate) -> int:
+    """A sample rate in Hz: a whole number >= 1. Integral floats (16000.0) are accepted, as torchaudio
+    accepts them; 16000.5 and bools are not."""
+    if (
+        isinstance(sample_rate, numbers.Real)
+        and not isinstance(sample_rate, numbers.Integral)
+        and float(sample_rate).is_integer()
+    ):
+        sample_rate = int(sample_rate)
+    return check_int("sample_rate", sample_rate, min_value=1)
+
+
+def check_band(f_min, f_max, sample_rate: int) -> tuple[float, float]:
+    """The mel band ``(f_min, f_max)`` in Hz, both >= 0 and in order; ``f_max=None`` is
+    ``sample_rate // 2`` (torchaudio's default). torchaudio's MelSpectrogram and MelScale refuse
+    ``f_min > f_max``, whose filters are (mostly) empty; :func:`mel_filterbank` alone allows it, as
+    ``melscale_fbanks`` does."""
+    f_min = check_float("f_min", f_min, min_value=0.0)
+    f_max = float(sample_rate // 2) if f_max is None else check_float("f_max", f_max, min_value=0.0)
+    if f_min > f_max:
+        raise bad_value("f_min", f_min, f"<= f_max ({f_max})")
+    return f_min, f_max
 
 
 def spec_scale(normalized: bool | str, window: torch.Tensor, n_fft: int) -> float:
@@ -189,18 +219,36 @@ def prepare_window(window, win_length: int, n_fft: int, device: torch.device) ->
     return _ref.padded_window(window.to(device), win_length, n_fft, window.dtype, device)
 
 
-def check_signal(name: str, x, *, n_fft: int, center: bool, pad_mode: str) -> torch.Tensor:
+def check_signal(name: str, x, *, n_fft: int, center: bool, pad_mode: str, added: int = 0) -> torch.Tensor:
+    """A floating ``(…, L)`` signal that ``L + added`` samples (``added``: zeros the caller appends
+    first, e.g. the transforms' ``pad`` on both sides) make long enough for the STFT. The error names
+    the caller's tensor, not a reshaped or padded one.
+
+    Centre padding by ``n_fft // 2`` needs more samples than that to reflect and at least that many to
+    wrap circularly: torch refuses a circular pad that would wrap more than once.
+    """
     check_tensor(name, x, dtypes=FLOATING_DTYPES, min_dim=1)
-    length = x.shape[-1]
-    if center and pad_mode == "reflect" and length <= n_fft // 2:
+    length = x.shape[-1] + added
+    half = n_fft // 2
+    padded = f" after {added} samples of padding" if added else ""
+    if center and pad_mode == "reflect" and length <= half:
         raise bad_value(
             name,
             x,
-            f"a signal longer than n_fft // 2 = {n_fft // 2} samples",
+            f"a signal longer than n_fft // 2 = {half} samples{padded}",
             context="for center=True with pad_mode='reflect'",
         )
-    if length + (2 * (n_fft // 2) if center else 0) < n_fft:
-        raise bad_value(name, x, f"a signal of at least n_fft = {n_fft} samples", context="for center=False")
+    if center and pad_mode == "circular" and length < half:
+        raise bad_value(
+            name,
+            x,
+            f"a signal of at least n_fft // 2 = {half} samples{padded}",
+            context="for center=True with pad_mode='circular'",
+        )
+    if length + (2 * half if center else 0) < n_fft:
+        raise bad_value(
+            name, x, f"a signal of at least n_fft = {n_fft} samples{padded}", context="for center=False"
+        )
     return x
 
 
@@ -227,11 +275,10 @@ def _mel(
     whisper=False,
     backend,
 ) -> torch.Tensor:
-    sample_rate = check_int("sample_rate", sample_rate, min_value=1)
+    sample_rate = check_sample_rate(sample_rate)
     n_fft, win_length, hop_length = resolve_frames(n_fft, win_length, hop_length)
     n_mels = check_int("n_mels", n_mels, min_value=1)
-    f_min = check_float("f_min", f_min, min_value=0.0)
-    f_max = float(sample_rate // 2) if f_max is None else check_float("f_max", f_max, min_value=0.0)
+    f_min, f_max = check_band(f_min, f_max, sample_rate)
     power = check_float("power", power, min_value=0.0, min_inclusive=False)
     normalized = check_normalized(normalized)
     check_choice("center", center, (True, False))
@@ -248,8 +295,6 @@ def _mel(
     filters = _cached_filters(n_fft // 2 + 1, f_min, f_max, n_mels, sample_rate, norm, mel_scale, device)
     x = input.reshape(-1, input.shape[-1])
     chosen = _MEL.backend(backend, device=device, dtype=input.dtype, numel=input.numel())
-    if chosen == "torch":
-        filters = filters.to(input.dtype)
     out = _MEL(
         x,
         n_fft=n_fft,
@@ -291,8 +336,9 @@ def mel_spectrogram(
     """Mel spectrogram, equal to ``torchaudio.transforms.MelSpectrogram`` with the same arguments.
 
     Args:
-        input: waveform ``(…, L)``, float16/bfloat16/float32/float64.
-        sample_rate: Hz (default 16000).
+        input: waveform ``(…, L)``, float16/bfloat16/float32/float64 (float16/bfloat16 computed in
+            float32 and returned in their dtype).
+        sample_rate: Hz, a whole number (default 16000; 16000.0 is accepted).
         n_fft: DFT size (default 400). win_length: window length (default ``n_fft``).
         hop_length: frame step in samples (default ``win_length // 2``, torchaudio's).
         f_min, f_max: mel band edges in Hz (default 0 and ``sample_rate // 2``).
@@ -312,8 +358,9 @@ def mel_spectrogram(
         ``(…, L)`` → ``(…, n_mels, T)``.
 
     Raises:
-        ParameterValueError / ParameterTypeError: bad argument (named in the message), or a signal
-        too short for ``n_fft`` (or for reflect padding).
+        ParameterValueError / ParameterTypeError: bad argument (named in the message), ``f_min >
+        f_max`` (as torchaudio's MelSpectrogram), or a signal too short for ``n_fft`` (or for reflect or
+        circular padding).
         BackendUnavailableError: ``backend="triton"`` where Triton cannot run.
 
     Autograd: both backends; the Triton backward recomputes the torch twin, and its gradient is
@@ -422,7 +469,8 @@ def whisper_log_mel(
         ``(…, n_mels, (L + padding) // 160)``.
 
     Raises:
-        ParameterValueError: ``n_mels`` not 80/128, negative ``padding``, audio of <= 200 samples.
+        ParameterValueError: ``n_mels`` not 80/128, negative ``padding``, audio of <= 200 samples
+        (``padding`` included).
 
     Example:
         >>> whisper_log_mel(torch.randn(16000 * 2)).shape
@@ -430,7 +478,7 @@ def whisper_log_mel(
     """
     n_mels = check_choice("n_mels", n_mels, (80, 128))
     padding = check_int("padding", padding, min_value=0)
-    check_tensor("audio", audio, dtypes=FLOATING_DTYPES, min_dim=1)
+    check_signal("audio", audio, n_fft=400, center=True, pad_mode="reflect", added=padding)
     if padding:
         audio = torch.nn.functional.pad(audio, (0, padding))
     return _mel(
@@ -477,7 +525,7 @@ def amplitude_to_db(
         top_db: dynamic range in dB (>= 0) or None.
 
     Returns:
-        Tensor of ``x``'s shape and dtype.
+        Tensor of ``x``'s shape and dtype (empty for an empty ``x``, which torchaudio fails on).
 
     Raises:
         ParameterValueError / ParameterTypeError: bad argument.
@@ -490,9 +538,11 @@ def amplitude_to_db(
     multiplier = check_float("multiplier", multiplier)
     amin = check_float("amin", amin, min_value=0.0, min_inclusive=False)
     db_multiplier = check_float("db_multiplier", db_multiplier)
-    x_db = multiplier * torch.log10(torch.clamp(x, min=amin)) - multiplier * db_multiplier
     if top_db is not None:
         top_db = check_float("top_db", top_db, min_value=0.0)
+    x_db = multiplier * torch.log10(torch.clamp(x, min=amin)) - multiplier * db_multiplier
+    # An empty input has no maximum to floor at: returned as is (torchaudio's reshape fails on it).
+    if top_db is not None and x_db.numel() > 0:
         shape = x_db.shape
         packed = shape[-3] if x_db.dim() > 2 else 1
         x_db = x_db.reshape(-1, packed, shape[-2], shape[-1])

@@ -51,6 +51,9 @@ class Spectrogram(nn.Module):
         onesided: bins ``0..n_fft//2`` (default True) or all ``n_fft``.
         return_complex: accepted and ignored (deprecated in torchaudio).
 
+    float16/bfloat16 input is computed in float32; the power spectrogram is returned in the input's
+    dtype, the complex one (``power=None``) as complex64.
+
     Shape:
         ``(…, L)`` → ``(…, F, T)``.
 
@@ -129,14 +132,25 @@ class Spectrogram(nn.Module):
             onesided=self.onesided,
         )
 
+    def _check_signal(self, waveform: torch.Tensor) -> None:
+        """Refuse a waveform this STFT cannot take (named with the caller's shape, before ``pad``)."""
+        _f.check_signal(
+            "waveform",
+            waveform,
+            n_fft=self.n_fft,
+            center=self.center,
+            pad_mode=self.pad_mode,
+            added=2 * self.pad,
+        )
+
     def _parts(self, waveform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The STFT's real and imaginary parts ``(B, F, T)``, in ``_ref.compute_dtype`` (float32 for
+        float16/bfloat16 input, whose ``|X|²`` would overflow)."""
         if not _ref._exporting():
-            check_tensor("waveform", waveform, dtypes=FLOATING_DTYPES, min_dim=1)
-        x = waveform.reshape(-1, waveform.shape[-1])
+            self._check_signal(waveform)
+        x = waveform.reshape(-1, waveform.shape[-1]).to(_ref.compute_dtype(waveform.dtype))
         if self.pad > 0:
             x = torch.nn.functional.pad(x, (self.pad, self.pad))
-        if not _ref._exporting():
-            _f.check_signal("waveform", x, n_fft=self.n_fft, center=self.center, pad_mode=self.pad_mode)
         # The float32 buffer serves float32 input; other dtypes (float64 above all) get a basis
         # rounded once from float64 rather than a converted float32 one.
         float32 = self.basis.dtype == x.dtype == torch.float32
@@ -152,7 +166,12 @@ class Spectrogram(nn.Module):
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
         re, im = self._parts(waveform)
-        out = torch.complex(re, im) if self.power is None else _ref.power_of(re, im, self.power)
+        if self.power is None:
+            # complex64 for float16/bfloat16 input: bfloat16 has no complex dtype, and complex32
+            # (float16's) is experimental in torch, most ops refuse it.
+            out = torch.complex(re, im)
+        else:
+            out = _ref.power_of(re, im, self.power).to(waveform.dtype)
         return out.reshape(*waveform.shape[:-1], *out.shape[-2:])
 
 
@@ -160,12 +179,16 @@ class MelScale(nn.Module):
     """Project a ``(…, n_stft, T)`` spectrogram on mel filters, as ``torchaudio.transforms.MelScale``.
 
     Args:
-        n_mels: default 128. sample_rate: default 16000. f_min: default 0.
-        f_max: default ``sample_rate // 2``.
+        n_mels: default 128. sample_rate: default 16000 (an integral float such as 16000.0 too).
+        f_min: default 0. f_max: default ``sample_rate // 2``; ``f_min <= f_max``.
         n_stft: number of STFT bins (default 201). norm: None or "slaney". mel_scale: "htk" or "slaney".
 
     Shape:
-        ``(…, n_stft, T)`` → ``(…, n_mels, T)``.
+        ``(…, n_stft, T)`` → ``(…, n_mels, T)``, floating; float16/bfloat16 computed in float32 and
+        returned in their dtype.
+
+    Raises:
+        ParameterValueError / ParameterTypeError: bad argument; a specgram of another dtype or shape.
     """
 
     def __init__(
@@ -180,20 +203,23 @@ class MelScale(nn.Module):
     ) -> None:
         super().__init__()
         self.n_mels = n_mels
-        self.sample_rate = sample_rate
-        self.f_max = f_max if f_max is not None else float(sample_rate // 2)
-        self.f_min = f_min
+        self.sample_rate = _f.check_sample_rate(sample_rate)
+        self.f_min, self.f_max = _f.check_band(f_min, f_max, self.sample_rate)
         self.norm = norm
         self.mel_scale = mel_scale
-        if f_min > self.f_max:
-            raise bad_value("f_min", f_min, f"<= f_max ({self.f_max})")
-        fb = _f.mel_filterbank(n_stft, self.f_min, self.f_max, n_mels, sample_rate, norm, mel_scale)
+        fb = _f.mel_filterbank(n_stft, self.f_min, self.f_max, n_mels, self.sample_rate, norm, mel_scale)
+        self.n_stft = n_stft
         self.register_buffer("fb", fb)
 
     def forward(self, specgram: torch.Tensor) -> torch.Tensor:
-        if not _ref._exporting() and (specgram.dim() < 2 or specgram.shape[-2] != self.fb.shape[0]):
-            raise bad_value("specgram", specgram, f"a (…, {self.fb.shape[0]}, time) tensor")
-        return torch.matmul(specgram.transpose(-1, -2), self.fb.to(specgram.dtype)).transpose(-1, -2)
+        if not _ref._exporting():
+            # torchaudio's matmul refuses an integer specgram; filters rounded to its dtype gave zeros.
+            check_tensor("specgram", specgram, dtypes=FLOATING_DTYPES, allow_empty=True)
+            if specgram.dim() < 2 or specgram.shape[-2] != self.fb.shape[0]:
+                raise bad_value("specgram", specgram, f"a (…, {self.fb.shape[0]}, time) tensor")
+        dtype = _ref.compute_dtype(specgram.dtype)
+        mel = torch.matmul(specgram.transpose(-1, -2).to(dtype), self.fb.to(dtype)).transpose(-1, -2)
+        return mel.to(specgram.dtype)
 
 
 class MelSpectrogram(nn.Module):
@@ -207,7 +233,8 @@ class MelSpectrogram(nn.Module):
         backend: None (fused Triton kernel on CUDA fp16/bf16/fp32), "triton" or "torch" (exportable).
 
     Shape:
-        ``(…, L)`` → ``(…, n_mels, T)``.
+        ``(…, L)`` → ``(…, n_mels, T)``; float16/bfloat16 computed in float32 and returned in their
+        dtype (both backends).
 
     Example:
         >>> MelSpectrogram(n_mels=64)(torch.randn(2, 8000)).shape
@@ -240,7 +267,7 @@ class MelSpectrogram(nn.Module):
         if backend not in (None, "triton", "torch"):
             raise bad_value("backend", backend, "None, 'triton' or 'torch'")
         self.backend = backend
-        self.sample_rate = check_int("sample_rate", sample_rate, min_value=1)
+        self.sample_rate = _f.check_sample_rate(sample_rate)
         self.n_mels = check_int("n_mels", n_mels, min_value=1)
         self.spectrogram = Spectrogram(
             n_fft=n_fft,
@@ -261,6 +288,7 @@ class MelSpectrogram(nn.Module):
             self.spectrogram.hop_length,
         )
         self.power = power
+        self.normalized = self.spectrogram.normalized
         self.pad = pad
         self.f_min = f_min
         self.f_max = f_max
@@ -269,19 +297,21 @@ class MelSpectrogram(nn.Module):
         )
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
-        if _ref._exporting():
-            return self.mel_scale(self.spectrogram(waveform))
-        check_tensor("waveform", waveform, dtypes=FLOATING_DTYPES, min_dim=1)
-        chosen = _f._MEL.backend(
-            self.backend, device=waveform.device, dtype=waveform.dtype, numel=waveform.numel()
-        )
-        if chosen == "torch":
-            return self.mel_scale(self.spectrogram(waveform))
         spec = self.spectrogram
+        if _ref._exporting():
+            chosen = "torch"
+        else:
+            spec._check_signal(waveform)
+            chosen = _f._MEL.backend(
+                self.backend, device=waveform.device, dtype=waveform.dtype, numel=waveform.numel()
+            )
+        if chosen == "torch":
+            # The spectrogram in float32 at least (float16's |X|² overflows), rounded once at the end.
+            x = waveform.to(_ref.compute_dtype(waveform.dtype))
+            return self.mel_scale(spec(x)).to(waveform.dtype)
         x = waveform.reshape(-1, waveform.shape[-1])
         if spec.pad > 0:
             x = torch.nn.functional.pad(x, (spec.pad, spec.pad))
-        _f.check_signal("waveform", x, n_fft=spec.n_fft, center=spec.center, pad_mode=spec.pad_mode)
         # One padded-window tensor per buffer version, so the kernel's packed-basis cache hits.
         window, scale = spec._window_state()
         out = _f._MEL(
@@ -335,7 +365,7 @@ class InverseSpectrogram(nn.Module):
         self.normalized = _norm_flags(normalized)
         self.center = check_choice("center", center, (True, False))
         self.pad_mode = pad_mode
-        check_choice("onesided", onesided, (True,))
+        self.onesided = check_choice("onesided", onesided, (True,))
         window = window_fn(self.win_length) if wkwargs is None else window_fn(self.win_length, **wkwargs)
         self.register_buffer("window", window)
 

@@ -115,6 +115,51 @@ def test_mel_filterbank_errors():
         nf.mel_filterbank(201.0, 0.0, 8000.0, 10, 16000)
 
 
+def test_mel_filterbank_takes_integral_float_sample_rate():
+    # torchaudio accepts sample_rate=22050.0 (its bins are linspace(0, sample_rate // 2)).
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(F64)
+    try:
+        expected = torchaudio.functional.melscale_fbanks(257, 30.0, 9000.0, 40, 22050.0, "slaney", "slaney")
+    finally:
+        torch.set_default_dtype(previous)
+    got = nf.mel_filterbank(257, 30.0, 9000.0, 40, 22050.0, "slaney", "slaney", dtype=F64)
+    assert_close(got, expected, atol=1e-12, rtol=1e-9)
+    for bad in (22050.5, True):
+        with pytest.raises(ParameterTypeError, match="sample_rate must be an integer"):
+            nf.mel_filterbank(257, 30.0, 9000.0, 40, bad)
+
+
+@pytest.mark.parametrize("mel_scale", ["htk", "slaney"])
+def test_mel_conversions_of_floats_follow_the_tensor_path(mel_scale, generator):
+    # Outside the formulas' domain (HTK mels of f <= -700 Hz, Hz of huge mels) torchaudio's float path
+    # raises math's ValueError/OverflowError; a float here gives what a float64 tensor gives.
+    freqs = [*random_tensor((6,), generator=generator, dtype=F64, low=-3000.0, high=-700.0).tolist(), -700.0]
+    mels = [*random_tensor((6,), generator=generator, dtype=F64, low=2e4, high=1e6).tolist(), 1e6]
+    for f in freqs:
+        expected = nf.hz_to_mel(torch.tensor([f], dtype=F64), mel_scale)
+        assert_close(torch.tensor([nf.hz_to_mel(f, mel_scale)], dtype=F64), expected, atol=0, rtol=0)
+    for m in mels:
+        expected = nf.mel_to_hz(torch.tensor([m], dtype=F64), mel_scale)
+        assert_close(torch.tensor([nf.mel_to_hz(m, mel_scale)], dtype=F64), expected, atol=0, rtol=0)
+    assert math.isinf(nf.mel_to_hz(1e6, mel_scale))
+    if mel_scale == "htk":
+        assert math.isnan(nf.hz_to_mel(-800.0)) and nf.hz_to_mel(-700.0) == -math.inf
+
+
+def test_mel_conversions_name_numpy_arrays():
+    import numpy as np
+
+    with pytest.raises(
+        ParameterTypeError, match=r"f must be a real number or a torch.Tensor, got a numpy.ndarray"
+    ):
+        nf.hz_to_mel(np.array([100.0, 200.0]))
+    with pytest.raises(
+        ParameterTypeError, match=r"m must be a real number or a torch.Tensor, got a numpy.ndarray"
+    ):
+        nf.mel_to_hz(np.array([100.0, 200.0]))
+
+
 # ---------------------------------------------------------------- torch backend
 
 
@@ -237,6 +282,91 @@ def test_mel_spectrogram_errors(generator):
         nf.mel_spectrogram(torch.ones(1000, dtype=torch.int32))
     with pytest.raises(ParameterValueError, match="n_mels must be one of 80, 128"):
         nf.whisper_log_mel(x, n_mels=64)
+    with pytest.raises(ParameterValueError, match=r"audio must be a signal longer than .* shape \(200,\)"):
+        nf.whisper_log_mel(x[:200])
+    with pytest.raises(ParameterValueError, match=r"audio .* after 50 samples of padding.* shape \(150,\)"):
+        nf.whisper_log_mel(x[:150], padding=50)
+    assert nf.whisper_log_mel(x[:151], padding=50, backend="torch").shape == (80, 1)
+
+
+def test_mel_spectrogram_refuses_f_min_above_f_max(generator):
+    # torchaudio's MelSpectrogram refuses it; the filters would be (mostly) empty. mel_filterbank alone
+    # allows it, as melscale_fbanks does (the filter-bank grid's "fmin-above-fmax").
+    x = random_tensor((500,), generator=generator)
+    kw = dict(n_fft=64, n_mels=10, f_min=5000.0, f_max=1000.0)
+    with pytest.raises(ValueError):
+        torchaudio.transforms.MelSpectrogram(**kw)
+    with pytest.raises(ParameterValueError, match=r"f_min must be <= f_max \(1000.0\), got 5000.0"):
+        nf.mel_spectrogram(x, **kw)
+    with pytest.raises(ParameterValueError, match=r"f_min must be <= f_max \(4000.0\), got 5000.0"):
+        nf.log_mel_spectrogram(x, n_fft=64, n_mels=10, f_min=5000.0, sample_rate=8000)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_mel_spectrogram_circular_padding_wraps_at_most_once(backend, device, generator):
+    # torch pads circularly by at most the signal's length (n_fft // 2 = 32 here): 31 samples are
+    # refused on both backends (the Triton kernel used to wrap its indices twice), 32 equal torchaudio.
+    x = random_tensor((2, 32), generator=generator, dtype=F64)
+    kw = dict(sample_rate=8000, n_fft=64, hop_length=16, n_mels=12, pad_mode="circular")
+    dev, dtype = (device, torch.float32) if backend == "triton" else (torch.device("cpu"), F64)
+    with pytest.raises(
+        ParameterValueError, match="at least n_fft // 2 = 32 samples for center=True with pad_mode='circular'"
+    ):
+        nf.mel_spectrogram(x[:, :31].to(dev, dtype), backend=backend, **kw)
+    expected = torchaudio.transforms.MelSpectrogram(**kw).double()(x)
+    got = nf.mel_spectrogram(x.to(dev, dtype), backend=backend, **kw)
+    # float32 tolerance on both backends: torchaudio's filters are float32 (nbxsig's rounded from float64).
+    assert_close(got, expected, dtype="float32", rel_error=1e-5)
+
+
+def test_torch_backend_half_input_does_not_overflow(generator):
+    # |X| of this loud noise is ~1e3 at n_fft 400, so |X|² (~1e6) overflows float16 (max 65504): the
+    # twin computes in float32 and rounds only its output, as the Triton kernels do.
+    x = (30 * random_tensor((2, 1600), generator=generator)).half()
+    kw = dict(sample_rate=16000, n_fft=400, hop_length=160, n_mels=40)
+    ta = {p: torchaudio.transforms.MelSpectrogram(**kw, power=p).double() for p in (1.0, 2.0)}
+    got = nf.mel_spectrogram(x, power=1.0, backend="torch", **kw)
+    assert got.dtype == torch.float16
+    assert_close(got, ta[1.0](x.double()), rel_error=2e-3)
+    # The mel power itself exceeds float16; its log does not.
+    assert ta[2.0](x.double()).max() > 65504
+    got = nf.log_mel_spectrogram(x, backend="torch", **kw)
+    assert_close(got, torch.log10(ta[2.0](x.double()).clamp(min=1e-10)), rel_error=2e-3)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_whisper_half_input_matches_recipe(backend, device, generator):
+    audio = (30 * random_tensor((2, 1600), generator=generator)).half()
+    audio[1] *= 1e-2
+    got = nf.whisper_log_mel(audio.to(device if backend == "triton" else "cpu"), backend=backend)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    for i in range(2):
+        assert_close(got[i], whisper_oracle(audio[i].double(), 80), rel_error=2e-3)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(0, 5, 7), (2, 0, 7), (5, 0), (2, 3, 0, 7), (0, 3, 5, 7)],
+    ids=["0x5x7", "2x0x7", "5x0", "2x3x0x7", "0x3x5x7"],
+)
+@pytest.mark.parametrize("top_db", [None, 80.0])
+def test_amplitude_to_db_of_empty_input_is_empty(shape, top_db):
+    # torchaudio's top_db reshape fails on most empty shapes; an empty input has nothing to convert.
+    got = nf.amplitude_to_db(torch.rand(shape, dtype=F64), 10.0, 1e-10, 0.0, top_db)
+    assert got.shape == shape and got.dtype == F64
+    with pytest.raises(ParameterValueError, match=r"top_db must be a finite number >= 0\.0"):
+        nf.amplitude_to_db(torch.rand(shape), 10.0, 1e-10, 0.0, -1.0)
+
+
+def test_mel_spectrogram_takes_integral_float_sample_rate(generator):
+    x = random_tensor((2, 1000), generator=generator, dtype=F64)
+    kw = dict(sample_rate=22050.0, n_fft=128, hop_length=32, n_mels=20)
+    expected = torchaudio.transforms.MelSpectrogram(**kw).double()(x)
+    # torchaudio's float32 filters carry ~1e-5 of cancellation error (see the filter-bank test).
+    assert_close(nf.mel_spectrogram(x, **kw, backend="torch"), expected, atol=1e-4, rtol=1e-3, rel_error=1e-5)
+    for bad in (22050.5, True):
+        with pytest.raises(ParameterTypeError, match="sample_rate must be an integer"):
+            nf.mel_spectrogram(x, **dict(kw, sample_rate=bad))
 
 
 def test_torch_backward_is_finite_where_spectrum_vanishes():

@@ -10,7 +10,7 @@ import torchaudio
 
 import nbxsig.features as nf
 import nbxsig.transforms as T
-from nbxsig.errors import ParameterValueError
+from nbxsig.errors import ParameterTypeError, ParameterValueError
 from nbxsig.testing import assert_close, random_tensor
 
 
@@ -185,3 +185,103 @@ def test_transform_constructor_errors():
         T.MelSpectrogram(backend="cuda")
     with pytest.raises(ParameterValueError, match="pad_mode must be one of"):
         T.Spectrogram(pad_mode="wrap")
+
+
+def test_transform_errors_name_the_callers_argument():
+    with pytest.raises(ParameterValueError, match=r"f_max must be a finite number >= 0\.0, got -1\.0"):
+        T.MelSpectrogram(f_max=-1.0)
+    with pytest.raises(ParameterValueError, match=r"f_min must be <= f_max \(1000\.0\), got 5000\.0"):
+        T.MelSpectrogram(f_min=5000.0, f_max=1000.0)
+    # The caller's (10,), not the (1, 10) the modules reshape it to (nor its length after pad).
+    for module in (T.MelSpectrogram(n_mels=80), T.MelSpectrogram(n_mels=80, pad=3), T.Spectrogram(pad=3)):
+        with pytest.raises(ParameterValueError, match=r"waveform must be a signal longer .* shape \(10,\)"):
+            module(torch.randn(10))
+
+
+def test_mel_scale_refuses_integer_specgram(generator):
+    # An integer specgram met integer-rounded filters (all zeros) and came back as zeros.
+    spec = (random_tensor((201, 5), generator=generator, low=1.0, high=1000.0)).int()
+    with pytest.raises(ParameterTypeError, match="specgram must be a tensor of dtype float16, bfloat16"):
+        T.MelScale(n_mels=40)(spec)
+
+
+def test_half_input_does_not_overflow(generator):
+    # |X| of this loud noise is ~1e3 at n_fft 400: |X|² overflows float16 (max 65504) unless the STFT is
+    # computed in float32, as the Triton path does; the power spectrogram is then rounded to float16.
+    x = (30 * random_tensor((2, 1600), generator=generator)).half()
+    kw = dict(n_fft=400, hop_length=160)
+    expected = torchaudio.transforms.Spectrogram(**kw, power=1.0)(x.double())
+    got = T.Spectrogram(**kw, power=1.0)(x)
+    assert got.dtype == torch.float16
+    assert_close(got, expected, rel_error=2e-3)
+    complex_stft = T.Spectrogram(**kw, power=None)(x.bfloat16())  # bfloat16 has no complex dtype
+    assert complex_stft.dtype == torch.complex64
+    assert_close(complex_stft.abs(), expected, dtype=torch.bfloat16, rel_error=2e-2)
+    theirs = torchaudio.transforms.MelSpectrogram(16000, **kw, n_mels=40, power=1.0).double()
+    ours = T.MelSpectrogram(16000, **kw, n_mels=40, power=1.0, backend="torch")
+    ours.load_state_dict(theirs.state_dict())
+    got = ours(x)
+    assert got.dtype == torch.float16
+    assert_close(got, theirs(x.double()), rel_error=2e-3)
+    spec = theirs.spectrogram(x.double())
+    assert spec.max() > 256  # its square overflows float16
+    assert_close(ours.mel_scale(spec.half()), theirs.mel_scale(spec.half().double()), rel_error=2e-3)
+
+
+@pytest.mark.parametrize("module", ["Spectrogram", "MelSpectrogram"])
+def test_circular_padding_wraps_at_most_once(module, generator):
+    # torch pads circularly by at most the signal's length (n_fft // 2 = 32 here, pad=2 on each side
+    # included): 27 samples are refused with a ParameterValueError, 28 equal torchaudio.
+    x = random_tensor((2, 28), generator=generator, dtype=torch.float64)
+    kw = dict(n_fft=64, hop_length=16, pad=2, pad_mode="circular")
+    if module == "MelSpectrogram":
+        kw.update(sample_rate=8000, n_mels=12)
+    theirs = getattr(torchaudio.transforms, module)(**kw).double()
+    ours = getattr(T, module)(**kw).double()
+    ours.load_state_dict(theirs.state_dict())
+    with pytest.raises(
+        ParameterValueError, match="at least n_fft // 2 = 32 samples after 4 samples of padding"
+    ):
+        ours(x[:, :27])
+    assert_close(ours(x), theirs(x), atol=1e-12, rtol=1e-9)
+
+
+def test_integral_float_sample_rate_is_accepted(generator):
+    # torchaudio accepts sample_rate=22050.0; 22050.5 and bools stay refused.
+    x = random_tensor((2, 2000), generator=generator, dtype=torch.float64)
+    kw = dict(sample_rate=22050.0, n_fft=256, hop_length=64, n_mels=30)
+    theirs = torchaudio.transforms.MelSpectrogram(**kw).double()
+    ours = T.MelSpectrogram(**kw, backend="torch").double()
+    # Our filters from float64, theirs from float32 (~1e-5 of cancellation error); then loaded: equal.
+    assert_close(ours.mel_scale.fb, theirs.mel_scale.fb, atol=3e-5, rtol=1e-4)
+    ours.load_state_dict(theirs.state_dict())
+    assert_close(ours(x), theirs(x), atol=1e-12, rtol=1e-9)
+    spec = random_tensor((129, 7), generator=generator, low=0.0, high=10.0)
+    scale_kw = dict(n_mels=30, sample_rate=22050.0, n_stft=129)
+    expected = torchaudio.transforms.MelScale(**scale_kw)(spec)
+    assert_close(T.MelScale(**scale_kw)(spec), expected, atol=3e-5, rtol=1e-4, rel_error=1e-5)
+    for bad in (22050.5, True):
+        with pytest.raises(ParameterTypeError, match="sample_rate must be an integer"):
+            T.MelSpectrogram(sample_rate=bad)
+        with pytest.raises(ParameterTypeError, match="sample_rate must be an integer"):
+            T.MelScale(sample_rate=bad)
+
+
+@pytest.mark.parametrize(
+    "module,kwargs",
+    [
+        pytest.param("Spectrogram", dict(n_fft=128, power=1.0, normalized="window"), id="Spectrogram"),
+        pytest.param(
+            "MelSpectrogram", dict(n_fft=256, normalized="frame_length", n_mels=40), id="MelSpectrogram"
+        ),
+        pytest.param("MelScale", dict(n_mels=40, n_stft=257, f_max=7000.0), id="MelScale"),
+        pytest.param("InverseSpectrogram", dict(n_fft=128, normalized=True), id="InverseSpectrogram"),
+    ],
+)
+def test_public_attributes_match_torchaudio(module, kwargs):
+    theirs = getattr(torchaudio.transforms, module)(**kwargs)
+    ours = getattr(T, module)(**kwargs)
+    public = {k: v for k, v in vars(theirs).items() if not k.startswith("_") and k != "training"}
+    assert public, module
+    for name, value in public.items():
+        assert getattr(ours, name) == value, name

@@ -22,36 +22,39 @@ _MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
 _LOGSTEP = math.log(6.4) / 27.0
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a spectrogram of ``dtype`` input is computed in: float32 at least. float16's ``|X|²``
+    overflows from ``|X| = 256`` on (its maximum is 65504), and ``|X|`` reaches ``n_fft·max|x|``; the
+    results are rounded once to the input's dtype, as the Triton kernels do."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def hz_to_mel(freq, mel_scale: str = "htk"):
-    """Hz → mel for a float or a tensor (same formulas as torchaudio/librosa)."""
-    if isinstance(freq, torch.Tensor):
-        if mel_scale == "htk":
-            return 2595.0 * torch.log10(1.0 + freq / 700.0)
-        lin = freq / _F_SP
-        log = _MIN_LOG_MEL + torch.log(torch.clamp(freq, min=_MIN_LOG_HZ) / _MIN_LOG_HZ) / _LOGSTEP
-        return torch.where(freq >= _MIN_LOG_HZ, log, lin)
-    freq = float(freq)
+    """Hz → mel for a float or a tensor (same formulas as torchaudio/librosa).
+
+    A float is evaluated as a float64 tensor, so both follow IEEE arithmetic: on the HTK scale -700 Hz
+    is -inf mels and lower frequencies NaN (torchaudio's float path raises ``math domain error``)."""
+    if not isinstance(freq, torch.Tensor):
+        return hz_to_mel(torch.tensor(float(freq), dtype=torch.float64), mel_scale).item()
     if mel_scale == "htk":
-        return 2595.0 * math.log10(1.0 + freq / 700.0)
-    if freq >= _MIN_LOG_HZ:
-        return _MIN_LOG_MEL + math.log(freq / _MIN_LOG_HZ) / _LOGSTEP
-    return freq / _F_SP
+        return 2595.0 * torch.log10(1.0 + freq / 700.0)
+    lin = freq / _F_SP
+    log = _MIN_LOG_MEL + torch.log(torch.clamp(freq, min=_MIN_LOG_HZ) / _MIN_LOG_HZ) / _LOGSTEP
+    return torch.where(freq >= _MIN_LOG_HZ, log, lin)
 
 
 def mel_to_hz(mels, mel_scale: str = "htk"):
-    """mel → Hz for a float or a tensor (same formulas as torchaudio/librosa)."""
-    if isinstance(mels, torch.Tensor):
-        if mel_scale == "htk":
-            return 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
-        lin = _F_SP * mels
-        log = _MIN_LOG_HZ * torch.exp(_LOGSTEP * (mels - _MIN_LOG_MEL))
-        return torch.where(mels >= _MIN_LOG_MEL, log, lin)
-    mels = float(mels)
+    """mel → Hz for a float or a tensor (same formulas as torchaudio/librosa).
+
+    A float is evaluated as a float64 tensor, as in :func:`hz_to_mel`: mels beyond float64's range of
+    Hz give inf (torchaudio's float path raises ``OverflowError``)."""
+    if not isinstance(mels, torch.Tensor):
+        return mel_to_hz(torch.tensor(float(mels), dtype=torch.float64), mel_scale).item()
     if mel_scale == "htk":
         return 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
-    if mels >= _MIN_LOG_MEL:
-        return _MIN_LOG_HZ * math.exp(_LOGSTEP * (mels - _MIN_LOG_MEL))
-    return _F_SP * mels
+    lin = _F_SP * mels
+    log = _MIN_LOG_HZ * torch.exp(_LOGSTEP * (mels - _MIN_LOG_MEL))
+    return torch.where(mels >= _MIN_LOG_MEL, log, lin)
 
 
 def mel_filterbank(
@@ -166,7 +169,9 @@ def spectrogram(
     center: bool,
     pad_mode: str,
 ) -> torch.Tensor:
-    """``(B, L)`` → ``(B, F, T)`` power spectrogram, or complex when ``power`` is None."""
+    """``(B, L)`` → ``(B, F, T)`` power spectrogram, or complex when ``power`` is None, computed and
+    returned in :func:`compute_dtype` (float32 for float16/bfloat16 input)."""
+    x = x.to(compute_dtype(x.dtype))
     basis = analysis_basis(window, n_fft, scale, dtype=x.dtype, device=x.device)
     re, im = stft_parts(x, n_fft=n_fft, hop_length=hop_length, basis=basis, center=center, pad_mode=pad_mode)
     if power is None:
@@ -201,7 +206,8 @@ def mel_spectrogram(
 ) -> torch.Tensor:
     """``(B, L)`` → ``(B, n_mels, T)``: power spectrogram projected on ``filters`` ``(F, n_mels)``,
     optionally ``log(max(·, floor))``; ``drop_last`` drops the last frame and ``whisper`` applies
-    :func:`whisper_finish` (Whisper's recipe)."""
+    :func:`whisper_finish` (Whisper's recipe). Computed in :func:`compute_dtype`, returned in ``x``'s
+    dtype."""
     spec = spectrogram(
         x,
         n_fft=n_fft,
@@ -216,7 +222,7 @@ def mel_spectrogram(
         spec = spec[..., :-1]
     mel = torch.matmul(spec.transpose(-1, -2), filters.to(spec.dtype)).transpose(-1, -2)
     out = log_of(mel, floor, log)
-    return whisper_finish(out) if whisper else out
+    return (whisper_finish(out) if whisper else out).to(x.dtype)
 
 
 def whisper_finish(log_spec: torch.Tensor) -> torch.Tensor:
