@@ -744,8 +744,5 @@ def test_mel_projection_nonfinite_bin_stays_in_its_groups(device, generator):
 def test_mel_path_rule():
     from nbxsig.kernels.mel import mel_path
 
-    common = dict(center=True, pad_mode="reflect", n_fft=400, length=16000)
-    assert mel_path(device_type="cuda", **common) == "unfused"
-    assert mel_path(device_type="cpu", **common) == "fused"  # the interpreter: the kernel under test
-    # nbxsig.stft refuses circular centre padding longer than the signal; the fused kernel takes it.
-    assert mel_path(device_type="cuda", center=True, pad_mode="circular", n_fft=400, length=150) == "fused"
+    assert mel_path(device_type="cuda", n_fft=400) == "unfused"
+    assert mel_path(device_type="cpu", n_fft=400) == "fused"  # the interpreter: the kernel under test

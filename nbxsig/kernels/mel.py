@@ -773,7 +773,7 @@ def _launch(
     return out
 
 
-def mel_path(*, device_type: str, center: bool, pad_mode: str, n_fft: int, length: int) -> str:
+def mel_path(*, device_type: str, n_fft: int) -> str:
     """Which implementation the Triton backend runs: "fused" (this module's kernel), "unfused"
     (``nbxsig.stft.spectrogram``, then one mel matmul) or "fourstep" (:mod:`nbxsig.kernels.fourstep`,
     only while its ``MEL_AUTO`` switch is on: it is off, see there). Pure: no device queries.
@@ -781,17 +781,16 @@ def mel_path(*, device_type: str, center: bool, pad_mode: str, n_fft: int, lengt
     Measured on an H200 (torch 2.11, triton 3.6; docs/features.md, ``python -m nbxsig.bench.mel_sweep``):
     MelSpectrogram 16 kHz, n_fft 400, hop 160, 80 mels, 64 × 30 s fp32 -- unfused 869 µs ("high")
     and 973 µs ("highest"), the best fused tile config 1574 µs and 2147 µs, torchaudio 1302 µs and
-    1408 µs. So on a GPU the unfused path runs wherever ``nbxsig.stft`` takes the call (it refuses
-    circular centre padding longer than the signal), and the fused kernel elsewhere: under the
-    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``. With the
+    1408 µs. So on a GPU the unfused path runs, and the fused kernel elsewhere: under the
+    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``. (Until the
+    sixteenth round circular centre padding longer than the signal, which ``nbxsig.stft`` refuses,
+    went to the fused kernel on a GPU too; the public functions now refuse it, as torch does.) With the
     four-step spectrogram inside the unfused path (2026-12-03, same case): unfused 878 µs and 569 µs,
     the four-step mel kernel 2385 µs and 653 µs, torchaudio 1417 µs and 1311 µs.
     """
     from . import fourstep
 
     if device_type != "cuda":
-        return "fused"
-    if center and pad_mode == "circular" and n_fft // 2 > length:
         return "fused"
     if fourstep.MEL_AUTO and fourstep.supports(n_fft):
         return "fourstep"
@@ -848,10 +847,7 @@ def _unfused(
 
 
 def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) -> torch.Tensor:
-    path = _path or mel_path(
-        device_type=x.device.type, center=opts["center"], pad_mode=opts["pad_mode"], n_fft=opts["n_fft"],
-        length=x.shape[-1],
-    )  # fmt: skip
+    path = _path or mel_path(device_type=x.device.type, n_fft=opts["n_fft"])
     if path == "unfused":
         check_launchable(x, window, filters)
         return _unfused(x, window=window, filters=filters, **{k: v for k, v in opts.items() if k[0] != "_"})
