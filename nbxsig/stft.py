@@ -33,9 +33,9 @@ import torch
 from torch import nn
 
 from ._dispatch import ENV_VAR, Backend, Op, choose_backend, interpreter_enabled, triton_installed
-from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
-from .errors import BackendUnavailableError, bad_type, bad_value
-from .streaming import StreamingISTFT, StreamingSTFT
+from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
+from .errors import BackendUnavailableError, bad_value
+from .streaming import StreamingISTFT, StreamingSTFT, check_bool, default_hop_length
 
 __all__ = ["ISTFT", "STFT", "StreamingISTFT", "StreamingSTFT", "istft", "spectrogram", "stft"]
 
@@ -55,12 +55,6 @@ class _Frame:
     window: torch.Tensor | None  # zero-padded (centred) to n_fft, or None = rectangular
 
 
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise bad_type(name, value, "a bool")
-    return value
-
-
 def _frame_params(
     n_fft: object,
     hop_length: object,
@@ -72,14 +66,7 @@ def _frame_params(
 ) -> _Frame:
     n_fft = check_int("n_fft", n_fft, min_value=1)
     if hop_length is None:
-        hop_length = n_fft // 4
-        if hop_length < 1:
-            raise bad_value(
-                "hop_length",
-                hop_length,
-                ">= 1",
-                context=f"(the default n_fft // 4 is 0 for n_fft={n_fft}; pass it)",
-            )
+        hop_length = default_hop_length(n_fft)
     hop_length = check_int("hop_length", hop_length, min_value=1)
     win_length = n_fft if win_length is None else check_int("win_length", win_length, min_value=1)
     if win_length > n_fft:
@@ -95,6 +82,9 @@ def _frame_params(
             raise bad_value("window", window, f"a 1-D tensor of length win_length={win_length}")
         if window.device != device:
             raise bad_value("window", window, f"on the input's device {device}")
+        # The Triton kernels read the window as a dense array (they take no strides); the reference
+        # views a complex one as real, which a lazily conjugated tensor refuses (torch.stft takes it).
+        window = window.resolve_conj().contiguous()
         if win_length < n_fft:
             left = (n_fft - win_length) // 2
             window = torch.nn.functional.pad(window, (left, n_fft - win_length - left))
@@ -228,16 +218,17 @@ def _stft(
     )  # fmt: skip
     if plan is not None:
         return _stft_run(input, *plan)
-    x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128), min_dim=1)
+    x = check_tensor("input", input, dtypes=(*FLOATING_DTYPES, *COMPLEX_DTYPES), min_dim=1)
+    x = x.resolve_conj()  # torch.stft takes a lazily conjugated input; view_as_real does not
     frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
-    center = _check_bool("center", center)
-    normalized = _check_bool("normalized", normalized)
-    return_complex = _check_bool("return_complex", return_complex)
+    center = check_bool("center", center)
+    normalized = check_bool("normalized", normalized)
+    return_complex = check_bool("return_complex", return_complex)
     pad_mode = check_choice("pad_mode", pad_mode, PAD_MODES)
     is_complex = x.is_complex() or (frame.window is not None and frame.window.is_complex())
     if onesided is None:
         onesided = not is_complex
-    onesided = _check_bool("onesided", onesided)
+    onesided = check_bool("onesided", onesided)
     if onesided and is_complex:
         raise bad_value("onesided", onesided, "False (or None) for a complex input or window")
     n_fft, length = frame.n_fft, x.shape[-1]
@@ -285,15 +276,17 @@ def _stft_run(x: torch.Tensor, chosen: Backend, kwargs: dict, complex_out: bool,
 _STFT_PLANS: dict = {}
 
 
-def _spectrum_input(x: object) -> torch.Tensor:
-    """Accept complex ``(..., F, T)`` or real layout ``(..., F, T, 2)``; return the real layout."""
-    if isinstance(x, torch.Tensor) and x.is_complex():
-        x = check_tensor("input", x, min_dim=2)
-        return torch.view_as_real(x)
-    x = check_tensor("input", x, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128))
+def _spectrum_input(x: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accept complex ``(..., F, T)`` (complex64/complex128, as :func:`stft` returns) or real layout
+    ``(..., F, T, 2)``; return the input, a lazy conjugation resolved (torch.istft takes such a view,
+    view_as_real and the kernels do not), and its real layout."""
+    x = check_tensor("input", x, dtypes=(*FLOATING_DTYPES, *COMPLEX_DTYPES))
+    if x.is_complex():
+        x = check_tensor("input", x, min_dim=2).resolve_conj()
+        return x, torch.view_as_real(x)
     if x.dim() < 3 or x.shape[-1] != 2:
         raise bad_value("input", x, "complex (..., F, T) or real (..., F, T, 2)")
-    return x
+    return x, x
 
 
 def istft(
@@ -355,17 +348,17 @@ def istft(
     )  # fmt: skip
     if plan is not None:
         return plan(input)
-    spec = _spectrum_input(input)
+    input, spec = _spectrum_input(input)
     frame = _frame_params(n_fft, hop_length, win_length, window, device=spec.device, fn="istft")
-    center = _check_bool("center", center)
-    normalized = _check_bool("normalized", normalized)
-    return_complex = _check_bool("return_complex", return_complex)
-    strict_nola = _check_bool("strict_nola", strict_nola)
+    center = check_bool("center", center)
+    normalized = check_bool("normalized", normalized)
+    return_complex = check_bool("return_complex", return_complex)
+    strict_nola = check_bool("strict_nola", strict_nola)
     n_fft = frame.n_fft
     n_bins, n_frames = spec.shape[-3], spec.shape[-2]
     if onesided is None:
         onesided = bool(n_bins != n_fft)  # bool(): under jit tracing shapes are 0-d tensors
-    onesided = _check_bool("onesided", onesided)
+    onesided = check_bool("onesided", onesided)
     expected_bins = n_fft // 2 + 1 if onesided else n_fft
     if n_bins != expected_bins:
         raise bad_value(
@@ -444,23 +437,28 @@ def _lookup_plan(plans: dict, input: object, window: object, *scalars: object) -
 def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
     """What decides every check and choice :func:`istft` / :func:`stft` make for a call, or None
     for a call that is not planned (not plain tensors, a window that requires grad, an input or
-    window with the lazy negation bit -- the dispatch resolves it --, under torch.compile; the caller
-    handles unhashable arguments). The scalar arguments go in with their
-    types (``20.0 == 20`` and ``True == 1`` as keys, but not as arguments); the input's conjugate
-    bit (``view_as_real`` refuses a lazily conjugated input, a planned launch would read it
-    unconjugated); the window by identity, version (in-place changes), shape, dtype and device
+    window with the lazy negation bit -- the dispatch resolves it --, an input with the lazy
+    conjugate bit -- the checks resolve it into a copy, a planned launch would read it unconjugated
+    --, a window that is not contiguous -- the checks copy it, and a plan would keep that copy across a
+    ``.data`` assignment --, under torch.compile; the caller handles unhashable arguments). The
+    scalar arguments go in with their types (``20.0 == 20`` and ``True == 1`` as keys, but not as
+    arguments); the window by identity, version (in-place changes), shape, dtype and device
     (``.data`` assignment changes those without a version bump); the environment the dispatch reads."""
-    if torch.compiler.is_compiling() or type(input) is not torch.Tensor or input.is_neg():
+    if torch.compiler.is_compiling() or type(input) is not torch.Tensor or input.is_neg() or input.is_conj():
         return None
     if window is None:
         win = None
-    elif type(window) is torch.Tensor and not (window.requires_grad or window.is_neg()):
+    elif (
+        type(window) is torch.Tensor
+        and window.is_contiguous()
+        and not (window.requires_grad or window.is_neg())
+    ):
         win = (id(window), window._version, window.shape, window.dtype, window.device)
     else:
         return None
     return (
-        input.shape, input.stride(), input.dtype, input.device, input.is_conj(), win, scalars,
-        tuple(map(type, scalars)), os.environ.get(ENV_VAR), os.environ.get("TRITON_INTERPRET"),
+        input.shape, input.stride(), input.dtype, input.device, win, scalars, tuple(map(type, scalars)),
+        os.environ.get(ENV_VAR), os.environ.get("TRITON_INTERPRET"),
     )  # fmt: skip
 
 

@@ -27,14 +27,16 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ._dispatch import Backend, Op
-from ._validate import FLOATING_DTYPES, check_choice, check_int, check_tensor
-from .errors import ParameterValueError, bad_value
+from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_choice, check_int, check_tensor
+from .errors import ParameterValueError, bad_type, bad_value
 from .reference import mel as _ref
+from .reference.stft import compute_dtype
 
 __all__ = ["StreamingISTFT", "StreamingMelSpectrogram", "StreamingSTFT"]
 
@@ -47,13 +49,39 @@ _ISTFT_PUSH = Op(
 _STREAM_PAD_MODES = ("reflect", "constant", "replicate")
 
 
+def check_bool(name: str, value: object) -> bool:
+    """A bool: 0/1 are refused, as torch.stft's flags refuse them."""
+    if not isinstance(value, bool):
+        raise bad_type(name, value, "a bool")
+    return value
+
+
+def default_hop_length(n_fft: int) -> int:
+    """torch.stft's / torch.istft's default ``hop_length``, ``n_fft // 4``; it is 0 for ``n_fft < 4``,
+    where torch fails inside and nbxsig asks for the argument."""
+    hop_length = n_fft // 4
+    if hop_length < 1:
+        raise bad_value(
+            "hop_length",
+            hop_length,
+            ">= 1",
+            context=f"(the default n_fft // 4 is 0 for n_fft={n_fft}; pass it)",
+        )
+    return hop_length
+
+
 def _frames_args(n_fft, hop_length, win_length) -> tuple[int, int, int]:
     n_fft = check_int("n_fft", n_fft, min_value=1)
     win_length = n_fft if win_length is None else check_int("win_length", win_length, min_value=1)
     if win_length > n_fft:
         raise bad_value("win_length", win_length, f"<= n_fft ({n_fft})")
-    hop_length = max(1, win_length // 4) if hop_length is None else hop_length
+    hop_length = default_hop_length(n_fft) if hop_length is None else hop_length
     return n_fft, check_int("hop_length", hop_length, min_value=1), win_length
+
+
+def _check_backend(backend: object) -> None:
+    if backend not in (None, "triton", "torch"):
+        raise bad_value("backend", backend, "None, 'triton' or 'torch'")
 
 
 def _window(window, win_length: int, n_fft: int) -> torch.Tensor:
@@ -146,7 +174,8 @@ class _Framer:
             buf, self.skip = buf[:, dropped:], self.skip - dropped
         n = (buf.shape[1] - self.n_fft) // self.hop + 1 if buf.shape[1] >= self.n_fft else 0
         consumed = n * self.hop
-        self.skip = max(0, consumed - buf.shape[1])
+        # Added, not assigned: a chunk shorter than the pending skip leaves the rest of it (and no frame).
+        self.skip += max(0, consumed - buf.shape[1])
         # clone(): keep the state small and independent of the caller's chunk storage.
         self.buffer = buf[:, consumed:].clone()
         return buf, n
@@ -179,12 +208,23 @@ class _FramedStream:
     def reset(self) -> None:
         self._framer.reset()
 
+    def _step(self, take: Callable[[], tuple[torch.Tensor, int]]) -> torch.Tensor:
+        # A push or flush that fails past the chunk's checks (a backend that cannot run its dtype) leaves
+        # the stream as it was: the framer replaces its tensors, never writes them, so a shallow copy of
+        # its state restores it.
+        state = self._framer.state_dict()
+        try:
+            return self._emit(*take())
+        except Exception:
+            self._framer.load_state_dict(state)
+            raise
+
     def push(self, chunk: torch.Tensor) -> torch.Tensor:
-        out = self._emit(*self._framer.push(chunk))
+        out = self._step(lambda: self._framer.push(chunk))
         return out[0] if self._framer.squeeze else out
 
     def flush(self) -> torch.Tensor:
-        out = self._emit(*self._framer.flush())
+        out = self._step(self._framer.flush)
         squeeze = self._framer.squeeze
         self._framer.reset()
         return out[0] if squeeze else out
@@ -200,14 +240,15 @@ class StreamingSTFT(_FramedStream):
     """Streaming ``torch.stft(..., return_complex=True)`` for B streams.
 
     Args:
-        n_fft: DFT size. hop_length: default ``win_length // 4`` (torch.stft's).
+        n_fft: DFT size. hop_length: default ``n_fft // 4`` (torch.stft's; pass it for ``n_fft < 4``).
         win_length: default ``n_fft``. window: ``(win_length,)`` tensor, default rectangular (torch.stft's).
         center: pad ``n_fft // 2`` on both sides (default True; the right side at :meth:`flush`).
         pad_mode: "reflect" (default), "constant" or "replicate".
         normalized: multiply by ``1/√n_fft`` (torch.stft's ``normalized``).
 
     ``push(chunk)``: ``chunk`` ``(B, n)`` or ``(n,)``, any ``n >= 0``; returns the complex frames it
-    completes, ``(B, F, k)``. ``flush()`` returns the last frames and resets the object.
+    completes, ``(B, F, k)``: complex64, complex128 for float64 chunks (float16/bfloat16 are computed
+    in float32, as :func:`nbxsig.stft.stft` does). ``flush()`` returns the last frames and resets the object.
 
     Raises:
         ParameterValueError / ParameterTypeError: bad arguments, a chunk with another number of streams.
@@ -225,28 +266,25 @@ class StreamingSTFT(_FramedStream):
         normalized: bool = False,
     ) -> None:
         self.n_fft, self.hop_length, self.win_length = _frames_args(n_fft, hop_length, win_length)
-        check_choice("center", center, (True, False))
+        check_bool("center", center)
         check_choice("pad_mode", pad_mode, _STREAM_PAD_MODES)
         self.window = _window(window, self.win_length, self.n_fft)
-        self.scale = 1.0 / math.sqrt(self.n_fft) if normalized else 1.0
+        self.scale = 1.0 / math.sqrt(self.n_fft) if check_bool("normalized", normalized) else 1.0
         self._framer = _Framer(self.n_fft, self.hop_length, center, pad_mode)
         self._basis: torch.Tensor | None = None
 
     def _emit(self, buf: torch.Tensor, n: int) -> torch.Tensor:
         n_freq = self.n_fft // 2 + 1
+        dtype = compute_dtype(buf.dtype)  # 16-bit chunks in float32, as the offline stft
         if n == 0:
-            return torch.zeros(buf.shape[0], n_freq, 0, dtype=_complex(buf.dtype), device=buf.device)
-        if self._basis is None or self._basis.device != buf.device or self._basis.dtype != buf.dtype:
+            return torch.zeros(buf.shape[0], n_freq, 0, dtype=dtype.to_complex(), device=buf.device)
+        if self._basis is None or self._basis.device != buf.device or self._basis.dtype != dtype:
             self._basis = _ref.analysis_basis(
-                self.window, self.n_fft, self.scale, dtype=buf.dtype, device=buf.device
+                self.window, self.n_fft, self.scale, dtype=dtype, device=buf.device
             )
-        frames = buf[:, : (n - 1) * self.hop_length + self.n_fft].unfold(-1, self.n_fft, self.hop_length)
-        spec = frames @ self._basis
+        span = buf[:, : (n - 1) * self.hop_length + self.n_fft].to(dtype)
+        spec = span.unfold(-1, self.n_fft, self.hop_length) @ self._basis
         return torch.complex(spec[..., :n_freq], spec[..., n_freq:]).transpose(-1, -2)
-
-
-def _complex(dtype: torch.dtype) -> torch.dtype:
-    return torch.complex128 if dtype == torch.float64 else torch.complex64
 
 
 class StreamingMelSpectrogram(_FramedStream):
@@ -297,9 +335,10 @@ class StreamingMelSpectrogram(_FramedStream):
             center=False,
             backend=backend,
         )
-        # Validate every argument now, on a span of one frame.
-        if backend != "triton":
-            nf.mel_spectrogram(torch.zeros(n_fft), **self._kw)
+        _check_backend(backend)
+        # Validate every other argument now, on a span of one frame, on the torch backend: it runs
+        # anywhere, and the backend of each push depends on that chunk's device and dtype.
+        nf.mel_spectrogram(torch.zeros(n_fft), **{**self._kw, "backend": "torch"})
         self.n_mels = n_mels
         self._framer = _Framer(n_fft, hop_length, center, pad_mode)
 
@@ -316,7 +355,7 @@ def _istft_push_torch(new, history, history_out, basis, w2, *, frames_before, n_
     """Torch twin of :func:`nbxsig.kernels.streaming.istft_push` (same arguments and result)."""
     if n_out == 0:  # an empty push: with no history either there is no frame to fold
         history_out.copy_(history)
-        return new.new_zeros(new.shape[0], 0, dtype=torch.float32)
+        return new.new_zeros(new.shape[0], 0, dtype=history.dtype)
     H = history.shape[2]
     frames = torch.cat((history, new.to(history.dtype)), dim=2)  # (B, F, H + n, 2)
     n_tot = frames.shape[2]
@@ -335,8 +374,6 @@ def _istft_push_torch(new, history, history_out, basis, w2, *, frames_before, n_
     out = torch.where(
         env > 1e-11, y / torch.where(env > 1e-11, env, torch.ones_like(env)), torch.zeros_like(y)
     )
-    if out.shape[1] < n_out:  # hop > n_fft: gaps no frame covers
-        out = torch.nn.functional.pad(out, (0, n_out - out.shape[1]))
     history_out.copy_(frames[:, :, n_tot - H :])
     return out
 
@@ -347,10 +384,13 @@ class StreamingISTFT:
     Args:
         n_fft, hop_length, win_length, window, center, normalized: as :class:`StreamingSTFT`
             (``center=True`` needs ``hop <= n_fft − n_fft // 2``: no emitted sample is trimmed later).
+            ``hop_length`` is at most ``win_length``, as for torch.istft.
         backend: None (Triton for CUDA float32 spectra), "triton" or "torch".
 
     ``push(spec)``: ``spec`` complex ``(B, F, k)`` / ``(F, k)`` or real ``(B, F, k, 2)``; returns the
-    ``(B, k·hop)`` samples these frames complete (fewer at the start with ``center=True``).
+    ``(B, k·hop)`` samples these frames complete (fewer at the start with ``center=True``): float64
+    for a stream whose first push is complex128/float64 (torch backend), else float32; later pushes
+    are computed in that precision.
     ``flush()`` returns the tail (``n_fft − hop`` samples, less the centre trim) and resets.
     Where the window envelope is below 1e-11 (``center=False`` with a window that vanishes at its
     ends) the output is 0; torch.istft raises there instead.
@@ -372,9 +412,10 @@ class StreamingISTFT:
         backend: Backend | None = None,
     ) -> None:
         self.n_fft, self.hop_length, self.win_length = _frames_args(n_fft, hop_length, win_length)
-        self.center = check_choice("center", center, (True, False))
-        if backend not in (None, "triton", "torch"):
-            raise bad_value("backend", backend, "None, 'triton' or 'torch'")
+        self.center = check_bool("center", center)
+        _check_backend(backend)
+        if self.hop_length > self.win_length:  # as torch.istft (and nbxsig.stft.istft) refuse it
+            raise bad_value("hop_length", self.hop_length, f"in 1..win_length={self.win_length} for istft")
         self.pad = self.n_fft // 2 if center else 0
         if center and self.hop_length > self.n_fft - self.pad:
             raise bad_value(
@@ -385,7 +426,7 @@ class StreamingISTFT:
             )
         self.backend = backend
         self.window = _window(window, self.win_length, self.n_fft)
-        self.scale = 1.0 / math.sqrt(self.n_fft) if normalized else 1.0
+        self.scale = 1.0 / math.sqrt(self.n_fft) if check_bool("normalized", normalized) else 1.0
         self.n_history = -(-self.n_fft // self.hop_length) - 1
         self._consts: tuple | None = None
         self.reset()
@@ -411,18 +452,18 @@ class StreamingISTFT:
             )
         return launch
 
-    def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._consts is None or self._consts[0].device != device:
+    def _constants(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._consts is None or self._consts[0].device != device or self._consts[0].dtype != dtype:
             inv = _ref.irdft_basis(self.n_fft, dtype=torch.float64, device=device)
             w = self.window.to(device)
-            basis = (inv * (w / self.scale)).float().contiguous()
-            self._consts = (basis, (w * w).float().contiguous())
+            basis = (inv * (w / self.scale)).to(dtype).contiguous()
+            self._consts = (basis, (w * w).to(dtype).contiguous())
         return self._consts
 
     def _as_real(self, spec: torch.Tensor) -> torch.Tensor:
-        if not isinstance(spec, torch.Tensor):
-            check_tensor("spec", spec)
-        x = torch.view_as_real(spec) if spec.is_complex() else spec
+        check_tensor("spec", spec, dtypes=(*FLOATING_DTYPES, *COMPLEX_DTYPES), allow_empty=True)
+        # torch.istft takes a lazily conjugated spectrum; view_as_real does not.
+        x = torch.view_as_real(spec.resolve_conj()) if spec.is_complex() else spec
         if x.dim() == 3:
             x = x.unsqueeze(0)
         n_freq = self.n_fft // 2 + 1
@@ -432,15 +473,18 @@ class StreamingISTFT:
             )
         if self._history is not None and (x.shape[0] != self._history[0].shape[0]):
             raise bad_value("spec", spec, f"{self._history[0].shape[0]} streams (as in the first push)")
-        return x if x.dtype == torch.float32 else x.float()
+        # The stream's precision, fixed by its first push: float64 for complex128/float64 spectra (as
+        # torch.istft computes them), else float32 (what the Triton push takes).
+        return x.to(compute_dtype(x.dtype) if self._history is None else self._history[0].dtype)
 
     def _advance(self, x: torch.Tensor, n_out_global: int) -> torch.Tensor:
         device = x.device
+        # Before the state is created: a push the backend refuses leaves the stream unstarted.
+        chosen = _ISTFT_PUSH.backend(self.backend, device=device, dtype=x.dtype, numel=max(1, x.numel()))
         if self._history is None:
             shape = (x.shape[0], x.shape[1], self.n_history, 2)
-            self._history = [torch.zeros(shape, device=device), torch.zeros(shape, device=device)]
-        basis, w2 = self._constants(device)
-        chosen = _ISTFT_PUSH.backend(self.backend, device=device, dtype=x.dtype, numel=max(1, x.numel()))
+            self._history = [torch.zeros(shape, dtype=x.dtype, device=device) for _ in range(2)]
+        basis, w2 = self._constants(device, x.dtype)
         cur, nxt = self._history
         launch = self._prepared(x, cur, n_out_global) if chosen == "triton" else None
         if launch is not None:

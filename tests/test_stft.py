@@ -176,6 +176,93 @@ def test_non_contiguous_input(backend, generator, device):
     assert_close(y, x, dtype="float32", atol=1e-5)
 
 
+def _strided_window(n, generator, device):
+    return (random_tensor((2 * n,), generator=generator, low=0.2, high=1.2).to(device))[::2]
+
+
+def _broadcast_window(n, generator, device):
+    return (random_tensor((1,), generator=generator, low=0.2, high=1.2).to(device)).expand(n)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("make_window", [_strided_window, _broadcast_window], ids=["strided", "broadcast"])
+@pytest.mark.parametrize(("n_fft", "win_length"), [(20, None), (20, 14), (64, None)], ids=str)  # 64: fft path
+def test_non_contiguous_window(backend, make_window, n_fft, win_length, generator, device):
+    # The Triton kernels take no window strides: a strided or broadcast (stride 0) window was read as
+    # if dense. Every entry point that takes a window, against torch in float64.
+    x = random_tensor((2, 150), generator=generator).to(device)
+    w = make_window(win_length or n_fft, generator, device)
+    kw = dict(win_length=win_length, backend=backend)
+    ref_w = w.cpu().double()
+    ref = torch.stft(x.cpu().double(), n_fft, 5, win_length, ref_w, return_complex=True)
+    assert_close(S.stft(x, n_fft, 5, window=w, **kw), ref, dtype="float32")
+    assert_close(S.spectrogram(x, n_fft, 5, window=w, **kw), ref.abs() ** 2, dtype="float32")
+    spec = ref.to(device, torch.complex64)
+    y_ref = torch.istft(ref, n_fft, 5, win_length, ref_w, length=150)
+    for _ in range(2):  # the second call finds no plan either (the window is copied)
+        assert_close(S.istft(spec, n_fft, 5, window=w, length=150, **kw), y_ref, dtype="float32")
+
+
+def test_non_contiguous_window_is_not_planned(plans, monkeypatch, generator):
+    # A plan would keep the contiguous copy of the window; an in-place change of the window's storage
+    # (or a .data assignment) must be seen by the next call.
+    monkeypatch.setattr(S, "_STFT_PLANS", {})
+    x = random_tensor((1, 160), generator=generator)
+    base = random_tensor((24,), generator=generator, low=0.2, high=1.2)
+    w = base[::2]
+    spec = torch.stft(x, 12, 3, window=torch.hann_window(12), return_complex=True)
+    for _ in range(2):
+        y = S.istft(spec, 12, 3, window=w, length=160, backend="triton")
+        assert_close(y, _istft_ref(spec, 12, 3, w, 160), dtype="float32")
+        X = S.stft(x, 12, 3, window=w, backend="triton")
+        ref = torch.stft(x.double(), 12, 3, window=w.double(), return_complex=True)
+        assert_close(X, ref, dtype="float32")
+        w.data = random_tensor((24,), generator=generator, low=0.2, high=1.2)[::2]
+    assert not plans and not S._STFT_PLANS
+
+
+def test_lazily_conjugated_input_and_window(generator):
+    # torch takes tensors with the lazy conjugate bit; view_as_real (and the kernels) do not.
+    x = random_tensor((2, 100), generator=generator, dtype=torch.complex128)
+    wr = random_tensor((20,), generator=generator, dtype=torch.float64, low=0.2, high=1.2)
+    wc = random_tensor((20,), generator=generator, dtype=torch.complex128) + 2
+    for xx, w in ((x.conj(), wr), (x, wc.conj()), (x.conj(), wc.conj())):
+        ref = torch.stft(xx, 20, 5, window=w, return_complex=True)
+        assert_close(S.stft(xx, 20, 5, window=w), ref, dtype="float64")
+        y = S.istft(ref.conj(), 20, 5, window=w, onesided=False, return_complex=True, length=100)
+        assert_close(
+            y, torch.istft(ref.conj(), 20, 5, window=w, return_complex=True, length=100), dtype="float64"
+        )
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_istft_lazily_conjugated_spectrum(backend, generator, device):
+    w = torch.hann_window(20) + 0.1
+    spec = random_tensor((2, 11, 25), generator=generator, dtype=torch.complex64)
+    ref = torch.istft(spec.to(torch.complex128).conj(), 20, 5, window=w.double(), length=120)
+    y = S.istft(spec.to(device).conj(), 20, 5, window=w.to(device), length=120, backend=backend)
+    assert_close(y, ref, dtype="float32")
+    # The gradient flows back through the resolved copy to the conjugated leaf.
+    leaf = spec.to(device, copy=True).requires_grad_()
+    S.istft(leaf.conj(), 20, 5, window=w.to(device), length=120, backend=backend).square().sum().backward()
+    ref_leaf = spec.to(torch.complex128).requires_grad_()
+    torch.istft(ref_leaf.conj(), 20, 5, window=w.double(), length=120).square().sum().backward()
+    assert_close(leaf.grad, ref_leaf.grad, dtype="float32", rel_error=2e-6)
+
+
+def test_istft_complex_window_divides_by_sum_of_squared_window(generator):
+    # torch.istft's envelope is Σ w² (window.pow(2)), complex for a complex window -- not Σ |w|².
+    x = random_tensor((2, 160), generator=generator, dtype=torch.complex128)
+    wc = random_tensor((20,), generator=generator, dtype=torch.complex128) + 2
+    for win_length, center in ((20, True), (20, False), (16, True)):
+        w = wc[:win_length]
+        spec = torch.stft(x, 20, 5, win_length, w, center=center, return_complex=True)
+        kw = dict(win_length=win_length, center=center, return_complex=True, length=160)
+        y = S.istft(spec, 20, 5, window=w, **kw)
+        assert_close(y, torch.istft(spec, 20, 5, window=w, **kw), dtype="float64")
+        assert_close(y, x, dtype="float64")  # perfect reconstruction
+
+
 # ---------------------------------------------------------------------------------------------
 # Inverse
 # ---------------------------------------------------------------------------------------------
@@ -476,6 +563,11 @@ SPEC = torch.ones(11, 21, dtype=torch.complex64)
         (lambda: S.istft(SPEC, 20, length=0), ParameterValueError, "length must be >= 1, got 0"),
         (lambda: S.istft(SPEC.real, 20), ParameterValueError, r"input must be complex \(..., F, T\) or real"),
         (lambda: S.istft(torch.ones(11, 21, 2, dtype=torch.int32), 20), ParameterTypeError, "input must be"),
+        (
+            lambda: S.istft(SPEC.to(torch.complex32), 20),
+            ParameterTypeError,
+            "input must be a tensor of dtype .*complex64, complex128, got .*complex32",
+        ),
         (lambda: S.istft(SPEC, 20, return_complex=True), ParameterValueError, "onesided must be False"),
         (
             lambda: S.istft(SPEC, 20, window=torch.ones(10)),
@@ -817,9 +909,12 @@ def test_istft_plan_keeps_every_check(plans, generator, monkeypatch):
         S.istft(spec, 12, 3, window=w, length=True, backend="triton")
     with pytest.raises(ParameterTypeError, match="length must be an integer"):
         S.istft(spec, 12, 3, window=w, length=[160], backend="triton")  # unhashable
-    # A lazily conjugated view of the planned spectrum (same shape, strides, dtype): refused as before.
-    with pytest.raises(RuntimeError, match="conjugate"):
-        S.istft(spec.conj(), 12, 3, window=w, length=160, center=True, backend="triton")
+    # A lazily conjugated view of the planned spectrum (same shape, strides, dtype): not the plan's
+    # launch (it would read the storage unconjugated) but torch's result, and no plan of its own.
+    n_plans = len(plans)
+    y = S.istft(spec.conj(), 12, 3, window=w, length=160, center=True, backend="triton")
+    assert_close(y, _istft_ref(spec.conj().resolve_conj(), 12, 3, w, 160), dtype="float32")
+    assert len(plans) == n_plans
     # The environment the dispatch reads.
     monkeypatch.setenv("NBXSIG_BACKEND", "cuda")
     with pytest.raises(ParameterValueError, match="NBXSIG_BACKEND must be"):
@@ -974,15 +1069,19 @@ def test_istft_cached_launch_path_with_stubbed_kernel(plans, generator, monkeypa
         for s in (spec, spec, spec[..., 1:], spec[..., 1:], spec):
             S.istft(s, 12, 3, window=w, length=100, backend="triton")
         assert len(jit_args) == 2 and len(runs) == 3  # two plans (shapes), each compiled once
-        with pytest.raises(RuntimeError, match="conjugate"):  # not launched from its address
-            S.istft(spec.conj(), 12, 3, window=w, length=100, backend="triton")
+        # A lazily conjugated view: launched from a resolved copy, not from the planned address.
+        S.istft(spec.conj(), 12, 3, window=w, length=100, backend="triton")
+        assert len(jit_args) == 3 and len(runs) == 3
+        conj_src = jit_args[-1][0]
+        assert conj_src.data_ptr() != spec.data_ptr()
+        assert torch.equal(conj_src, torch.view_as_real(spec.conj().resolve_conj()))
         hook = lambda metadata: None  # noqa: E731
         knobs.runtime.launch_enter_hook.add(hook)
         try:
             S.istft(spec, 12, 3, window=w, length=100, backend="triton")
         finally:
             knobs.runtime.launch_enter_hook.remove(hook)
-        assert len(jit_args) == 3 and len(runs) == 3  # a profiler's hook: through Triton
+        assert len(jit_args) == 4 and len(runs) == 3  # a profiler's hook: through Triton
     # run(grid x, grid y, 1, stream, function, metadata, launch metadata, hooks, *arguments, *constexprs)
     assert runs[0][1:4] == (1, 1, 0)
     pointers, jit = runs[0][9 : 9 + len(jit_args[0])], jit_args[0]

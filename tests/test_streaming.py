@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import nbxsig.features as nf
-from nbxsig.errors import ParameterValueError
+from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
 from nbxsig.streaming import StreamingISTFT, StreamingMelSpectrogram, StreamingSTFT
 from nbxsig.testing import assert_close, random_tensor
 
@@ -64,6 +64,81 @@ def test_streaming_stft_single_stream_and_normalized(generator):
     stream = StreamingSTFT(40, 10, win_length=30, window=torch.hamming_window(30), normalized=True)
     got = run(stream, x, cuts(500, generator))
     expected = torch.stft(x, 40, 10, 30, torch.hamming_window(30), normalized=True, return_complex=True)
+    assert_close(got, expected, **STREAM_TOL)
+
+
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize(
+    "sizes", [[1] * 40, [6, 1, 1, 32], [7, 2, 3, 5, 23]], ids=["ones", "6-1-1-32", "mixed"]
+)
+def test_streaming_stft_hop_above_n_fft_keeps_the_skip_across_short_chunks(sizes, center, generator):
+    # hop > n_fft skips the samples between frames; a chunk shorter than the rest of a skip must leave
+    # the rest pending (it was dropped: a frame started too early, and one too many came out).
+    x = random_tensor((2, 40), generator=generator, dtype=torch.float64)
+    w = torch.hann_window(5, dtype=torch.float64) + 0.1
+    expected = torch.stft(x, 5, 8, window=w, center=center, return_complex=True)
+    spans = list(itertools.pairwise([0, *itertools.accumulate(sizes)]))
+    got = run(StreamingSTFT(5, 8, window=w, center=center), x, spans, restore_at=2)
+    assert_close(got, expected, dtype="float64")
+
+
+@pytest.mark.parametrize(("n_fft", "win_length"), [(16, 8), (20, 12), (4, 4)], ids=str)
+def test_streaming_default_hop_is_n_fft_over_4(n_fft, win_length, generator):
+    # torch.stft / torch.istft default hop_length to n_fft // 4 (not win_length // 4).
+    x = random_tensor((2, 120), generator=generator, dtype=torch.float64)
+    w = torch.hann_window(win_length, dtype=torch.float64) + 0.1
+    expected = torch.stft(x, n_fft, win_length=win_length, window=w, return_complex=True)
+    got = run(StreamingSTFT(n_fft, win_length=win_length, window=w), x, cuts(120, generator))
+    assert_close(got, expected, dtype="float64")
+    stream = StreamingISTFT(n_fft, win_length=win_length, window=w, backend="torch")
+    y = run(stream, expected, cuts(expected.shape[-1], generator))
+    assert_close(y, torch.istft(expected, n_fft, win_length=win_length, window=w), dtype="float64")
+    for cls in (StreamingSTFT, StreamingISTFT):  # as nbxsig.stft: torch fails inside for n_fft < 4
+        with pytest.raises(ParameterValueError, match="the default n_fft // 4 is 0 for n_fft=3"):
+            cls(3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_streaming_stft_half_precision_computes_in_float32(dtype, generator):
+    # As the offline stft: 16-bit samples, float32 arithmetic, complex64 out (push and flush alike).
+    x = random_tensor((2, 300), generator=generator).to(dtype)
+    w = torch.hann_window(20)
+    stream = StreamingSTFT(20, 5, window=w)
+    outs = [stream.push(x[:, a:b]) for a, b in cuts(300, generator)] + [stream.flush()]
+    assert all(out.dtype == torch.complex64 for out in outs)
+    expected = torch.stft(x.double(), 20, 5, window=w.double(), return_complex=True)
+    assert_close(torch.cat(outs, dim=-1), expected, dtype="float32")
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_streaming_istft_complex128_in_float64(center, generator):
+    x = random_tensor((2, 300), generator=generator, dtype=torch.float64)
+    w = torch.hamming_window(20, dtype=torch.float64)
+    spec = torch.stft(x, 20, 5, window=w, center=center, return_complex=True)
+    got = run(
+        StreamingISTFT(20, 5, window=w, center=center), spec, cuts(spec.shape[-1], generator), restore_at=2
+    )
+    assert got.dtype == torch.float64
+    assert_close(got, torch.istft(spec, 20, 5, window=w, center=center), dtype="float64")
+    # The Triton push takes float32 only: refused, and the stream is left unstarted.
+    stream = StreamingISTFT(20, 5, window=w, center=center, backend="triton")
+    with pytest.raises(BackendUnavailableError, match="not float64"):
+        stream.push(spec[..., :4])
+    assert stream.state_dict()["history"] is None
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_streaming_istft_lazily_conjugated_spectrum(backend, device, generator):
+    if backend == "torch":
+        device = torch.device("cpu")
+    w = torch.hann_window(20)
+    spec = random_tensor((2, 11, 30), generator=generator, dtype=torch.complex64)
+    stream = StreamingISTFT(20, 5, window=w, backend=backend)
+    spec_d = spec.to(device)
+    got = torch.cat(
+        [stream.push(spec_d[..., :13].conj()), stream.push(spec_d[..., 13:].conj()), stream.flush()], -1
+    )
+    expected = torch.istft(spec.to(torch.complex128).conj(), 20, 5, window=w.double())
     assert_close(got, expected, **STREAM_TOL)
 
 
@@ -145,6 +220,48 @@ def test_streaming_errors(generator):
         StreamingISTFT(64, 16).push(torch.zeros(2, 30, 4, dtype=torch.complex64))
     with pytest.raises(ParameterValueError, match="pad_mode must be one of"):
         StreamingSTFT(64, 16, pad_mode="circular")
+    # As nbxsig.stft / torch.istft: hop_length <= win_length (hop > n_fft crashed inside).
+    for kw in (dict(n_fft=4, hop_length=8), dict(n_fft=8, hop_length=6, win_length=4)):
+        with pytest.raises(ParameterValueError, match=r"hop_length must be in 1\.\.win_length=4 for istft"):
+            StreamingISTFT(**kw, center=False)
+    # Flags are bools, as for stft/istft (1 is refused).
+    for cls, flag in itertools.product((StreamingSTFT, StreamingISTFT), ("center", "normalized")):
+        with pytest.raises(ParameterTypeError, match=f"{flag} must be a bool, got 1"):
+            cls(64, 16, **{flag: 1})
+    with pytest.raises(ParameterTypeError, match=r"spec must be a tensor of dtype float16, .*, got .*int32"):
+        StreamingISTFT(64, 16).push(torch.ones(2, 33, 4, 2, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("backend", [None, "torch", "triton"])
+@pytest.mark.parametrize(
+    ("kw", "error", "message"),
+    [
+        (dict(n_mels=0), ParameterValueError, "n_mels must be >= 1, got 0"),
+        (dict(n_mels="x"), ParameterTypeError, "n_mels must be an integer"),
+        (dict(power=-1.0), ParameterValueError, "power must be a finite number > 0.0"),
+        (dict(f_min=-1.0), ParameterValueError, "f_min must be a finite number >= 0.0"),
+        (dict(window=torch.ones(100)), ParameterValueError, "window must be a 1-D tensor of win_length=128"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_streaming_mel_validates_at_construction(kw, error, message, backend):
+    with pytest.raises(error, match=message):
+        StreamingMelSpectrogram(n_fft=128, backend=backend, **kw)
+
+
+def test_streaming_mel_bad_backend_and_failed_push(device, generator):
+    with pytest.raises(ParameterValueError, match="backend must be None, 'triton' or 'torch'"):
+        StreamingMelSpectrogram(n_fft=128, backend="cuda")
+    # A push the backend refuses (Triton takes no float64) leaves the stream as it was.
+    kw = dict(sample_rate=8000, n_fft=64, hop_length=16, n_mels=12)
+    x = random_tensor((2, 500), generator=generator)
+    stream = StreamingMelSpectrogram(**kw, backend="triton")
+    outs = [stream.push(x[:, :150].to(device))]
+    with pytest.raises(BackendUnavailableError, match="not float64"):
+        stream.push(x[:, 150:300].to(device, torch.float64))
+    outs += [stream.push(x[:, 150:].to(device)), stream.flush()]
+    expected = nf.mel_spectrogram(x.double(), **kw, backend="torch")
+    assert_close(torch.cat(outs, dim=-1), expected, dtype="float32", rel_error=1e-6)
 
 
 @pytest.mark.gpu

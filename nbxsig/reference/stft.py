@@ -134,11 +134,13 @@ def power_spectrum(spec: torch.Tensor, power: float) -> torch.Tensor:
 def envelope(
     window: torch.Tensor | None, *, n_fft: int, hop: int, n_frames: int, dtype, device
 ) -> torch.Tensor:
-    """Σ_t w²[p - t·hop] over the full overlap-add length ``n_fft + hop·(T-1)``."""
+    """Σ_t w²[p - t·hop] over the full overlap-add length ``n_fft + hop·(T-1)``; complex for a
+    complex window (``dtype`` then names its real part)."""
     if window is None:
         w2 = torch.ones(n_fft, dtype=dtype, device=device)
     elif window.is_complex():
-        w2 = window.abs().to(dtype) ** 2
+        # torch.istft divides by Σ w² (window.pow(2)), not by Σ |w|²: the envelope stays complex.
+        w2 = window.to(dtype.to_complex()) ** 2
     else:
         w2 = window.to(dtype) ** 2
     return _overlap_add(w2.reshape(1, 1, n_fft).expand(1, n_frames, n_fft), hop, n_fft)[0]
@@ -218,17 +220,15 @@ def istft(
     if strict_nola and bool((env.abs() < NOLA_EPS).any()):
         low = env.abs().min().item()
         raise_nola(low)
-    scale = torch.where(env > NOLA_EPS, 1.0 / torch.where(env > NOLA_EPS, env, 1.0), 1.0)
-    parts = [fr] if fi is None else [fr, fi]
-    outs = []
-    for part in parts:
-        y = _overlap_add(part, hop, n_fft)[:, start:stop] * scale
-        if n_out > stop - start:
-            y = F.pad(y, (0, n_out - (stop - start)))
-        outs.append(y)
-    if fi is None:
-        return outs[0]
-    return torch.complex(outs[0], outs[1])
+    divide = env.abs() > NOLA_EPS
+    scale = torch.where(divide, 1.0 / torch.where(divide, env, 1.0), 1.0)
+    y = _overlap_add(fr, hop, n_fft)
+    if fi is not None:
+        y = torch.complex(y, _overlap_add(fi, hop, n_fft))  # before the scale, which may be complex
+    y = y[:, start:stop] * scale
+    if n_out > stop - start:
+        y = F.pad(y, (0, n_out - (stop - start)))
+    return y
 
 
 def raise_nola(low: float) -> None:
