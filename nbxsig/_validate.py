@@ -61,6 +61,13 @@ def check_float(
     return value
 
 
+def check_bool(name: str, value: object) -> bool:
+    """A bool: 0/1 are refused, as torch.stft's flags refuse them."""
+    if not isinstance(value, bool):
+        raise bad_type(name, value, "a bool")
+    return value
+
+
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
     """One of a fixed set of values."""
     choices = tuple(choices)

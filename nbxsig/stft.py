@@ -33,9 +33,17 @@ import torch
 from torch import nn
 
 from ._dispatch import ENV_VAR, Backend, Op, choose_backend, interpreter_enabled, triton_installed
-from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
+from ._validate import (
+    COMPLEX_DTYPES,
+    FLOATING_DTYPES,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_tensor,
+)
 from .errors import BackendUnavailableError, bad_value
-from .streaming import StreamingISTFT, StreamingSTFT, check_bool, default_hop_length
+from .streaming import StreamingISTFT, StreamingSTFT, default_hop_length
 
 __all__ = ["ISTFT", "STFT", "StreamingISTFT", "StreamingSTFT", "istft", "spectrogram", "stft"]
 

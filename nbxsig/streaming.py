@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from ._dispatch import Backend, Op
-from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_choice, check_int, check_tensor
-from .errors import ParameterValueError, bad_type, bad_value
+from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_bool, check_choice, check_int, check_tensor
+from .errors import ParameterValueError, bad_value
 from .reference import mel as _ref
 from .reference.stft import compute_dtype
 
@@ -47,13 +47,6 @@ _ISTFT_PUSH = Op(
     triton_dtypes=(torch.float32,),
 )
 _STREAM_PAD_MODES = ("reflect", "constant", "replicate")
-
-
-def check_bool(name: str, value: object) -> bool:
-    """A bool: 0/1 are refused, as torch.stft's flags refuse them."""
-    if not isinstance(value, bool):
-        raise bad_type(name, value, "a bool")
-    return value
 
 
 def default_hop_length(n_fft: int) -> int:
