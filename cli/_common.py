@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import threading
@@ -122,14 +123,26 @@ def execute(
     *,
     extensions: Sequence[str],
     suffix: Callable[[Path], str],
+    output_extensions: Sequence[str],
+    protect: Sequence[str] = (),
     started: threading.Thread | None = None,
 ) -> None:
     """Discover, shard, plan, run, print the summary and exit 1 if any input failed.
 
-    ``started``: a device start-up running meanwhile (:func:`nbxsig.batch.start_device`), joined before
-    the command returns."""
+    ``output_extensions``: what an output file named with ``-o`` may end with (the formats the
+    command writes). ``protect``: other files the user gave (``--taps``...), which no output or
+    manifest may replace. ``started``: a device start-up running meanwhile
+    (:func:`nbxsig.batch.start_device`), joined before the command returns."""
     try:
-        _execute(inputs, opts, job, extensions=extensions, suffix=suffix)
+        _execute(
+            inputs,
+            opts,
+            job,
+            extensions=extensions,
+            suffix=suffix,
+            output_extensions=output_extensions,
+            protect=protect,
+        )
     finally:
         while started is not None and started.is_alive():
             started.join(0.1)  # short joins: Ctrl-C stays responsive
@@ -142,21 +155,37 @@ def _execute(
     *,
     extensions: Sequence[str],
     suffix: Callable[[Path], str],
+    output_extensions: Sequence[str],
+    protect: Sequence[str],
 ) -> None:
     try:
-        found = batch.discover(inputs, extensions=extensions, glob=opts.glob)
-        part = batch.shard(found, batch.parse_shard(opts.shard))
+        # An output folder inside a searched input folder must not feed the next run its outputs.
+        found = batch.discover(inputs, extensions=extensions, glob=opts.glob, exclude=opts.output)
+        taken, aside = batch.set_aside_outputs(found)
+        part = batch.shard(taken, batch.parse_shard(opts.shard))
     except batch.BatchUsageError as exc:
         raise click.UsageError(str(exc)) from None
     single = len(inputs) == 1 and not inputs[0].startswith("@") and not os.path.isdir(inputs[0])
-    if opts.output is not None:
-        # An output folder inside a searched input folder must not feed the next run its outputs.
-        out_real = os.path.realpath(opts.output)
-        part = [
-            f for f in part if not (f.from_folder and os.path.realpath(f.path).startswith(out_real + os.sep))
-        ]
-    tasks, out_dir = batch.plan(part, output=opts.output, suffix=suffix, single_input=single)
+    # Another shard's input is still the user's file: no output of this shard may replace it.
+    in_part = set(part)
+    other_shards = [f.path for f in taken if f not in in_part]
+    tasks, out_dir = batch.plan(
+        part,
+        output=opts.output,
+        suffix=suffix,
+        single_input=single,
+        protect=[*other_shards, *protect],
+        aside=aside,
+    )
+    if opts.output is not None and out_dir is None:
+        _check_output_file(opts.output, output_extensions)
     manifest = Path(opts.manifest) if opts.manifest else (out_dir / "manifest.jsonl" if out_dir else None)
+    if manifest is not None:
+        try:
+            batch.check_manifest(manifest, inputs=inputs, found=found, tasks=tasks, protect=protect)
+        except batch.BatchUsageError as exc:
+            hint = "--manifest" if opts.manifest else "-o/--output"
+            raise click.BadParameter(str(exc), param_hint=hint) from None
     jobs = batch.default_jobs() if opts.jobs is None else opts.jobs
     summary = batch.run(
         tasks,
@@ -176,6 +205,35 @@ def _execute(
         sys.exit(128 + int(summary.signal or 2))
     if summary.failed:
         sys.exit(1)
+
+
+def _check_output_file(output: str, allowed: Sequence[str]) -> None:
+    """An output file's extension chooses its format: refuse one the command cannot write rather
+    than write, say, .npy bytes under a .wav name."""
+    ext = Path(output).suffix.lower()
+    if ext not in allowed:
+        raise click.BadParameter(
+            f"{output}: the output file must end with {', '.join(allowed)}, not {ext or '(no extension)'} "
+            "(to name a folder, end the path with /)",
+            param_hint="-o/--output",
+        )
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses nan and ±inf too: click's ranges let nan through (every comparison
+    with it is false), and a nan threshold or cut-off silently gives nothing or garbage."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+    def _describe_range(self) -> str:
+        # Without bounds click would show "x<=None" in the help.
+        return super()._describe_range() if self.min is not None or self.max is not None else ""
 
 
 class Notice:

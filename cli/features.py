@@ -10,11 +10,12 @@ from typing import Any
 
 import click
 import numpy as np
+from click.core import ParameterSource
 
 from nbxsig import batch
 from nbxsig import io as nio
 
-from ._common import BatchOptions, Notice, batch_options, execute, resolve_device
+from ._common import BatchOptions, FiniteFloat, Notice, batch_options, execute, resolve_device
 
 #: Rate assumed for .npy waveforms when --sample-rate is not given.
 DEFAULT_ARRAY_RATE = 16000
@@ -159,8 +160,8 @@ def mel_save(item: nio.Audio, mel: np.ndarray, output: Path) -> None:
 @click.option("--n-fft", type=click.IntRange(min=2), default=400, show_default=True)
 @click.option("--hop-length", type=click.IntRange(min=1), default=160, show_default=True)
 @click.option("--n-mels", type=click.IntRange(min=1), default=80, show_default=True)
-@click.option("--f-min", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Hz.")
-@click.option("--f-max", type=click.FloatRange(min=0), help="Hz. Default: sample_rate / 2.")
+@click.option("--f-min", type=FiniteFloat(min=0), default=0.0, show_default=True, help="Hz.")
+@click.option("--f-max", type=FiniteFloat(min=0, min_open=True), help="Hz. Default: sample_rate / 2.")
 @click.option("--log", is_flag=True, help="log10 of the mel power (floored at 1e-10).")
 @click.option(
     "--whisper", is_flag=True, help="The Whisper front end (16 kHz, n_fft 400, hop 160, 80 or 128 mels)."
@@ -182,6 +183,21 @@ def mel(
     (channels, n_mels, frames): power, or log10 with --log, or Whisper's log-mel with --whisper."""
     if whisper and n_mels not in (80, 128):
         raise click.BadParameter(f"--whisper takes 80 or 128 mels, got {n_mels}", param_hint="--n-mels")
+    if whisper:
+        # Whisper's front end fixes these: taking them silently would compute something else.
+        ctx = click.get_current_context()
+        fixed = ("sample_rate", "n_fft", "hop_length", "f_min", "f_max", "log")
+        given = [f"--{name.replace('_', '-')}" for name in fixed if _given(ctx, name)]
+        if given:
+            raise click.UsageError(
+                f"--whisper fixes the rate (16 kHz), n_fft, hop, band and log scale; drop {', '.join(given)}"
+            )
+    if f_max is not None and f_min >= f_max:
+        raise click.BadParameter(f"must be below --f-max ({f_max} Hz), got {f_min} Hz", param_hint="--f-min")
+    if sample_rate is not None and f_min >= (f_max or sample_rate / 2):
+        raise click.BadParameter(
+            f"must be below sample_rate / 2 ({sample_rate / 2} Hz), got {f_min} Hz", param_hint="--f-min"
+        )
     p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
     device = resolve_device(opts)
     # The CUDA context and the kernels' modules while the inputs are found and planned.
@@ -204,5 +220,12 @@ def mel(
         job,
         extensions=(*nio.AUDIO_EXTENSIONS, ".npy"),
         suffix=lambda path: ".npy",
+        output_extensions=(".npy",),
         started=started,
     )
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether the command line (or an environment variable) set option ``name``, not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)

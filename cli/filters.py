@@ -14,7 +14,7 @@ import numpy as np
 from nbxsig import batch
 from nbxsig import io as nio
 
-from ._common import BatchOptions, batch_options, execute, keep_subtype, resolve_device
+from ._common import BatchOptions, FiniteFloat, batch_options, execute, keep_subtype, resolve_device
 
 
 @dataclass
@@ -26,14 +26,19 @@ class Image:
     samples: None = None
 
 
-def load_signal_or_image(path: Path, *, array_rate: int | None) -> nio.Audio | Image:
-    """Audio, a .npy waveform (at ``array_rate``, which must be given) or an image."""
-    if nio.kind_of(path) == "image":
-        return Image(nio.read_image(path))
+def load_signal(path: Path, *, array_rate: int | None) -> nio.Audio:
+    """Audio or a .npy waveform (at ``array_rate``, which must be given)."""
     if nio.kind_of(path) == "array" and array_rate is None:
         nio._check_readable(path)
         raise nio.InputFileError(f"{path}: a .npy waveform carries no sample rate; give --sample-rate")
     return nio.read_signal(path, default_rate=array_rate or 1)
+
+
+def load_signal_or_image(path: Path, *, array_rate: int | None) -> nio.Audio | Image:
+    """Audio, a .npy waveform (at ``array_rate``, which must be given) or an image."""
+    if nio.kind_of(path) == "image":
+        return Image(nio.read_image(path))
+    return load_signal(path, array_rate=array_rate)
 
 
 def save_like_input(item: nio.Audio | Image, data: np.ndarray, output: Path) -> None:
@@ -133,20 +138,25 @@ def _filter_key(item: Any) -> Any:
 def _load_taps(path: str) -> Any:
     import torch
 
-    arr = nio.read_array(path)
-    if not isinstance(arr, np.ndarray) or arr.ndim != 1 or not np.issubdtype(arr.dtype, np.floating):
-        raise click.BadParameter(f"{path} must hold a 1-D float array of taps", param_hint="--taps")
-    nio.check_finite(path, arr)
+    try:
+        arr = nio.read_array(path)
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or not np.issubdtype(arr.dtype, np.floating):
+            raise nio.InputFileError(f"{path} must hold a 1-D float array of taps")
+        if arr.size == 0:
+            raise nio.InputFileError(f"{path} holds no taps")
+        nio.check_finite(path, arr)
+    except nio.InputFileError as exc:
+        raise click.BadParameter(str(exc), param_hint="--taps") from None
     return torch.from_numpy(arr.astype(np.float64))
 
 
 @click.command(name="filter")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
-@click.option("--lowpass", type=click.FloatRange(min=0, min_open=True), metavar="HZ", help="Audio: lowpass.")
+@click.option("--lowpass", type=FiniteFloat(min=0, min_open=True), metavar="HZ", help="Audio: lowpass.")
+@click.option("--highpass", type=FiniteFloat(min=0, min_open=True), metavar="HZ", help="Audio: highpass.")
 @click.option(
-    "--highpass", type=click.FloatRange(min=0, min_open=True), metavar="HZ", help="Audio: highpass."
+    "--bandpass", type=(FiniteFloat(), FiniteFloat()), metavar="LO HI", help="Audio: bandpass (Hz)."
 )
-@click.option("--bandpass", type=(float, float), metavar="LO HI", help="Audio: bandpass (Hz).")
 @click.option("--taps", "taps_file", metavar="FILE.npy", help="Audio: FIR taps (1-D .npy), centred.")
 @click.option(
     "--numtaps",
@@ -155,12 +165,10 @@ def _load_taps(path: str) -> Any:
     show_default=True,
     help="Length of the designed FIR (odd for highpass).",
 )
-@click.option("--gaussian", type=click.FloatRange(min=0, min_open=True), metavar="SIGMA", help="Image blur.")
+@click.option("--gaussian", type=FiniteFloat(min=0, min_open=True), metavar="SIGMA", help="Image blur.")
 @click.option("--box", type=click.IntRange(min=1), metavar="K", help="Image: K×K box blur.")
 @click.option("--sobel", is_flag=True, help="Image: Sobel gradient magnitude.")
-@click.option(
-    "--unsharp", type=click.FloatRange(min=0, min_open=True), metavar="SIGMA", help="Image sharpening."
-)
+@click.option("--unsharp", type=FiniteFloat(min=0, min_open=True), metavar="SIGMA", help="Image sharpening.")
 @click.option(
     "--sample-rate", type=click.IntRange(min=1), help="Rate (Hz) of .npy waveforms (required for them)."
 )
@@ -212,7 +220,15 @@ def filter_(
         length=lambda it: it.data.shape[-1],
     )
     extensions = (*nio.AUDIO_EXTENSIONS, ".npy") if spec.audio else nio.IMAGE_EXTENSIONS
-    execute(inputs, opts, job, extensions=extensions, suffix=lambda path: path.suffix)
+    execute(
+        inputs,
+        opts,
+        job,
+        extensions=extensions,
+        suffix=lambda path: path.suffix,
+        output_extensions=extensions,
+        protect=[taps_file] if taps_file else [],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,17 +265,25 @@ def resample_save(item: nio.Audio, data: np.ndarray, output: Path, *, rate: int)
 @batch_options
 def resample(inputs: tuple[str, ...], rate: int, sample_rate: int | None, opts: BatchOptions) -> None:
     """Resample audio (or .npy waveforms) to --rate with a band-limited sinc (torchaudio's
-    resample). Outputs keep the input's format and subtype; -o is required."""
+    resample). Outputs keep the input's format and subtype; -o is required. Not images."""
     if opts.output is None:
         raise click.UsageError(
             "resample writes files of the input's type: name an output file or folder with -o"
         )
     device = resolve_device(opts)
     job = batch.Job(
-        load=functools.partial(load_signal_or_image, array_rate=sample_rate),
+        load=functools.partial(load_signal, array_rate=sample_rate),
         process=functools.partial(resample_process, rate=rate, device=device),
         save=functools.partial(resample_save, rate=rate),
         group_key=lambda it: it.sample_rate,
         length=lambda it: it.data.shape[-1],
     )
-    execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: path.suffix)
+    extensions = (*nio.AUDIO_EXTENSIONS, ".npy")
+    execute(
+        inputs,
+        opts,
+        job,
+        extensions=extensions,
+        suffix=lambda path: path.suffix,
+        output_extensions=extensions,
+    )

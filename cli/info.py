@@ -47,9 +47,12 @@ def describe(path: Path) -> dict[str, Any]:
 
 
 def _text(row: dict[str, Any]) -> str:
+    # A name that is not valid in the locale's encoding (undecodable bytes) is shown with
+    # replacement characters: printed as is, it would stop the listing with a UnicodeEncodeError.
+    path = click.format_filename(row["path"])
     if row["kind"] == "audio":
         return (
-            f"{row['path']}: audio {row['format']} {row['subtype']}, {row['sample_rate']} Hz, "
+            f"{path}: audio {row['format']} {row['subtype']}, {row['sample_rate']} Hz, "
             f"{row['channels']} ch, {row['frames']} frames, {row['duration']:.3f} s"
         )
     if row["kind"] == "array":
@@ -60,8 +63,8 @@ def _text(row: dict[str, Any]) -> str:
         ]
         keys = ("sample_rate", "n_fft", "hop_length", "win_length", "length")
         params = ", ".join(f"{k} {row[k]}" for k in keys if k in row)
-        return f"{row['path']}: array {'; '.join(parts)}" + (f" ({params})" if params else "")
-    return f"{row['path']}: image {row['format']} {row['mode']}, {row['width']}×{row['height']}"
+        return f"{path}: array {'; '.join(parts)}" + (f" ({params})" if params else "")
+    return f"{path}: image {row['format']} {row['mode']}, {row['width']}×{row['height']}"
 
 
 @click.command()

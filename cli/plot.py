@@ -222,4 +222,12 @@ def plot(
         save=plot_save,
     )
     extensions = (*nio.AUDIO_EXTENSIONS, *nio.ARRAY_EXTENSIONS)
-    execute(inputs, opts, job, extensions=extensions, suffix=lambda path: ".png")
+    execute(
+        inputs,
+        opts,
+        job,
+        extensions=extensions,
+        suffix=lambda path: ".png",
+        output_extensions=(".png",),
+        protect=[segments] if segments else [],
+    )

@@ -152,7 +152,14 @@ def stft(
         save=functools.partial(stft_save, p=p),
         length=lambda a: a.samples,
     )
-    execute(inputs, opts, job, extensions=(*nio.AUDIO_EXTENSIONS, ".npy"), suffix=lambda path: ".npz")
+    execute(
+        inputs,
+        opts,
+        job,
+        extensions=(*nio.AUDIO_EXTENSIONS, ".npy"),
+        suffix=lambda path: ".npz",
+        output_extensions=(".npz",),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,33 +228,71 @@ class IstftFlags:
 
 def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, Any]:
     """Each parameter from the flag, else from the file, else the default (stated on stderr where
-    it is a guess)."""
+    it is a guess).
+
+    Raises:
+        InputFileError: a parameter the file carries has the wrong type or range (named by its key),
+        or the parameters do not fit the spectrum (bins, frames).
+    """
     stored = s.stored
-    n_bins = s.spec.shape[-2]
-    n_fft = flags.n_fft or stored.get("n_fft")
+    n_bins, n_frames = s.spec.shape[-2:]
+    n_fft = flags.n_fft or _stored(stored, "n_fft", int)
     if n_fft is None:
         n_fft = 2 * (n_bins - 1)
         notice(f"no --n-fft given; assuming n_fft = 2 * (bins - 1) = {n_fft}")
-    hop = flags.hop_length or stored.get("hop_length") or max(1, n_fft // 4)
-    win = flags.win_length or stored.get("win_length") or n_fft
-    window = flags.window or stored.get("window") or "hann"
-    center = flags.center if flags.center is not None else bool(stored.get("center", True))
-    normalized = flags.normalized if flags.normalized is not None else bool(stored.get("normalized", False))
-    length = flags.length or stored.get("length")
-    rate = flags.sample_rate or stored.get("sample_rate")
+    hop = flags.hop_length or _stored(stored, "hop_length", int) or max(1, n_fft // 4)
+    win = flags.win_length or _stored(stored, "win_length", int) or n_fft
+    window = flags.window or _stored(stored, "window", str) or "hann"
+    center = flags.center if flags.center is not None else _stored(stored, "center", bool)
+    center = True if center is None else center
+    normalized = flags.normalized if flags.normalized is not None else _stored(stored, "normalized", bool)
+    length = flags.length or _stored(stored, "length", int)
+    rate = flags.sample_rate or _stored(stored, "sample_rate", int)
     if rate is None:
         rate = DEFAULT_ARRAY_RATE
         notice(f"no sample rate given; writing {rate} Hz (--sample-rate)")
+    if window not in WINDOWS:
+        raise nio.InputFileError(f"window {window!r} is not one of {', '.join(WINDOWS)}")
+    if n_fft < 1 or n_fft // 2 + 1 != n_bins:  # one bin and no n_fft given guesses 0
+        raise nio.InputFileError(f"n_fft {n_fft} does not fit a spectrum of {n_bins} bins (n_fft // 2 + 1)")
+    if win > n_fft:
+        raise nio.InputFileError(f"win_length {win} exceeds n_fft {n_fft}")
+    # Overlap-add of T frames, less the centre padding: none left means nothing to write (torch
+    # itself refuses it).
+    samples = n_fft + hop * (n_frames - 1) - (2 * (n_fft // 2) if center else 0)
+    if length is None and samples < 1:
+        raise nio.InputFileError(
+            f"{n_frames} frame(s) give no samples (n_fft {n_fft}, hop {hop}, center {center})"
+        )
     return dict(
-        n_fft=int(n_fft),
-        hop_length=int(hop),
-        win_length=int(win),
-        window=str(window),
+        n_fft=n_fft,
+        hop_length=hop,
+        win_length=win,
+        window=window,
         center=center,
-        normalized=normalized,
-        length=None if length is None else int(length),
-        sample_rate=int(rate),
+        normalized=bool(normalized),
+        length=length,
+        sample_rate=rate,
     )
+
+
+#: What each kind of stored parameter must be.
+_KINDS = {int: "a positive integer", str: "a string", bool: "a boolean"}
+
+
+def _stored(stored: dict[str, Any], key: str, kind: type) -> Any:
+    """The parameter ``key`` of an .npz (None when it has none), checked: another tool's file, or an
+    edited one, must not reach torch or soundfile as a 0 rate or a string n_fft."""
+    if key not in stored:
+        return None
+    value = stored[key]
+    if kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise nio.InputFileError(f"the .npz's {key} must be {_KINDS[kind]}, got {value!r}")
+    return value
 
 
 def istft_process(
@@ -261,8 +306,6 @@ def istft_process(
 
     params = [istft_params(it, flags, notice) for it in items]
     p = params[0]
-    if p["window"] not in WINDOWS:
-        raise nio.InputFileError(f"window {p['window']!r} is not one of {', '.join(WINDOWS)}")
     spec = torch.from_numpy(np.concatenate([it.spec for it in items])).to(device)
     window = make_window(p["window"], p["win_length"], device=device)
     wave = nbxsig.stft.istft(
@@ -294,7 +337,9 @@ def istft_save(item: Spectrum, wave: np.ndarray, output: Path, *, subtype: str |
         nio.write_npy(output, wave.reshape(*item.lead_shape, wave.shape[-1]))
     else:
         assert item.sample_rate is not None
-        nio.write_audio(output, wave, item.sample_rate, subtype=subtype or "FLOAT")
+        if subtype is None:  # FLOAT keeps the reconstruction as is, where the format holds it
+            subtype = "FLOAT" if nio.can_write_audio(output.suffix, "FLOAT") else None
+        nio.write_audio(output, wave, item.sample_rate, subtype=subtype)
 
 
 @click.command()
@@ -320,7 +365,7 @@ def istft_save(item: Spectrum, wave: np.ndarray, output: Path, *, subtype: str |
 @click.option(
     "--subtype",
     type=click.Choice(["FLOAT", "PCM_16", "PCM_24"], case_sensitive=False),
-    help="Audio sample format. Default: FLOAT.",
+    help="Audio sample format. Default: FLOAT, or the format's default where it holds no FLOAT (FLAC, OGG).",
 )
 @batch_options
 def istft(
@@ -337,14 +382,25 @@ def istft(
     opts: BatchOptions,
 ) -> None:
     """Inverse STFT of an .npz from `nbxsig stft` (no flags needed), a complex .npy (..., F, T) or a
-    real .npy (..., F, T, 2), into .wav (FLOAT) — or .npy when -o names one."""
+    real .npy (..., F, T, 2), into .wav (FLOAT) — NAME.istft.wav beside the input, not NAME.wav, which
+    is often the audio the spectrum came from — or the audio file or .npy that -o names."""
     flags = IstftFlags(n_fft, hop_length, win_length, window, center, normalized, length, sample_rate)
+    subtype = subtype.upper() if subtype else None
+    writable = [ext for ext in nio.AUDIO_EXTENSIONS if nio.can_write_audio(ext, subtype)]
     device = resolve_device(opts)
     job = batch.Job(
         load=load_spectrum,
         process=functools.partial(istft_process, flags=flags, device=device, notice=Notice()),
-        save=functools.partial(istft_save, subtype=subtype.upper() if subtype else None),
+        save=functools.partial(istft_save, subtype=subtype),
         group_key=functools.partial(istft_key, flags=flags),
         length=lambda s: s.spec.shape[-1],
     )
-    execute(inputs, opts, job, extensions=nio.ARRAY_EXTENSIONS, suffix=lambda path: ".wav")
+    execute(
+        inputs,
+        opts,
+        job,
+        extensions=nio.ARRAY_EXTENSIONS,
+        # Beside its input, NAME.wav is often the audio the spectrum came from: never that name.
+        suffix=lambda path: ".istft.wav" if opts.output is None else ".wav",
+        output_extensions=(*writable, ".npy"),
+    )

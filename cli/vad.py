@@ -22,7 +22,7 @@ from nbxsig import batch
 from nbxsig import io as nio
 
 from . import features
-from ._common import BatchOptions, Notice, batch_options, execute, resolve_device
+from ._common import BatchOptions, FiniteFloat, Notice, batch_options, execute, resolve_device
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def vad_save(item: nio.Audio, result: VadResult, output: Path, *, p: VadParams) 
         "params": asdict(p),
     }
     with nio.atomic_open(output) as f:
-        f.write((json.dumps(record, indent=1) + "\n").encode("utf-8"))
+        f.write((json.dumps(record, indent=1, allow_nan=False) + "\n").encode("utf-8"))
 
 
 @click.command()
@@ -145,40 +145,40 @@ def vad_save(item: nio.Audio, result: VadResult, output: Path, *, p: VadParams) 
 @click.option(
     "--sample-rate", type=click.IntRange(min=1), help="Rate of .npy waveforms (Hz). Default: 16000."
 )
-@click.option("--frame-ms", type=click.FloatRange(min=1.0, max=1000.0), default=25.0, show_default=True)
-@click.option("--hop-ms", type=click.FloatRange(min=1.0, max=1000.0), default=10.0, show_default=True)
+@click.option("--frame-ms", type=FiniteFloat(min=1.0, max=1000.0), default=25.0, show_default=True)
+@click.option("--hop-ms", type=FiniteFloat(min=1.0, max=1000.0), default=10.0, show_default=True)
 @click.option("--n-mels", type=click.IntRange(min=1, max=256), default=40, show_default=True)
 @click.option(
     "--threshold-db",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloat(min=0.0),
     default=12.0,
     show_default=True,
     help="How far above the file's noise floor a frame's level must be.",
 )
 @click.option(
     "--floor-percentile",
-    type=click.FloatRange(min=0.0, max=100.0),
+    type=FiniteFloat(min=0.0, max=100.0),
     default=10.0,
     show_default=True,
     help="The noise floor: this percentile of the file's frame levels.",
 )
 @click.option(
     "--flux-db",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloat(min=0.0),
     default=3.0,
     show_default=True,
     help="A frame above the floor by half the threshold is active when its bands rise by this much.",
 )
 @click.option(
     "--min-level-db",
-    type=float,
+    type=FiniteFloat(),
     default=-60.0,
     show_default=True,
     help="Frames quieter than this (≈ dBFS) are never active.",
 )
-@click.option("--min-speech-ms", type=click.FloatRange(min=0.0), default=100.0, show_default=True)
-@click.option("--min-silence-ms", type=click.FloatRange(min=0.0), default=200.0, show_default=True)
-@click.option("--pad-ms", type=click.FloatRange(min=0.0), default=50.0, show_default=True)
+@click.option("--min-speech-ms", type=FiniteFloat(min=0.0), default=100.0, show_default=True)
+@click.option("--min-silence-ms", type=FiniteFloat(min=0.0), default=200.0, show_default=True)
+@click.option("--pad-ms", type=FiniteFloat(min=0.0), default=50.0, show_default=True)
 @batch_options
 def vad(
     inputs: tuple[str, ...],
@@ -230,5 +230,6 @@ def vad(
         job,
         extensions=(*nio.AUDIO_EXTENSIONS, ".npy"),
         suffix=lambda path: ".json",
+        output_extensions=(".json",),
         started=started,
     )

@@ -9,8 +9,10 @@ processes, so it must be picklable: a module-level function or a ``functools.par
 
 Guarantees (the CLI's contract):
 
-* an input is never overwritten; an existing output is skipped unless ``overwrite``;
-* every output is written to a temporary sibling and renamed into place (:mod:`nbxsig.io`);
+* an input is never overwritten (nor another shard's, nor an array set aside beside its audio, nor
+  the manifest over any of them); an existing output is skipped unless ``overwrite``;
+* every output, and the manifest, is written to a temporary sibling and renamed into place
+  (:mod:`nbxsig.io`);
 * a file that cannot be decoded, processed or written is reported and skipped, the rest goes on;
 * decoding overlaps device work: ``jobs`` worker processes decode while the main process runs
   batches of files grouped by :attr:`Job.group_key` and by length (within ~9%), padded to the
@@ -50,7 +52,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 import numpy as np
 
@@ -86,7 +88,11 @@ class Found:
 
 
 def discover(
-    inputs: Sequence[str | os.PathLike[str]], *, extensions: Iterable[str], glob: str | None = None
+    inputs: Sequence[str | os.PathLike[str]],
+    *,
+    extensions: Iterable[str],
+    glob: str | None = None,
+    exclude: str | os.PathLike[str] | None = None,
 ) -> list[Found]:
     """Expand files, folders (recursively) and ``@list.txt`` files into a sorted, de-duplicated list.
 
@@ -100,24 +106,38 @@ def discover(
         extensions: lower-case extensions with the dot, for folder searches.
         glob: a pattern replacing the extension filter in folder searches: without "/" it matches
             file names at any depth (``"*.flac"``), with "/" paths relative to the folder
-            (``"**/train/*.wav"``, ``"spk1/*"``).
+            (``"**/train/*.wav"``, ``"spk1/*"``); a last part ``**`` matches every file below.
+        exclude: a folder not searched where it lies strictly inside a searched folder (the output
+            folder: a run must not take the outputs of the last one as inputs). The searched folder
+            itself, or a folder above it, excludes nothing.
 
     Returns:
         :class:`Found` items sorted by path. Files named directly (or listed) mirror relative to
         the deepest folder common to all of them; files found in a folder mirror relative to it.
-        Hidden files and folders (and nbxsig's temporaries) are skipped in folder searches.
+        Hidden files and folders (and nbxsig's temporaries) are skipped in folder searches; a
+        broken symbolic link is found (and then fails as a missing file) rather than skipped. The
+        same path reached twice (a folder and a file in it) is taken once; a symbolic link to
+        another file is an input of its own, under its own name.
 
     Raises:
-        BatchUsageError: a list file cannot be read, or nothing was found at all.
+        BatchUsageError: a list file cannot be read, an absolute or empty ``glob``, or nothing was
+        found at all.
     """
     extensions = tuple(e.lower() for e in extensions)
+    if glob is not None and (not glob or os.path.isabs(glob)):
+        raise BatchUsageError(
+            f"--glob must be a pattern relative to the searched folders (e.g. '*.wav'), got {glob!r}"
+        )
+    excluded = os.path.realpath(exclude) if exclude is not None else None
     named: list[Path] = []
     folder_found: list[Found] = []
     for spec in _expand_lists(inputs):
         path = Path(spec)
         if path.is_dir():
+            skip = excluded if excluded is not None and _inside(excluded, os.path.realpath(path)) else None
             for p in _walk(path, extensions, glob):
-                folder_found.append(Found(p, p.relative_to(path), True))
+                if skip is None or not _inside(os.path.realpath(p), skip):
+                    folder_found.append(Found(p, p.relative_to(path), True))
         else:
             named.append(path)  # a missing file is reported as a failure when processed
     found = list(folder_found)
@@ -127,7 +147,8 @@ def discover(
     seen: set[str] = set()
     unique = []
     for f in sorted(found, key=lambda f: (str(f.path), str(f.rel))):
-        key = os.path.realpath(f.path)
+        # By the path as given, not where links lead: a link is a name the user chose for an input.
+        key = os.path.abspath(f.path)
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -137,11 +158,21 @@ def discover(
     return unique
 
 
-def _expand_lists(inputs: Sequence[str | os.PathLike[str]], depth: int = 0) -> Iterator[str]:
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` lies strictly inside ``folder`` (both absolute and normalised)."""
+    return path != folder and path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _expand_lists(
+    inputs: Sequence[str | os.PathLike[str]], depth: int = 0, lists: list[Path] | None = None
+) -> Iterator[str]:
+    """The inputs with each ``@list`` replaced by its entries; the list files go to ``lists``."""
     for spec in inputs:
         spec = os.fspath(spec)
         if spec.startswith("@") and len(spec) > 1:
             list_path = Path(spec[1:])
+            if lists is not None:
+                lists.append(list_path)
             try:
                 lines = list_path.read_text(encoding="utf-8").splitlines()
             except (OSError, UnicodeDecodeError) as exc:
@@ -151,7 +182,9 @@ def _expand_lists(inputs: Sequence[str | os.PathLike[str]], depth: int = 0) -> I
             if depth > 8:
                 raise BatchUsageError(f"input lists nest too deeply at {list_path}")
             yield from _expand_lists(
-                [e if e.startswith("@") or os.path.isabs(e) else str(base / e) for e in entries], depth + 1
+                [e if e.startswith("@") or os.path.isabs(e) else str(base / e) for e in entries],
+                depth + 1,
+                lists,
             )
         else:
             yield spec
@@ -159,12 +192,17 @@ def _expand_lists(inputs: Sequence[str | os.PathLike[str]], depth: int = 0) -> I
 
 def _walk(folder: Path, extensions: tuple[str, ...], glob: str | None) -> Iterator[Path]:
     # A pattern without "/" matches file names at any depth (like find -name); with "/" it is a
-    # path pattern relative to the folder ("**/train/*.wav").
+    # path pattern relative to the folder ("**/train/*.wav"). pathlib's "**" alone matches folders
+    # only: a last part "**" means the files below.
     pattern = glob or "*"
+    if pattern.rsplit("/", 1)[-1] == "**":
+        pattern += "/*"
     candidates = folder.glob(pattern) if "/" in pattern else folder.rglob(pattern)
     for p in candidates:
         rel_parts = p.relative_to(folder).parts
-        if any(part.startswith(".") for part in rel_parts) or not p.is_file():
+        if any(part.startswith(".") for part in rel_parts):
+            continue
+        if not (p.is_file() or (p.is_symlink() and not p.exists())):  # a broken link is reported
             continue
         if glob or p.suffix.lower() in extensions:
             yield p
@@ -209,6 +247,28 @@ def shard(found: Sequence[Found], spec: tuple[int, int] | None) -> list[Found]:
     return [f for f in found if zlib.crc32(f.rel.as_posix().encode()) % n == k - 1]
 
 
+def set_aside_outputs(found: Sequence[Found]) -> tuple[list[Found], list[Found]]:
+    """Split ``found`` into the inputs to take and the files to leave alone.
+
+    An array (``.npy``/``.npz``) found in a folder beside an audio file of the same stem that was
+    found too (``a.npy`` beside ``a.wav``) is left alone: it is that file's output (``nbxsig mel``
+    and ``stft`` write there by default), and taking it as an input would make a second run over
+    the folder read its own outputs -- mel's ``(1, 80, T)`` features as an 80-channel waveform --
+    instead of resuming. Arrays named directly, listed, or found with no such audio file are taken.
+
+    Returns:
+        (taken, set aside), each in the order of ``found``. Pass the second to :func:`plan`, which
+        never lets an output replace one of them.
+    """
+    audio = {os.path.splitext(os.path.abspath(f.path))[0] for f in found if nio.kind_of(f.path) == "audio"}
+    taken: list[Found] = []
+    aside: list[Found] = []
+    for f in found:
+        beside_audio = os.path.splitext(os.path.abspath(f.path))[0] in audio
+        (aside if f.from_folder and nio.kind_of(f.path) == "array" and beside_audio else taken).append(f)
+    return taken, aside
+
+
 @dataclass
 class Task:
     """One input and the output it will produce."""
@@ -216,6 +276,9 @@ class Task:
     input: Path
     output: Path | None
     error: str | None = None  # set when planning already knows the task fails
+    #: The output is a file the run found and set aside (:func:`set_aside_outputs`): an existing one
+    #: is skipped, and refused rather than replaced with ``overwrite``, since it may be the user's.
+    output_found: bool = False
 
 
 def plan(
@@ -224,20 +287,27 @@ def plan(
     output: str | os.PathLike[str] | None,
     suffix: Callable[[Path], str],
     single_input: bool,
+    protect: Iterable[str | os.PathLike[str]] = (),
+    aside: Sequence[Found] = (),
 ) -> tuple[list[Task], Path | None]:
     """Map inputs to outputs.
 
     Args:
-        found: from :func:`discover`.
+        found: from :func:`discover` (and :func:`shard`).
         output: the ``-o`` argument: None → beside each input; with ``single_input`` and a path that
             is not an existing folder and does not end with a separator → that file; otherwise a
             folder in which outputs mirror the input tree.
         suffix: the output's extension for an input path (e.g. ``lambda p: ".npz"``).
         single_input: whether exactly one file was named (no folder, no list).
+        protect: other files no output may replace: every input of the run before :func:`shard`
+            (the other shards' inputs) and files given as options (filter taps...).
+        aside: the files :func:`set_aside_outputs` left alone (see :attr:`Task.output_found`).
 
     Returns:
-        (tasks, output folder or None). A task whose output would overwrite an input, or collide with
-        another task's output, carries an error and is reported as failed.
+        (tasks, output folder or None), in the order of ``found``. A task whose output would
+        overwrite an input, or collide with another task's output, carries an error and is reported
+        as failed; of two inputs with one output (``a.wav`` and ``a.npy`` → ``a.npz``) an audio file
+        keeps it.
     """
     out_dir: Path | None = None
     out_file: Path | None = None
@@ -247,9 +317,9 @@ def plan(
             out_file = Path(text)
         else:
             out_dir = Path(text)
-    inputs = {os.path.realpath(f.path) for f in found}
+    inputs = {os.path.realpath(f.path) for f in found} | {os.path.realpath(p) for p in protect}
+    set_aside = {os.path.realpath(f.path) for f in aside}
     tasks: list[Task] = []
-    claimed: dict[str, Path] = {}
     for f in found:
         if out_file is not None:
             dest = out_file
@@ -257,17 +327,52 @@ def plan(
             dest = out_dir / f.rel.with_suffix(suffix(f.path))
         else:
             dest = f.path.with_suffix(suffix(f.path))
-        task = Task(f.path, dest)
-        real = os.path.realpath(dest)
+        tasks.append(Task(f.path, dest, output_found=os.path.realpath(dest) in set_aside))
+    claimed: dict[str, Path] = {}
+    # Audio first: its output is what a folder of audio and arrays beside it is run for.
+    for task in sorted(tasks, key=lambda t: nio.kind_of(t.input) != "audio"):
+        real = os.path.realpath(task.output)
         if real in inputs:
             hint = "" if output is not None else "; name an output with -o"
-            task.error = f"refusing to overwrite the input {dest}{hint}"
+            task.error = f"refusing to overwrite the input {task.output}{hint}"
         elif real in claimed:
-            task.error = f"its output {dest} is also the output of {claimed[real]}"
+            task.error = f"its output {task.output} is also the output of {claimed[real]}"
         else:
-            claimed[real] = f.path
-        tasks.append(task)
+            claimed[real] = task.input
     return tasks, out_dir
+
+
+def check_manifest(
+    manifest: str | os.PathLike[str],
+    *,
+    inputs: Sequence[str | os.PathLike[str]],
+    found: Sequence[Found],
+    tasks: Sequence[Task],
+    protect: Iterable[str | os.PathLike[str]] = (),
+) -> None:
+    """Refuse a manifest path that would replace something the user gave or the run writes.
+
+    Args:
+        manifest: the manifest's path.
+        inputs: as given to :func:`discover` (files, folders, ``@list`` files and what they list).
+        found: every file found, before :func:`shard` and :func:`set_aside_outputs`.
+        tasks: from :func:`plan` (their outputs).
+        protect: other files given (options' files).
+
+    Raises:
+        BatchUsageError: ``manifest`` is a folder, or one of those files or folders.
+    """
+    if os.path.isdir(manifest):
+        raise BatchUsageError(f"the manifest {manifest} is a folder; name a file")
+    lists: list[Path] = []
+    given = [*_expand_lists(inputs, lists=lists), *lists, *(f.path for f in found), *protect]
+    real = os.path.realpath(manifest)
+    for path in given:
+        if os.path.realpath(path) == real:
+            raise BatchUsageError(f"the manifest {manifest} would overwrite the input {path}")
+    for task in tasks:
+        if task.output is not None and os.path.realpath(task.output) == real:
+            raise BatchUsageError(f"the manifest {manifest} is also the output of {task.input}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,11 +549,16 @@ class _Reporter:
         self.summary = summary
         self.stream = stream
         self.start = time.perf_counter()
-        self.manifest_file: TextIO | None = None
+        self.manifest = manifest
+        self.manifest_file: IO[bytes] | None = None
+        # The manifest is written atomically too: rows go to a temporary beside it, renamed into
+        # place by close() (also after Ctrl-C or SIGTERM), so a bad path never truncates a file and
+        # the last run's manifest stays whole until this one's is complete.
+        self.manifest_writer = contextlib.ExitStack()
         if manifest is not None:
+            nio.remove_stale_temps(manifest)  # a killed run's rows: this run reports every task again
             try:
-                manifest.parent.mkdir(parents=True, exist_ok=True)
-                self.manifest_file = open(manifest, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                self.manifest_file = self.manifest_writer.enter_context(nio.atomic_open(manifest))
             except OSError as exc:
                 self.message(f"nbxsig: cannot write the manifest {manifest}: {exc.strerror or exc}")
         show = not quiet and hasattr(stream, "isatty") and stream.isatty()
@@ -479,7 +589,7 @@ class _Reporter:
                 "sample_rate": rate,
                 "samples": samples,
             }
-            self.manifest_file.write(json.dumps(record) + "\n")
+            self.manifest_file.write((json.dumps(record) + "\n").encode("utf-8"))
             self.manifest_file.flush()
         self.bar.update(1)
         elapsed = time.perf_counter() - self.start
@@ -488,15 +598,20 @@ class _Reporter:
 
     def close(self) -> None:
         self.bar.close()
-        if self.manifest_file is not None:
-            self.manifest_file.close()
+        try:
+            self.manifest_writer.close()
+        except OSError as exc:
+            self.message(f"nbxsig: cannot write the manifest {self.manifest}: {exc.strerror or exc}")
 
 
 def _error_text(path: Path, exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, OSError) and exc.strerror:
-        where = exc.filename or path
-        text = f"{exc.strerror}: {where}"
+        where = exc.filename if isinstance(exc.filename, (str, bytes)) else None
+        # A writer's hidden temporary means nothing to the user: name the output it stands for.
+        if where is None or nio.is_temp_name(os.path.basename(os.fsdecode(where))):
+            where = path
+        text = f"{exc.strerror}: {os.fsdecode(where)}"
     return text if str(path) in text else f"{path}: {text}"
 
 
@@ -519,7 +634,8 @@ def run(
         batch_size: at most this many files per ``process`` call.
         jobs: decode worker processes; 0 decodes in the main process.
         overwrite: replace existing outputs instead of skipping them (inputs are never replaced).
-        manifest: where to write one JSON line per task (None: no manifest).
+        manifest: where to write one JSON line per task (None: no manifest), atomically: rows go
+            to a temporary beside it, renamed into place when the run ends.
         quiet: no progress bar (it is also hidden when ``stream`` is not a terminal).
         stream: where progress and failure messages go (default: sys.stderr).
 
@@ -536,8 +652,17 @@ def run(
     for task in tasks:
         if task.error is not None:
             reporter.row(task, "failed", error=task.error)
+        elif task.output is not None and task.output.is_dir():
+            reporter.row(task, "failed", error=f"{task.output}: the output is an existing folder")
         elif task.output is not None and task.output.exists() and not overwrite:
             reporter.row(task, "skipped", error=None)
+        elif task.output_found:
+            reporter.row(
+                task,
+                "failed",
+                error=f"refusing to overwrite {task.output}, found beside its audio in the input folder "
+                "(it may not be an output of nbxsig): remove it to redo it, or name an output folder with -o",
+            )
         else:
             todo.append(task)
     # Temporaries a killed run left behind, one folder listing each (not one per file).

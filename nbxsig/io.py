@@ -116,6 +116,8 @@ def kind_of(path: str | os.PathLike[str]) -> str:
 
 def _check_readable(path: Path) -> None:
     if not path.exists():
+        if path.is_symlink():
+            raise InputFileError(f"{path}: no such file (a broken symbolic link to {os.readlink(path)})")
         raise InputFileError(f"{path}: no such file")
     if not path.is_file():
         raise InputFileError(f"{path}: not a regular file")
@@ -201,7 +203,9 @@ def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False, pcm16
         data, rate, subtype = _read_wav_stdlib(path, pcm16=pcm16)
     else:
         try:
-            with soundfile.SoundFile(str(path)) as f:
+            # Bytes, not str: soundfile encodes a str name as UTF-8, which a name that is not
+            # (undecodable bytes, held by Python as surrogates) cannot be.
+            with soundfile.SoundFile(os.fsencode(path)) as f:
                 dtype = "int16" if pcm16 and f.subtype == "PCM_16" else "float32"
                 data = f.read(dtype=dtype, always_2d=True).T
                 rate, subtype = int(f.samplerate), f.subtype
@@ -261,7 +265,7 @@ def audio_info(path: str | os.PathLike[str]) -> dict[str, Any]:
         channels, frames, fmt = data.shape[0], data.shape[1], "WAV"
     else:
         try:
-            info = soundfile.info(str(path))
+            info = soundfile.info(os.fsencode(path))  # bytes: see read_audio
         except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
             raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
         rate, channels, frames = int(info.samplerate), int(info.channels), int(info.frames)
@@ -339,11 +343,12 @@ def read_signal(path: str | os.PathLike[str], *, default_rate: int, pcm16: bool 
 
     Raises:
         InputFileError: unreadable, unsupported (``.npz``, images, ...), empty, complex or
-        non-finite input.
+        non-finite input, or float64 values beyond float32's range.
     """
     kind = kind_of(path)
     if kind == "audio":
         return read_audio(path, pcm16=pcm16)
+    _check_readable(Path(path))  # a missing file is missing, whatever its name
     if Path(path).suffix.lower() != ".npy":
         raise InputFileError(f"{path}: unsupported input type (expected audio or a .npy waveform)")
     arr = read_array(path)
@@ -354,8 +359,14 @@ def read_signal(path: str | os.PathLike[str], *, default_rate: int, pcm16: bool 
         raise InputFileError(f"{path}: a waveform must be a real array, got dtype {arr.dtype}")
     if arr.ndim == 0 or arr.size == 0:
         raise InputFileError(f"{path}: the array is empty (shape {arr.shape})")
+    check_finite(path, arr)
+    if np.issubdtype(arr.dtype, np.floating) and arr.dtype.itemsize > 4:
+        # float64 beyond float32's range would become inf in the conversion: say so, not "not finite".
+        peak = float(np.abs(arr).max())
+        if peak > float(np.finfo(np.float32).max):
+            raise InputFileError(f"{path}: values exceed the float32 range (peak magnitude {peak:.3g})")
     data = arr.astype(np.float32).reshape(-1, arr.shape[-1])
-    return Audio(check_finite(path, np.ascontiguousarray(data)), int(default_rate), None, rate_assumed=True)
+    return Audio(np.ascontiguousarray(data), int(default_rate), None, rate_assumed=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,6 +453,18 @@ def _fsync_enabled() -> bool:
     # Read at each write (not at import): NBXSIG_FSYNC=0 trades durability against a power loss or OS
     # crash for speed; the rename still guarantees that a killed process leaves no partial output.
     return os.environ.get("NBXSIG_FSYNC", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def can_write_audio(extension: str, subtype: str | None = None) -> bool:
+    """Whether :func:`write_audio` writes files with this extension (e.g. ``".flac"``) and, when
+    given, this subtype (FLAC holds no FLOAT, OGG no PCM). False where soundfile is not installed."""
+    soundfile = _soundfile()
+    fmt = _AUDIO_FORMATS.get(extension.lower())
+    return (
+        soundfile is not None
+        and fmt is not None
+        and (subtype is None or soundfile.check_format(fmt, subtype))
+    )
 
 
 def write_audio(

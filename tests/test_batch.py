@@ -81,6 +81,58 @@ def test_discover_errors(tmp_path: Path) -> None:
         batch.discover([f"@{tmp_path / 'nope.txt'}"], extensions=[".wav"])
 
 
+@pytest.mark.parametrize("pattern", ["/tmp/*", ""], ids=["absolute", "empty"])
+def test_discover_refuses_a_glob_it_cannot_search(tmp_path: Path, pattern: str) -> None:
+    _touch(tmp_path, "in/a.wav")
+    with pytest.raises(batch.BatchUsageError, match="--glob must be a pattern relative"):
+        batch.discover([tmp_path / "in"], extensions=[".wav"], glob=pattern)
+
+
+def test_discover_glob_double_star_means_every_file_below(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.wav", "in/x/b.txt", "in/x/y/c.flac")
+    found = batch.discover([tmp_path / "in"], extensions=[".wav"], glob="**")
+    assert [f.rel.as_posix() for f in found] == ["a.wav", "x/b.txt", "x/y/c.flac"]
+    found = batch.discover([tmp_path / "in"], extensions=[".wav"], glob="x/**")
+    assert [f.rel.as_posix() for f in found] == ["x/b.txt", "x/y/c.flac"]
+
+
+def test_discover_excludes_only_a_folder_strictly_inside_the_searched_one(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.wav", "in/out/a.wav")
+
+    def rels(exclude: Path | str) -> list[str]:
+        found = batch.discover([tmp_path / "in"], extensions=[".wav"], exclude=exclude)
+        return [f.rel.as_posix() for f in found]
+
+    assert rels(tmp_path / "in/out") == ["a.wav"]
+    # The searched folder itself, or one above it, is where outputs go: nothing is left out.
+    assert rels(tmp_path / "in") == rels(f"{tmp_path / 'in'}/") == rels(tmp_path) == ["a.wav", "out/a.wav"]
+    _touch(tmp_path, "only/out/a.wav")  # every file is under the output folder: nothing to do
+    with pytest.raises(batch.BatchUsageError, match="no input files"):
+        batch.discover([tmp_path / "only"], extensions=[".wav"], exclude=f"{tmp_path / 'only/out'}/")
+    # ... and inside one searched folder, not the other.
+    _touch(tmp_path, "in/out/deeper/b.wav")
+    found = batch.discover(
+        [tmp_path / "in", tmp_path / "in/out"], extensions=[".wav"], exclude=tmp_path / "in/out"
+    )
+    assert sorted(f.path.relative_to(tmp_path).as_posix() for f in found) == [
+        "in/a.wav",
+        "in/out/a.wav",
+        "in/out/deeper/b.wav",
+    ]
+
+
+def test_discover_keeps_links_by_their_names_and_finds_broken_ones(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.wav")
+    (tmp_path / "in/b.wav").symlink_to("a.wav")
+    (tmp_path / "in/gone.wav").symlink_to("nowhere.wav")
+    found = batch.discover([tmp_path / "in", tmp_path / "in/a.wav"], extensions=[".wav"])
+    assert [f.rel.as_posix() for f in found] == ["a.wav", "b.wav", "gone.wav"]
+    with pytest.raises(
+        nio.InputFileError, match=r"gone.wav: no such file \(a broken symbolic link to nowhere"
+    ):
+        nio.read_signal(tmp_path / "in/gone.wav", default_rate=1)
+
+
 # --------------------------------------------------------------------------------------------
 # sharding
 
@@ -139,6 +191,68 @@ def test_plan_never_targets_an_input(tmp_path: Path) -> None:
     assert "refusing to overwrite" in tasks[0].error  # a.flac → a.wav (an input)
     tasks, _ = batch.plan(found, output=tmp_path / "o", suffix=lambda p: ".npy", single_input=False)
     assert tasks[0].error is None and "also the output of" in tasks[1].error
+
+
+def test_arrays_beside_their_audio_are_set_aside_and_never_replaced(tmp_path: Path) -> None:
+    # a.npy beside a.wav: an output of a.wav (mel, stft), not a waveform to process; b.npy has no audio.
+    _touch(tmp_path, "in/a.wav", "in/a.npy", "in/b.npy", "in/s/a.npz")
+    found = batch.discover([tmp_path / "in"], extensions=[".wav", ".npy", ".npz"])
+    taken, aside = batch.set_aside_outputs(found)
+    assert [f.rel.as_posix() for f in taken] == ["a.wav", "b.npy", "s/a.npz"]
+    assert [f.rel.as_posix() for f in aside] == ["a.npy"]
+    tasks, _ = batch.plan(taken, output=None, suffix=lambda p: ".npy", single_input=False, aside=aside)
+    assert [(t.output.name, t.output_found, t.error) for t in tasks[:1]] == [("a.npy", True, None)]
+    # Resumed: skipped as any existing output; with overwrite, refused rather than replaced.
+    assert batch.run(tasks[:1], ToyJob().job(), jobs=0).skipped == 1
+    summary = batch.run(tasks[:1], ToyJob().job(), jobs=0, overwrite=True, stream=stdio.StringIO())
+    assert summary.failed == 1 and (tmp_path / "in/a.npy").read_bytes() == b"x"
+    # Named directly, an array is an input like any other.
+    named = batch.discover([tmp_path / "in/a.wav", tmp_path / "in/a.npy"], extensions=[".wav"])
+    assert batch.set_aside_outputs(named) == (named, [])
+
+
+def test_plan_gives_a_shared_output_to_the_audio_file(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.npy", "in/a.wav")
+    found = batch.discover([tmp_path / "in/a.npy", tmp_path / "in/a.wav"], extensions=[".wav"])
+    tasks, _ = batch.plan(found, output=None, suffix=lambda p: ".npz", single_input=False)
+    assert [t.input.name for t in tasks] == ["a.npy", "a.wav"]  # reported in the order found
+    assert tasks[1].error is None and "also the output of" in tasks[0].error
+
+
+def test_plan_protects_inputs_outside_the_shard(tmp_path: Path) -> None:
+    _touch(tmp_path, "in/a.wav", "in/a.npy")
+    found = batch.discover([tmp_path / "in/a.wav", tmp_path / "in/a.npy"], extensions=[".wav"])
+    wav = [f for f in found if f.path.suffix == ".wav"]  # the shard that holds a.wav only
+    tasks, _ = batch.plan(wav, output=None, suffix=lambda p: ".npy", single_input=False, protect=[])
+    assert tasks[0].error is None  # what the shard alone cannot know
+    tasks, _ = batch.plan(
+        wav, output=None, suffix=lambda p: ".npy", single_input=False, protect=[f.path for f in found]
+    )
+    assert "refusing to overwrite the input" in tasks[0].error
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ("in/a.wav", "would overwrite the input"),
+        ("list.txt", "would overwrite the input"),
+        ("taps.npy", "would overwrite the input"),
+        ("out/a.npy", "also the output of"),
+        ("in", "is a folder"),
+    ],
+    ids=["input", "list-file", "protected", "output", "folder"],
+)
+def test_check_manifest_refuses_what_the_user_gave(tmp_path: Path, manifest: str, message: str) -> None:
+    _touch(tmp_path, "in/a.wav", "taps.npy")
+    (tmp_path / "list.txt").write_text("in\n")
+    inputs = [f"@{tmp_path / 'list.txt'}"]
+    found = batch.discover(inputs, extensions=[".wav"])
+    tasks, _ = batch.plan(found, output=tmp_path / "out", suffix=lambda p: ".npy", single_input=False)
+    with pytest.raises(batch.BatchUsageError, match=message):
+        batch.check_manifest(
+            tmp_path / manifest, inputs=inputs, found=found, tasks=tasks, protect=[tmp_path / "taps.npy"]
+        )
+    batch.check_manifest(tmp_path / "m.jsonl", inputs=inputs, found=found, tasks=tasks)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,6 +381,42 @@ def test_run_reports_unwritable_outputs(tmp_path: Path) -> None:
     text = stream.getvalue()
     assert "cannot write the manifest" in text and text.count("nbxsig: failed:") == 2
     assert "blocker" in text
+
+
+def test_run_writes_the_manifest_atomically(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 20])
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("the last run's rows\n")
+    nio.write_npy(tmp_path / f".{manifest.name}.tmp-1-dead", np.zeros(1))  # a killed run's
+    seen: list[str] = []
+
+    def process(items: list[nio.Audio]) -> list[np.ndarray]:
+        seen.append(manifest.read_text())
+        return [it.data for it in items]
+
+    job = batch.Job(
+        load=_toy_load, process=process, save=lambda item, result, out: nio.write_npy(out, result)
+    )
+    summary = batch.run(_tasks(tmp_path), job, batch_size=1, jobs=0, manifest=manifest)
+    assert summary.ok == 2
+    assert seen == ["the last run's rows\n"] * 2  # whole until the run ends, then replaced
+    assert [r["status"] for r in _rows(manifest)] == ["ok", "ok"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "m.jsonl", "out"]  # no temporary left
+
+
+def test_run_names_the_output_not_its_temporary(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 20])
+    (tmp_path / "afile").write_text("a regular file where the output folder should be")
+    (tmp_path / "out/x01.npy").mkdir(parents=True)  # an output that is a folder
+    tasks = _tasks(tmp_path)
+    tasks[0].output = tmp_path / "afile/x00.npy"
+    for overwrite in (False, True):
+        stream = stdio.StringIO()
+        summary = batch.run(tasks, ToyJob().job(), jobs=0, overwrite=overwrite, stream=stream)
+        assert (summary.failed, summary.skipped) == (2, 0)
+        text = stream.getvalue()
+        assert f"Not a directory: {tmp_path / 'afile/x00.npy'}" in text and ".tmp-" not in text
+        assert f"{tmp_path / 'out/x01.npy'}: the output is an existing folder" in text
 
 
 def test_run_failed_plans_and_progress_hidden_off_tty(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -242,6 +243,27 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         (["resample", "{src}", "--rate", "8000"], "-o"),
         (["mel", "{src}", "--whisper", "--n-mels", "64"], "80 or 128"),
         (["bench", "no-such-suite"], "unknown suite"),
+        (["stft", "{src}", "--n-fft", "8", "--glob", "/tmp/*"], "--glob must be a pattern relative"),
+        (["info", "{src}", "--glob", "/tmp/*"], "--glob must be a pattern relative"),
+        (["stft", "{src}/a.wav", "--n-fft", "8", "-o", "{src}/spec.wav"], "must end with .npz, not .wav"),
+        (["mel", "{src}/a.wav", "-o", "{src}/mel.wav"], "must end with .npy, not .wav"),
+        (["mel", "{src}/a.wav", "-o", "{src}/mel"], "not (no extension)"),
+        (["resample", "{src}/a.wav", "--rate", "8000", "-o", "{src}/r8.png"], "not .png"),
+        (["filter", "{src}/a.wav", "--lowpass", "100", "-o", "{src}/weird.txt"], "not .txt"),
+        (["filter", "{src}/a.wav", "--lowpass", "100", "-o", "{src}/a.png"], "not .png"),
+        (["vad", "{src}/a.wav", "-o", "{src}/v.png"], "must end with .json"),
+        (["istft", "{src}/d.npy", "-o", "{src}/b.mp3"], "not .mp3"),
+        (["istft", "{src}/d.npy", "--subtype", "float", "-o", "{src}/b.flac"], "not .flac"),
+        (["vad", "{src}", "--min-level-db", "nan"], "'nan' is not a finite number"),
+        (["vad", "{src}", "--threshold-db", "inf"], "'inf' is not a finite number"),
+        (["filter", "{src}", "--lowpass", "nan"], "--lowpass"),
+        (["filter", "{src}", "--bandpass", "100", "inf"], "--bandpass"),
+        (["mel", "{src}", "--f-max", "nan"], "--f-max"),
+        (["mel", "{src}", "--f-min", "5000", "--f-max", "1000"], "--f-min"),
+        (["mel", "{src}", "--sample-rate", "8000", "--f-min", "4000"], "below sample_rate / 2"),
+        (["mel", "{src}", "--whisper", "--n-fft", "512"], "drop --n-fft"),
+        (["mel", "{src}", "--whisper", "--hop-length", "160", "--log"], "drop --hop-length, --log"),
+        (["mel", "{src}", "--whisper", "--sample-rate", "16000"], "drop --sample-rate"),
     ],
     ids=[
         "nothing-found",
@@ -254,14 +276,182 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         "resample-no-output",
         "whisper-mels",
         "bench-suite",
+        "stft-absolute-glob",
+        "info-absolute-glob",
+        "stft-o-wav",
+        "mel-o-wav",
+        "mel-o-no-extension",
+        "resample-o-png",
+        "filter-o-txt",
+        "filter-audio-o-png",
+        "vad-o-png",
+        "istft-o-mp3",
+        "istft-float-o-flac",
+        "vad-nan-level",
+        "vad-inf-threshold",
+        "filter-nan-lowpass",
+        "filter-inf-bandpass",
+        "mel-nan-f-max",
+        "mel-f-min-above-f-max",
+        "mel-f-min-above-nyquist",
+        "whisper-n-fft",
+        "whisper-hop-log",
+        "whisper-sample-rate",
     ],
 )
 def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     src = make_folder(tmp_path)
     (src / "nothing-here").mkdir()
+    before = hashes(tmp_path)
     result = invoke(*(a.format(src=src) for a in args))
     assert result.exit_code == 2, result.output
     assert message in result.stderr
+    assert hashes(tmp_path) == before  # nothing written, nothing changed
+
+
+# --------------------------------------------------------------------------------------------
+# nothing the user gave is overwritten; folder runs resume
+
+
+@pytest.mark.parametrize(
+    ("extra", "given"),
+    [
+        (["--manifest", "{src}/a.wav"], "a.wav"),
+        (["--manifest", "{tmp}/list.txt"], "list.txt"),
+        (["--manifest", "{src}/nan.npy"], "nan.npy"),  # found in a folder, not named
+        (["--manifest", "{tmp}/taps.npy", "--taps", "{tmp}/taps.npy"], "taps.npy"),
+        (["--manifest", "{tmp}/out/a.wav"], None),  # an output
+    ],
+    ids=["input", "list-file", "found-in-folder", "taps", "output"],
+)
+def test_the_manifest_never_replaces_what_the_user_gave(tmp_path: Path, extra: list[str], given: str) -> None:
+    src = make_folder(tmp_path)
+    np.save(tmp_path / "taps.npy", np.array([0.25, 0.5, 0.25]))
+    (tmp_path / "list.txt").write_text("in/a.wav\nin\n")
+    args = [f"@{tmp_path / 'list.txt'}", "-o", tmp_path / "out", "--sample-rate", str(RATE)]
+    before = hashes(tmp_path)
+    filters = ["--taps", f"{tmp_path / 'taps.npy'}"] if "--taps" not in extra else []
+    result = invoke("filter", *args, *filters, *(a.format(src=src, tmp=tmp_path) for a in extra))
+    assert result.exit_code == 2, result.output
+    assert "--manifest" in result.stderr
+    assert (f"would overwrite the input {given}" if given else "also the output of") in result.stderr.replace(
+        f"{tmp_path}/", ""
+    ).replace("in/", "")
+    assert hashes(tmp_path) == before
+
+
+def test_an_output_folder_at_or_above_the_input_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "t/in").mkdir(parents=True)
+    sf.write(tmp_path / "t/in/a.wav", np.zeros(400, np.float32), RATE)
+    monkeypatch.chdir(tmp_path / "t")
+    for out, written in (("./", "a.npz"), ("in/", "in/a.npz"), ("..", "../a.npz")):
+        result = invoke("stft", "in/", "--n-fft", "64", "-o", out, "-j", "0")
+        assert result.exit_code == 0 and "1 ok, 0 failed" in result.stderr, (out, result.output)
+        assert Path(written).is_file()
+    # Resumed, with outputs beside the inputs in the folder searched.
+    assert "0 ok, 0 failed, 1 skipped" in invoke("stft", "in/", "--n-fft", "64", "-o", "in/").stderr
+    # Everything found is under the output folder: nothing to do is a usage error, not "0 ok".
+    result = invoke("stft", ".", "--n-fft", "64", "-o", "in/", "--glob", "in/*.wav")
+    assert result.exit_code == 2 and "no input files" in result.stderr
+
+
+def test_a_second_run_beside_the_inputs_resumes_and_takes_no_outputs_as_inputs(tmp_path: Path) -> None:
+    src = tmp_path / "c"
+    src.mkdir()
+    sf.write(src / "a.wav", 0.1 * np.random.default_rng(1).standard_normal(4000).astype(np.float32), RATE)
+    assert invoke("mel", src, "-j", "0").exit_code == 0
+    mel = (src / "a.npy").read_bytes()
+    result = invoke("mel", src, "-j", "0")
+    assert result.exit_code == 0 and "0 ok, 0 failed, 1 skipped" in result.stderr
+    # vad takes a.wav, not mel's (1, 80, T) a.npy as an 80-channel waveform.
+    result = invoke("vad", src, "-j", "0")
+    assert result.exit_code == 0 and "1 ok, 0 failed, 0 skipped" in result.stderr
+    assert sorted(p.name for p in src.iterdir()) == ["a.json", "a.npy", "a.wav"]
+    # a.npy may be the user's: --overwrite does not replace a file found in the input folder.
+    result = invoke("mel", src, "-j", "0", "--overwrite")
+    assert result.exit_code == 1 and f"refusing to overwrite {src / 'a.npy'}" in result.stderr
+    assert (src / "a.npy").read_bytes() == mel
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["folder", "named"])
+def test_shards_never_replace_another_shards_input(tmp_path: Path, named: bool) -> None:
+    src = tmp_path / "sh"
+    src.mkdir()
+    sf.write(src / "a.wav", np.zeros(4000, np.float32), RATE)
+    np.save(src / "a.npy", np.ones((1, 1000), np.float32))  # the user's waveform
+    before = hashes(src)
+    inputs = [src / "a.wav", src / "a.npy", "-o", f"{src}/"] if named else [src]
+    codes = [
+        invoke("mel", *inputs, "--shard", f"{k}/3", "--overwrite", "-j", "0").exit_code for k in (1, 2, 3)
+    ]
+    assert {k: v for k, v in hashes(src).items() if k in before} == before and 1 in codes
+
+
+def test_istft_default_output_is_not_the_audio_it_came_from(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    before = hashes(src)
+    assert invoke("stft", src / "a.wav", "--n-fft", "64").exit_code == 0
+    result = invoke("istft", src / "a.npz", "--overwrite")
+    assert result.exit_code == 0 and "1 ok" in result.stderr, result.output
+    assert nio.read_audio(src / "a.istft.wav").data.shape == (2, 2400)
+    assert {k: v for k, v in hashes(src).items() if k in before} == before
+
+
+@pytest.mark.parametrize(
+    ("taps", "message"),
+    [
+        ("nope.npy", "no such file"),
+        ("folder", "not a regular file"),
+        ("cut.npy", "cannot load"),
+        ("nan.npy", "not finite"),
+        ("empty.npy", "holds no taps"),
+        ("two_d.npy", "1-D float array"),
+    ],
+    ids=["missing", "folder", "truncated", "nan", "empty", "2-D"],
+)
+def test_filter_bad_taps_are_usage_errors(tmp_path: Path, taps: str, message: str) -> None:
+    src = make_folder(tmp_path)
+    (tmp_path / "folder").mkdir()
+    np.save(tmp_path / "good.npy", np.ones(9) / 9)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "good.npy").read_bytes()[:-20])
+    np.save(tmp_path / "nan.npy", np.array([0.5, np.nan]))
+    np.save(tmp_path / "empty.npy", np.zeros(0))
+    np.save(tmp_path / "two_d.npy", np.ones((3, 3)))
+    result = invoke("filter", src / "a.wav", "--taps", tmp_path / taps, "-o", tmp_path / "f.wav")
+    assert result.exit_code == 2 and "Invalid value for --taps" in result.stderr and message in result.stderr
+    assert not (tmp_path / "f.wav").exists()
+
+
+def test_inputs_missing_linked_and_named_oddly(tmp_path: Path) -> None:
+    src = tmp_path / "d"
+    src.mkdir()
+    sf.write(src / "a.wav", np.zeros(400, np.float32), RATE)
+    (src / "b.wav").symlink_to("a.wav")  # an input of its own, under its own name
+    (src / "gone.wav").symlink_to("nowhere.wav")
+    (src / os.fsdecode(b"g\xff.wav")).write_bytes((src / "a.wav").read_bytes())  # a name that is not UTF-8
+    result = invoke("stft", src, "--n-fft", "64", "-j", "0")
+    # ascii(): the output holds the name that is not UTF-8, which pytest-xdist cannot carry in a report.
+    assert result.exit_code == 1 and "3 ok, 1 failed" in result.stderr, ascii(result.output)
+    assert "gone.wav: no such file (a broken symbolic link to nowhere.wav)" in result.stderr
+    assert (src / "b.npz").is_file() and (src / os.fsdecode(b"g\xff.npz")).is_file()
+    result = invoke("info", src, "--glob", "g?.*")
+    assert result.exit_code == 0 and "g\ufffd.wav: audio WAV" in result.stdout, ascii(result.output)
+    result = invoke("stft", tmp_path / "nope/", "--n-fft", "64")
+    assert result.exit_code == 1 and "nope: no such file" in result.stderr
+
+
+def test_write_failures_name_the_output(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    (tmp_path / "afile").write_text("a regular file")
+    result = invoke("stft", src / "a.wav", "--n-fft", "64", "-o", tmp_path / "afile/x.npz")
+    assert result.exit_code == 1 and f"Not a directory: {tmp_path / 'afile/x.npz'}" in result.stderr
+    assert ".tmp-" not in result.stderr
+    (src / "c.npz").mkdir()  # the output's name is taken by a folder
+    for flags in ([], ["--overwrite"]):
+        result = invoke("stft", src / "c.wav", "--n-fft", "64", *flags)
+        assert result.exit_code == 1 and f"{src / 'c.npz'}: the output is an existing folder" in result.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,7 +465,7 @@ def test_istft_npy_n_fft_20_as_is_matches_torch(tmp_path: Path) -> None:
     result = invoke("istft", tmp_path / "input.npy", "--n-fft", "20")
     assert result.exit_code == 0, result.output
     assert "24000 Hz" in result.stderr
-    audio = nio.read_audio(tmp_path / "input.wav")
+    audio = nio.read_audio(tmp_path / "input.istft.wav")
     assert audio.sample_rate == 24000 and audio.subtype == "FLOAT"
     ref = torch.istft(spec.to(torch.complex128), 20, 5, window=hann(20), center=True)
     assert_close(torch.from_numpy(audio.data[0]).double(), ref, dtype="float32")
@@ -319,6 +509,55 @@ def test_stft_istft_round_trip_without_flags(tmp_path: Path) -> None:
     orig, back = nio.read_audio(src / "a.wav"), nio.read_audio(tmp_path / "rt.wav")
     assert back.sample_rate == orig.sample_rate and back.data.shape == orig.data.shape
     assert_close(torch.from_numpy(back.data), torch.from_numpy(orig.data), dtype="float32")
+
+
+def test_istft_writes_formats_without_float_in_their_default_subtype(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    assert invoke("stft", src / "c.wav", "-o", tmp_path / "c.npz", "--n-fft", "64").exit_code == 0
+    for name, subtype in (("b.flac", "PCM_16"), ("b.ogg", "VORBIS"), ("b.wav", "FLOAT")):
+        result = invoke("istft", tmp_path / "c.npz", "-o", tmp_path / name)
+        assert result.exit_code == 0, result.output
+        assert nio.audio_info(tmp_path / name)["subtype"] == subtype
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"sample_rate": 0}, "the .npz's sample_rate must be a positive integer, got 0"),
+        ({"n_fft": -4}, "the .npz's n_fft must be a positive integer, got -4"),
+        ({"n_fft": "abc"}, "the .npz's n_fft must be a positive integer, got 'abc'"),
+        ({"hop_length": 2.5}, "the .npz's hop_length must be a positive integer, got 2.5"),
+        ({"center": "yes"}, "the .npz's center must be a boolean, got 'yes'"),
+        ({"window": "kaiser"}, "window 'kaiser' is not one of"),
+        ({"n_fft": 128}, "n_fft 128 does not fit a spectrum of 33 bins"),
+        ({"win_length": 100}, "win_length 100 exceeds n_fft 64"),
+        ({"spec": "one frame"}, "1 frame(s) give no samples"),
+    ],
+    ids=[
+        "rate-0",
+        "n_fft-negative",
+        "n_fft-text",
+        "hop-float",
+        "center-text",
+        "window",
+        "bins",
+        "win",
+        "1-frame",
+    ],
+)
+def test_istft_refuses_bad_parameters_stored_in_the_npz(tmp_path: Path, change: dict, message: str) -> None:
+    src = make_folder(tmp_path)
+    assert invoke("stft", src / "c.wav", "-o", tmp_path / "c.npz", "--n-fft", "64").exit_code == 0
+    arrays = dict(np.load(tmp_path / "c.npz"))
+    if change == {"spec": "one frame"}:
+        arrays["spec"] = arrays["spec"][..., :1]
+        del arrays["length"]
+    else:
+        arrays.update({k: np.asarray(v) for k, v in change.items()})
+    np.savez(tmp_path / "bad.npz", **arrays)
+    result = invoke("istft", tmp_path / "bad.npz", "-o", tmp_path / "out.wav")
+    assert result.exit_code == 1 and f"nbxsig: failed: {tmp_path / 'bad.npz'}: {message}" in result.stderr
+    assert not (tmp_path / "out.wav").exists()
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,8 +654,15 @@ def test_filter_images(tmp_path: Path) -> None:
     for flag in (["--box", "3"], ["--sobel"], ["--unsharp", "1.0"]):
         result = invoke("filter", tmp_path / "in/p.png", "-o", tmp_path / "o.jpg", "--overwrite", *flag)
         assert result.exit_code == 0, result.output
-    result = invoke("filter", tmp_path / "in/p.png", "-o", tmp_path / "x.png", "--lowpass", "100")
+    result = invoke("filter", tmp_path / "in/p.png", "-o", tmp_path / "x.wav", "--lowpass", "100")
     assert result.exit_code == 1 and "not images" in result.stderr
+
+
+def test_resample_refuses_images(tmp_path: Path) -> None:
+    nio.write_image(tmp_path / "p.png", np.zeros((1, 8, 8)))
+    result = invoke("resample", tmp_path / "p.png", "--rate", "8000", "-o", tmp_path / "r.wav")
+    assert result.exit_code == 1 and "unsupported input type (expected audio or a .npy" in result.stderr
+    assert "Traceback" not in result.output and not (tmp_path / "r.wav").exists()
 
 
 def test_resample_matches_torchaudio(tmp_path: Path) -> None:

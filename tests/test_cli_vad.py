@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 from nbxsig.cli.main import main
 from nbxsig.cli.plot import read_segments
-from nbxsig.cli.vad import segments_from_mask
+from nbxsig.cli.vad import VadParams, VadResult, segments_from_mask, vad_save
+
+from nbxsig import io as nio
 
 # soundfile is not on the GPU machine's image; `make gpu-test` collects this module too (no gpu tests here).
 sf = pytest.importorskip("soundfile")
@@ -109,3 +111,11 @@ def test_bad_options_and_files(tmp_path: Path) -> None:
     result = invoke("vad", tmp_path, "-o", tmp_path / "out", "--device", "cpu", "-j", "0")
     assert result.exit_code == 1
     assert (tmp_path / "out/a.json").exists() and not (tmp_path / "out/broken.json").exists()
+
+
+def test_the_json_is_never_written_with_nan(tmp_path: Path) -> None:
+    params = VadParams(25.0, 10.0, 40, float("nan"), 10.0, 3.0, -60.0, 100.0, 200.0, 50.0)
+    item = nio.Audio(np.zeros((1, 10), np.float32), RATE)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        vad_save(item, VadResult(RATE, 1.0, []), tmp_path / "v.json", p=params)
+    assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,11 @@ def test_pcm_writes_clip_instead_of_wrapping(tmp_path: Path) -> None:
     nio.write_audio(path, np.array([[1.7, -3.0, 0.5]], dtype=np.float32), 8000, subtype="PCM_16")
     got = nio.read_audio(path).data[0]
     assert got[0] > 0.99 and got[1] <= -0.99 and abs(got[2] - 0.5) < 1e-4
+
+
+def test_can_write_audio() -> None:
+    assert nio.can_write_audio(".WAV", "FLOAT") and nio.can_write_audio(".flac")
+    assert not nio.can_write_audio(".flac", "FLOAT") and not nio.can_write_audio(".mp3")
 
 
 def test_bad_subtype_for_format_is_refused(tmp_path: Path) -> None:
@@ -138,6 +144,7 @@ def test_read_signal_refusals(tmp_path: Path) -> None:
     np.savez(tmp_path / "z.npz", a=np.ones(3))
     (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
     (tmp_path / "x.txt").write_text("hello")
+    np.save(tmp_path / "huge.npy", np.array([0.5, -1e300]))
     cases = {
         "complex.npy": "real array",
         "empty.npy": "empty",
@@ -145,10 +152,24 @@ def test_read_signal_refusals(tmp_path: Path) -> None:
         "z.npz": "unsupported",
         "bad.npy": "cannot load",
         "x.txt": "unsupported",
+        "nope/": "no such file",  # missing, before its (lack of an) extension is judged
+        "huge.npy": r"exceed the float32 range \(peak magnitude 1e\+300\)",
     }
     for name, message in cases.items():
-        with pytest.raises(nio.InputFileError, match=message):
-            nio.read_signal(tmp_path / name, default_rate=16000)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no numpy overflow warning on the way
+            with pytest.raises(nio.InputFileError, match=message):
+                nio.read_signal(tmp_path / name, default_rate=16000)
+
+
+def test_audio_with_a_name_that_is_not_utf8(tmp_path: Path) -> None:
+    path = Path(os.fsdecode(bytes(tmp_path) + b"/g\xff.wav"))  # held by Python as a surrogate
+    nio.write_audio(path, _noise(3, (1, 100)), 8000)
+    try:
+        frames = nio.read_audio(path).samples, nio.audio_info(path)["frames"]
+    except nio.InputFileError as exc:  # as ASCII: pytest-xdist cannot carry the name in a report
+        frames = ascii(str(exc))
+    assert frames == (100, 100)
 
 
 def test_object_arrays_are_not_unpickled(tmp_path: Path) -> None:
