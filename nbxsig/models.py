@@ -287,7 +287,8 @@ class SeqModel(nn.Module):
         p = self._param()
         if dtype is not None and dtype != p.dtype:
             raise bad_value("dtype", dtype, f"the model's dtype {p.dtype} (or None)")
-        if device is not None and torch.device(device) != p.device:
+        # torch.empty resolves "cuda" to the current device's index, as the parameters carry one.
+        if device is not None and torch.empty(0, device=device).device != p.device:
             raise bad_value("device", device, f"the model's device {p.device} (or None)")
         return KVCache(
             batch,

@@ -91,7 +91,7 @@ class Int4Weight:
 
     def __post_init__(self) -> None:
         # The kernels read these by their shapes alone: a mismatch would read past the tensors.
-        # (Cheap: Int4Linear builds one per call.)
+        # (Int4Linear builds one when its buffers change, not per call: see Int4Linear.weight.)
         shape = self.shape
         if not (
             isinstance(shape, tuple) and len(shape) == 2 and all(type(v) is int and v > 0 for v in shape)
@@ -112,6 +112,8 @@ class Int4Weight:
                 raise bad_value(name, t, f"of shape ({rows}, {n}) for shape={shape}, group_size={gs}")
             if t.device != self.packed.device:
                 raise bad_value(name, t, f"on packed's device {self.packed.device}")
+        if self.mins.stride() != self.scales.stride():  # the kernels index both with scales' strides
+            raise bad_value("mins", self.mins, f"laid out as scales (strides {self.scales.stride()})")
 
     @property
     def device(self) -> torch.device:
@@ -302,6 +304,8 @@ def int4_linear(
         out = torch.nn.functional.linear(x2, weight, None if bias is None else bias.to(x.dtype))
     elif chosen == "triton":
         op = _INT4_GEMV if path == "fused_gemv" else _INT4_GEMM
+        if bias is not None:
+            bias = bias.contiguous()  # the kernels read it as a dense (N,) row
         if torch.is_grad_enabled() and (x2.requires_grad or (bias is not None and bias.requires_grad)):
             out = _FusedInt4Linear.apply(x2, bias, w, op)
         else:  # a decode step: no autograd node (host time per token)
@@ -364,9 +368,17 @@ class Int4Linear(nn.Module):
 
     @property
     def weight(self) -> Int4Weight:
-        return Int4Weight(
-            self.packed, self.scales, self.mins, self.group_size, (self.out_features, self.in_features)
-        )
+        """The buffers as an :class:`Int4Weight`, rebuilt (and checked) only when a buffer was replaced
+        (``.to()``, ``_apply``): a decode step calls every layer once per token, and building and
+        checking one costs a few µs of host time."""
+        cached = self.__dict__.get("_weight")
+        if cached is None or not (
+            cached.packed is self.packed and cached.scales is self.scales and cached.mins is self.mins
+        ):
+            cached = self.__dict__["_weight"] = Int4Weight(
+                self.packed, self.scales, self.mins, self.group_size, (self.out_features, self.in_features)
+            )
+        return cached
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int = 128) -> Int4Linear:

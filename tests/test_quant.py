@@ -122,6 +122,18 @@ def test_fused_gemm_matches_float64_on_dequantized_weight(
     assert torch.equal(Q.int4_linear(x, qw, bias, backend="triton"), out)  # deterministic
 
 
+@pytest.mark.parametrize("m,fused_gemm", [(3, False), (12, True)], ids=["gemv", "gemm"])
+def test_fused_paths_take_a_strided_bias(m, fused_gemm, generator, device, monkeypatch):
+    # The kernels read the bias as a dense row: a strided view is made contiguous first.
+    monkeypatch.setattr(Q, "FUSED_GEMM", fused_gemm)
+    qw = Q.quantize_int4(random_tensor((24, 64), generator=generator), 32).to(device)
+    x = random_tensor((m, 64), generator=generator, dtype=torch.float16, device=device)
+    bias = random_tensor((48,), generator=generator, dtype=torch.float16, device=device)[::2]
+    out = Q.int4_linear(x, qw, bias, backend="triton")
+    ref = x.cpu().double() @ Q.dequantize_int4(qw.to("cpu")).double().t() + bias.cpu().double()
+    assert_close(out, ref, dtype=torch.float16)
+
+
 def test_gemm_tiles_fill_the_gpu_then_stop_shrinking():
     from nbxsig.kernels.int4_gemm import gemm_tiles
 
@@ -353,6 +365,8 @@ def test_int4_weight_parts_must_agree():
         Q.Int4Weight(qw.packed, qw.scales, qw.mins.float(), 32, (24, 64))
     with pytest.raises(ParameterValueError, match="shape must be a tuple"):
         Q.Int4Weight(qw.packed, qw.scales, qw.mins, 32, (24, 64, 1))
+    with pytest.raises(ParameterValueError, match="mins must be laid out as scales"):
+        Q.Int4Weight(qw.packed, qw.scales, qw.mins.t().contiguous().t(), 32, (24, 64))
 
 
 def test_half_and_bfloat16_modules_keep_the_fp16_scales(generator):

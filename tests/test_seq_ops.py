@@ -114,7 +114,9 @@ def test_rope_and_cache_kernel_matches_twin(dtype, device, generator):
     # A cache whose head_dim is strided cannot be written in place by the kernel: refused, unchanged.
     strided = random_tensor((b, hkv, slots, 2 * d), generator=generator, dtype=dtype, device=device)[..., ::2]
     before = strided.clone()
-    with pytest.raises(ValueError, match="unit stride along head_dim"):
+    with pytest.raises(
+        ParameterValueError, match="k_cache must be a cache with a unit stride along head_dim"
+    ):
         krope.rope_and_cache(q, k, v, pos, inv_freq, strided, caches[1][1])
     assert torch.equal(strided, before)
 

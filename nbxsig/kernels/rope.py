@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..errors import bad_value
 from ._launch import CachedLaunch
 from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 
@@ -204,8 +205,9 @@ def rope_and_cache(
     """Triton twin of :func:`nbxsig.reference.models.rope_and_cache` (no autograd: a decode step), one
     launch. Each of ``q``, ``k``, ``v`` and the caches is read by its strides (last dim unit)."""
     device = check_launchable(q, k, v, pos, inv_freq, k_cache, v_cache)
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:  # written in place: no copy can stand in
-        raise ValueError("rope_and_cache: k_cache and v_cache need a unit stride along head_dim")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.stride(-1) != 1:  # written in place: no copy can stand in
+            raise bad_value(name, cache, "a cache with a unit stride along head_dim (written in place)")
     batch, hq, dim = q.shape
     hkv = k.shape[1]
     half = dim // 2
