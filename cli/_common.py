@@ -46,7 +46,8 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--manifest",
             metavar="PATH",
-            help="JSONL manifest, one row per input. Default: OUT/manifest.jsonl when OUT is a folder.",
+            help="JSONL manifest, one row per input. Default: OUT/manifest.jsonl when OUT is a folder "
+            "(OUT/manifest.shard-K-of-N.jsonl with --shard K/N).",
         ),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line."),
         click.option("-v", "--verbose", is_flag=True, help="Also print throughput and where the time went."),
@@ -148,6 +149,14 @@ def execute(
             started.join(0.1)  # short joins: Ctrl-C stays responsive
 
 
+def _manifest_name(shard: str | None) -> str:
+    """The default manifest's name in the output folder: one per shard, since shards sharing ``-o``
+    run at once and each writes its own manifest (one shared name would have them replace each
+    other's)."""
+    spec = batch.parse_shard(shard)
+    return "manifest.jsonl" if spec is None else f"manifest.shard-{spec[0]}-of-{spec[1]}.jsonl"
+
+
 def _execute(
     inputs: Sequence[str],
     opts: BatchOptions,
@@ -165,6 +174,13 @@ def _execute(
         part = batch.shard(taken, batch.parse_shard(opts.shard))
     except batch.BatchUsageError as exc:
         raise click.UsageError(str(exc)) from None
+    if aside and not opts.quiet:
+        first = ", ".join(str(f.path) for f in aside[:3]) + (" ..." if len(aside) > 3 else "")
+        click.echo(
+            f"left alone: {len(aside)} array file(s) beside audio of the same name, taken as outputs of an "
+            f"earlier run, not inputs ({first}); name them, or use --glob, to process them",
+            err=True,
+        )
     single = len(inputs) == 1 and not inputs[0].startswith("@") and not os.path.isdir(inputs[0])
     # Another shard's input is still the user's file: no output of this shard may replace it.
     in_part = set(part)
@@ -179,7 +195,9 @@ def _execute(
     )
     if opts.output is not None and out_dir is None:
         _check_output_file(opts.output, output_extensions)
-    manifest = Path(opts.manifest) if opts.manifest else (out_dir / "manifest.jsonl" if out_dir else None)
+    manifest = (
+        Path(opts.manifest) if opts.manifest else (out_dir / _manifest_name(opts.shard) if out_dir else None)
+    )
     if manifest is not None:
         try:
             batch.check_manifest(manifest, inputs=inputs, found=found, tasks=tasks, protect=protect)

@@ -144,7 +144,11 @@ def stft(
     win_length = n_fft if win_length is None else win_length
     if win_length > n_fft:
         raise click.BadParameter(f"must be ≤ --n-fft ({n_fft}), got {win_length}", param_hint="--win-length")
-    p = StftParams(n_fft, hop_length or max(1, n_fft // 4), win_length, window, center, pad_mode, normalized)
+    if hop_length is None and n_fft < 4:  # torch's default n_fft // 4 would be 0
+        raise click.BadParameter(
+            f"has no default for --n-fft {n_fft} (n_fft // 4 is 0)", param_hint="--hop-length"
+        )
+    p = StftParams(n_fft, hop_length or n_fft // 4, win_length, window, center, pad_mode, normalized)
     device = resolve_device(opts)
     job = batch.Job(
         load=functools.partial(nio.read_signal, default_rate=sample_rate),
@@ -240,7 +244,7 @@ def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, An
     if n_fft is None:
         n_fft = 2 * (n_bins - 1)
         notice(f"no --n-fft given; assuming n_fft = 2 * (bins - 1) = {n_fft}")
-    hop = flags.hop_length or _stored(stored, "hop_length", int) or max(1, n_fft // 4)
+    hop = flags.hop_length or _stored(stored, "hop_length", int) or n_fft // 4  # torch's default
     win = flags.win_length or _stored(stored, "win_length", int) or n_fft
     window = flags.window or _stored(stored, "window", str) or "hann"
     center = flags.center if flags.center is not None else _stored(stored, "center", bool)
@@ -253,8 +257,12 @@ def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, An
         notice(f"no sample rate given; writing {rate} Hz (--sample-rate)")
     if window not in WINDOWS:
         raise nio.InputFileError(f"window {window!r} is not one of {', '.join(WINDOWS)}")
-    if n_fft < 1 or n_fft // 2 + 1 != n_bins:  # one bin and no n_fft given guesses 0
-        raise nio.InputFileError(f"n_fft {n_fft} does not fit a spectrum of {n_bins} bins (n_fft // 2 + 1)")
+    if n_fft < 1 or n_bins not in (n_fft // 2 + 1, n_fft):  # one bin and no n_fft given guesses 0
+        raise nio.InputFileError(
+            f"n_fft {n_fft} does not fit a spectrum of {n_bins} bins (n_fft // 2 + 1, or n_fft two-sided)"
+        )
+    if hop < 1:
+        raise nio.InputFileError(f"n_fft {n_fft} has no default hop (n_fft // 4 is 0): pass --hop-length")
     if win > n_fft:
         raise nio.InputFileError(f"win_length {win} exceeds n_fft {n_fft}")
     # Overlap-add of T frames, less the centre padding: none left means nothing to write (torch

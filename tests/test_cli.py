@@ -260,7 +260,8 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         (["filter", "{src}", "--bandpass", "100", "inf"], "--bandpass"),
         (["mel", "{src}", "--f-max", "nan"], "--f-max"),
         (["mel", "{src}", "--f-min", "5000", "--f-max", "1000"], "--f-min"),
-        (["mel", "{src}", "--sample-rate", "8000", "--f-min", "4000"], "below sample_rate / 2"),
+        (["mel", "{src}", "--sample-rate", "8000", "--f-min", "4001"], "at most sample_rate // 2 (4000 Hz)"),
+        (["stft", "{src}", "--n-fft", "3"], "has no default for --n-fft 3"),
         (["mel", "{src}", "--whisper", "--n-fft", "512"], "drop --n-fft"),
         (["mel", "{src}", "--whisper", "--hop-length", "160", "--log"], "drop --hop-length, --log"),
         (["mel", "{src}", "--whisper", "--sample-rate", "16000"], "drop --sample-rate"),
@@ -294,6 +295,7 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         "mel-nan-f-max",
         "mel-f-min-above-f-max",
         "mel-f-min-above-nyquist",
+        "stft-no-default-hop",
         "whisper-n-fft",
         "whisper-hop-log",
         "whisper-sample-rate",
@@ -397,6 +399,41 @@ def test_istft_default_output_is_not_the_audio_it_came_from(tmp_path: Path) -> N
     assert result.exit_code == 0 and "1 ok" in result.stderr, result.output
     assert nio.read_audio(src / "a.istft.wav").data.shape == (2, 2400)
     assert {k: v for k, v in hashes(src).items() if k in before} == before
+
+
+def test_istft_takes_a_two_sided_spectrum(tmp_path: Path) -> None:
+    # F = n_fft bins: torch.istft's onesided=False, which the library infers; the CLI takes it too.
+    x = torch.randn(2, 400, dtype=torch.float64)
+    spec = torch.stft(x, 16, 4, window=hann(16), return_complex=True, onesided=False)
+    np.save(tmp_path / "two.npy", spec.to(torch.complex64).numpy())
+    result = invoke("istft", tmp_path / "two.npy", "--n-fft", "16", "--length", "400", "--sample-rate", RATE)
+    assert result.exit_code == 0 and "1 ok" in result.stderr, result.output
+    out = torch.from_numpy(nio.read_audio(tmp_path / "two.istft.wav").data).double()
+    assert (out - x).abs().max() < 1e-5
+
+
+def test_a_shard_writes_its_own_default_manifest(tmp_path: Path) -> None:
+    # Shards sharing -o run at once: one default manifest name would have them replace each other's.
+    src = make_folder(tmp_path)
+    out = tmp_path / "out"
+    for k in (1, 2):
+        assert invoke("stft", src, "--n-fft", "64", "-o", out, "--shard", f"{k}/2", "-j", "0").exit_code in (
+            0,
+            1,
+        )
+    rows = [manifest(out / f"manifest.shard-{k}-of-2.jsonl") for k in (1, 2)]
+    assert rows[0] and rows[1] and not rows[0].keys() & rows[1].keys()
+    assert not (out / "manifest.jsonl").exists()
+
+
+def test_arrays_set_aside_are_announced(tmp_path: Path) -> None:
+    src = tmp_path / "c"
+    src.mkdir()
+    sf.write(src / "a.wav", np.random.default_rng(0).standard_normal(4000).astype(np.float32), RATE)
+    np.save(src / "a.npy", np.ones((1, 1000), np.float32))
+    result = invoke("stft", src, "--n-fft", "64", "-j", "0")
+    assert "left alone: 1 array file(s) beside audio" in result.stderr and str(src / "a.npy") in result.stderr
+    assert "left alone" not in invoke("stft", src, "--n-fft", "64", "-j", "0", "-q").stderr
 
 
 @pytest.mark.parametrize(

@@ -782,9 +782,7 @@ def mel_path(*, device_type: str, n_fft: int) -> str:
     MelSpectrogram 16 kHz, n_fft 400, hop 160, 80 mels, 64 × 30 s fp32 -- unfused 869 µs ("high")
     and 973 µs ("highest"), the best fused tile config 1574 µs and 2147 µs, torchaudio 1302 µs and
     1408 µs. So on a GPU the unfused path runs, and the fused kernel elsewhere: under the
-    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``. (Until the
-    sixteenth round circular centre padding longer than the signal, which ``nbxsig.stft`` refuses,
-    went to the fused kernel on a GPU too; the public functions now refuse it, as torch does.) With the
+    interpreter on CPU tensors (where it is the kernel under test) and as ``_path="fused"``. With the
     four-step spectrogram inside the unfused path (2026-12-03, same case): unfused 878 µs and 569 µs,
     the four-step mel kernel 2385 µs and 653 µs, torchaudio 1417 µs and 1311 µs.
     """
