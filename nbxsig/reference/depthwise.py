@@ -14,6 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .dft import compute_dtype
+
 BOUNDARIES = ("zeros", "reflect", "symmetric", "replicate", "circular")
 
 
@@ -66,10 +68,6 @@ def _extend(x: torch.Tensor, dim: int, before: int, after: int, boundary: str) -
     return out
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
 def depthwise_conv2d(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -91,7 +89,7 @@ def depthwise_conv2d(
         # in float32 by cuDNN (PyTorch sets a float32 math type for half convolutions), the taps are
         # rounded to x's dtype.
         return F.conv2d(x, weight.to(x.dtype).unsqueeze(1), stride=stride, padding=(top, left), groups=c)
-    dtype = _compute_dtype(x.dtype)
+    dtype = compute_dtype(x.dtype)
     xe = _extend(_extend(x.to(dtype), 2, top, bottom, boundary), 3, left, right, boundary)
     y = F.conv2d(xe, weight.to(dtype).unsqueeze(1), stride=stride, groups=c)
     return y.to(x.dtype)
@@ -107,7 +105,7 @@ def depthwise_conv2d_separable(
     boundary: str,
 ) -> torch.Tensor:
     """The rank-1 kernel ``weight_y[o, i] · weight_x[o, j]``, as a column pass then a row pass."""
-    dtype = _compute_dtype(x.dtype)
+    dtype = compute_dtype(x.dtype)
     top, bottom, left, right = pads
     mid = depthwise_conv2d(
         x.to(dtype), weight_y.unsqueeze(2), stride=(stride[0], 1), pads=(top, bottom, 0, 0), boundary=boundary
@@ -157,7 +155,7 @@ def sinc_resample_kernel(
 def resample(x: torch.Tensor, *, orig: int, new: int, kernel: torch.Tensor, width: int) -> torch.Tensor:
     """Apply the bank from :func:`sinc_resample_kernel` as torchaudio does:
     ``x`` (B, L) → (B, ceil(new·L/orig))."""
-    dtype = _compute_dtype(x.dtype)
+    dtype = compute_dtype(x.dtype)
     b, length = x.shape
     xp = F.pad(x.to(dtype), (width, width + orig))
     y = F.conv1d(xp[:, None], kernel.to(dtype)[:, None], stride=orig)

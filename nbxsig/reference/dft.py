@@ -7,6 +7,13 @@ import math
 import torch
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The real dtype the references compute in: float64 for float64/complex128, else float32. 16-bit
+    input is widened (float16's ``|X|²`` overflows from ``|X| = 256`` on; sums lose digits) and the
+    result rounded once to the input's dtype, as the Triton kernels do."""
+    return torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
+
+
 def _angles(n: int, n_rows: int, device: torch.device | str | None) -> torch.Tensor:
     # Reduce k*n modulo N in integers before forming the angle: the unreduced float angle at
     # N=2048 is off by ~4e-4 rad in float32, while the reduced one is exact to rounding.

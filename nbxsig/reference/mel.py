@@ -13,20 +13,13 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .dft import irdft_basis, rdft_basis
+from .dft import compute_dtype, irdft_basis, rdft_basis
 
 # Slaney's mel scale (librosa / torchaudio): linear below 1 kHz, logarithmic above.
 _F_SP = 200.0 / 3
 _MIN_LOG_HZ = 1000.0
 _MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
 _LOGSTEP = math.log(6.4) / 27.0
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a spectrogram of ``dtype`` input is computed in: float32 at least. float16's ``|X|²``
-    overflows from ``|X| = 256`` on (its maximum is 65504), and ``|X|`` reaches ``n_fft·max|x|``; the
-    results are rounded once to the input's dtype, as the Triton kernels do."""
-    return torch.promote_types(dtype, torch.float32)
 
 
 def hz_to_mel(freq, mel_scale: str = "htk"):

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import torch
 
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 for the 16-bit and float32 inputs, float64 for float64."""
-    return torch.promote_types(dtype, torch.float32)
+from .dft import compute_dtype
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
@@ -16,7 +13,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tens
     cast to ``x.dtype``.
 
     Shape: ``x (..., D)``, ``weight (D,)`` → ``(..., D)``."""
-    xf = x.to(_compute_dtype(x.dtype))
+    xf = x.to(compute_dtype(x.dtype))
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (y * weight.to(xf.dtype)).to(x.dtype)
 
@@ -34,7 +31,7 @@ def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Te
     ``(x1·cos − x2·sin, x2·cos + x1·sin)`` on the halves of the last dim, in float32 (float64 for
     float64 ``x``), cast to ``x.dtype``."""
     angle = pos.to(torch.float32)[..., None, None] * inv_freq  # (..., 1, D/2)
-    xf = x.to(_compute_dtype(x.dtype))
+    xf = x.to(compute_dtype(x.dtype))
     cos, sin = torch.cos(angle).to(xf.dtype), torch.sin(angle).to(xf.dtype)
     d = x.shape[-1]
     x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]

@@ -18,7 +18,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from .dft import irdft_basis, rdft_basis
+from .dft import compute_dtype, irdft_basis, rdft_basis
 
 #: istft divides by the window envelope only where it exceeds this (torch.istft's NOLA threshold).
 NOLA_EPS = 1e-11
@@ -35,11 +35,6 @@ def _forward_basis(n: int, onesided: bool, dtype: torch.dtype, device: torch.dev
 def _inverse_basis(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     basis = irdft_basis(n, dtype=dtype, device=device)
     return basis.reshape(2 * basis.shape[1], n)
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 (and complex128) compute in float64, everything else in float32."""
-    return torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
 
 
 def _frames(x: torch.Tensor, n_fft: int, hop: int, pad: int, pad_mode: str) -> torch.Tensor:
