@@ -3,8 +3,8 @@ gammatone banks, ERB spacing, Gabor kernels and the small image kernels (Gaussia
 Laplacian, box) with kornia's conventions.
 
 Everything here is computed with numpy in float64 and returned as a torch tensor (float64 unless
-``dtype`` says otherwise). scipy is a test-only dependency: the formulas are written out here and
-the tests check them against scipy to ~1e-15.
+``dtype`` says otherwise), except :func:`get_window`, which returns the numpy array. scipy is a test-only
+dependency: the formulas are written out here and the tests check them against scipy to ~1e-15.
 
 Example:
     >>> import nbxsig.filters as nf
@@ -61,6 +61,21 @@ WINDOWS = (*_COSINE_WINDOWS, "boxcar", "rectangular", "bartlett", "triang", "kai
 
 def _to_torch(a: np.ndarray, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(device=device, dtype=dtype)
+
+
+def _real_array(name: str, value: Any, allowed: str) -> np.ndarray:
+    """``value`` (a number, a sequence of numbers or a tensor) as a float64 array. Strings are refused rather
+    than parsed (``np.asarray(["1.5"], dtype=float)`` would read them), and a ragged or non-numeric sequence
+    fails here with ``name`` instead of inside numpy."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().double().numpy()
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):
+        raise bad_type(name, value, allowed) from None
+    if a.dtype.kind not in "iuf":
+        raise bad_type(name, value, allowed)
+    return a.astype(np.float64)
 
 
 def get_window(window: str | tuple[str, float], numtaps: int) -> np.ndarray:
@@ -162,7 +177,7 @@ def firwin(
     numtaps = check_int("numtaps", numtaps, min_value=1)
     fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
     nyq = 0.5 * fs
-    edges = np.atleast_1d(np.asarray(cutoff, dtype=np.float64))
+    edges = np.atleast_1d(_real_array("cutoff", cutoff, "a frequency or a 1-D sequence of frequencies"))
     if edges.ndim != 1 or edges.size == 0:
         raise bad_value("cutoff", cutoff, "one frequency or a 1-D sequence of frequencies")
     if not np.all(np.isfinite(edges)) or edges.min() <= 0 or edges.max() >= nyq:
@@ -331,7 +346,7 @@ def gammatone_bank(
     ``s = 2 (2π b)^order / ((order-1)! fs)``.
 
     Args:
-        center_freqs: centre frequencies in Hz, each in ``(0, fs/2)``.
+        center_freqs: centre frequencies in Hz, each in ``(0, fs/2)``: one number or a 1-D sequence/tensor.
         fs: sampling rate in Hz.
         numtaps: taps per filter.
         order: filter order 1..24. Default 4.
@@ -342,12 +357,11 @@ def gammatone_bank(
     fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
     numtaps = check_int("numtaps", numtaps, min_value=1)
     order = check_int("order", order, min_value=1, max_value=24)
-    if isinstance(center_freqs, torch.Tensor):
-        freqs = center_freqs.detach().cpu().double().numpy().reshape(-1)
-    elif isinstance(center_freqs, numbers.Real):
-        freqs = np.array([float(center_freqs)])
-    else:
-        freqs = np.asarray(center_freqs, dtype=np.float64).reshape(-1)
+    freqs = _real_array("center_freqs", center_freqs, "a frequency or a 1-D sequence of frequencies in Hz")
+    if freqs.ndim > 1:
+        # One row per frequency: flattening a 2-D grid would hide which row is which.
+        raise bad_value("center_freqs", center_freqs, "a frequency or a 1-D sequence of frequencies in Hz")
+    freqs = freqs.reshape(-1)
     if freqs.size == 0 or not np.all(np.isfinite(freqs)) or freqs.min() <= 0 or freqs.max() >= fs / 2:
         raise bad_value(
             "center_freqs", center_freqs, f"a non-empty list of frequencies in (0, fs/2) = (0, {fs / 2:g})"
@@ -396,7 +410,12 @@ def gaussian_kernel2d(
     """Separable Gaussian ``(ky, kx)`` = outer product of :func:`gaussian_kernel1d` along y and x;
     ``kernel_size`` and ``sigma`` are ``(y, x)`` pairs or one value for both."""
     ky, kx = _pair("kernel_size", kernel_size)
-    sy, sx = (sigma, sigma) if isinstance(sigma, numbers.Real) else tuple(sigma)
+    if isinstance(sigma, numbers.Real):
+        sy, sx = sigma, sigma
+    elif isinstance(sigma, (tuple, list)) and len(sigma) == 2:
+        sy, sx = sigma
+    else:
+        raise bad_value("sigma", sigma, "a number or a pair (sy, sx) of numbers")
     gy = gaussian_kernel1d(ky, sy)
     gx = gaussian_kernel1d(kx, sx)
     return (gy[:, None] * gx[None, :]).to(device=device, dtype=dtype)
@@ -491,7 +510,7 @@ def gabor_kernels(
     wavelength = check_float("wavelength", wavelength, min_value=0.0, min_inclusive=False)
     gamma = check_float("gamma", gamma)
     psi = check_float("psi", psi)
-    th = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
+    th = np.atleast_1d(_real_array("thetas", thetas, "a non-empty sequence of finite angles in radians"))
     if th.ndim != 1 or th.size == 0 or not np.all(np.isfinite(th)):
         raise bad_value("thetas", thetas, "a non-empty sequence of finite angles in radians")
     y = (np.arange(ky, dtype=np.float64) - ky // 2)[None, :, None]

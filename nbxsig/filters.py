@@ -428,19 +428,43 @@ def _per_channel(k: torch.Tensor, channels: int, x: torch.Tensor) -> torch.Tenso
     return k.to(device=x.device, dtype=_wdtype(x)).expand(channels, *k.shape).contiguous()
 
 
-def _gaussian_bank(
-    kernel_size: Any, sigma: Any, x: torch.Tensor
-) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor, bool]:
-    """Per-batch or shared 1-D Gaussians ``(B or 1, ky)``, ``(B or 1, kx)`` and whether they vary by batch."""
-    ky, kx = _pair("kernel_size", kernel_size)
-    if isinstance(sigma, torch.Tensor):
-        if sigma.dim() != 2 or sigma.shape[1] != 2 or sigma.shape[0] not in (1, x.shape[0]):
-            raise bad_value("sigma", sigma, f"a pair (sy, sx) or a tensor (B, 2) with B = 1 or {x.shape[0]}")
-        pairs = [(float(s[0]), float(s[1])) for s in sigma.detach().cpu().double()]
-    elif isinstance(sigma, (tuple, list)) and len(sigma) == 2:
-        pairs = [(float(sigma[0]), float(sigma[1]))]
-    else:
+def _check_sigma_no_grad(sigma: torch.Tensor) -> None:
+    # The taps are sampled on the host from sigma's values, so no gradient could reach sigma: refuse rather
+    # than return a result silently cut from the graph.
+    if sigma.requires_grad:
+        raise bad_value(
+            "sigma",
+            sigma,
+            "a tensor that does not require grad: the Gaussian taps are built on the host from its values, "
+            "so no gradient reaches sigma (pass sigma.detach() to blur with fixed sigmas)",
+        )
+
+
+def _sigma_pair(sigma: Any) -> tuple[float, float]:
+    """``(sy, sx)`` from a pair of positive numbers (or one-element tensors that do not require grad)."""
+    if not isinstance(sigma, (tuple, list)) or len(sigma) != 2:
         raise bad_value("sigma", sigma, "a pair (sy, sx) or a tensor (B, 2)")
+    out = []
+    for v in sigma:
+        if isinstance(v, torch.Tensor):
+            if v.numel() != 1:
+                raise bad_value("sigma", sigma, "a pair (sy, sx) of numbers")
+            _check_sigma_no_grad(v)
+            v = v.item()
+        out.append(check_float("sigma", v, min_value=0.0, min_inclusive=False))
+    return out[0], out[1]
+
+
+def _gaussian_bank(
+    kernel_size: Any, sigma: torch.Tensor, x: torch.Tensor
+) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor, bool]:
+    """Per-batch or shared 1-D Gaussians ``(B or 1, ky)``, ``(B or 1, kx)`` from a ``(B or 1, 2)`` sigma and
+    whether they vary by batch."""
+    ky, kx = _pair("kernel_size", kernel_size)
+    if sigma.dim() != 2 or sigma.shape[1] != 2 or sigma.shape[0] not in (1, x.shape[0]):
+        raise bad_value("sigma", sigma, f"a pair (sy, sx) or a tensor (B, 2) with B = 1 or {x.shape[0]}")
+    _check_sigma_no_grad(sigma)
+    pairs = [(float(s[0]), float(s[1])) for s in sigma.detach().cpu().double()]
     gy = torch.stack([gaussian_kernel1d(ky, sy) for sy, _ in pairs])
     gx = torch.stack([gaussian_kernel1d(kx, sx) for _, sx in pairs])
     return (ky, kx), gy, gx, len(pairs) > 1
@@ -475,19 +499,24 @@ def gaussian_blur2d(
     Args:
         input: ``(B, C, H, W)``.
         kernel_size: ``(ky, kx)`` or one int.
-        sigma: ``(sy, sx)`` in pixels, or a tensor ``(B, 2)`` of per-image sigmas.
+        sigma: ``(sy, sx)`` in pixels, or a tensor ``(B, 2)`` of per-image sigmas. Not differentiable: a
+            sigma tensor that requires grad is refused.
         border_type: "reflect" (default), "constant", "replicate" or "circular".
         separable: column pass then row pass (True, default) or one 2-D stencil.
         backend: None (auto), "triton" or "torch".
 
     Returns:
-        ``(B, C, H, W)``.
+        ``(B, C, H, W)`` in ``input``'s memory format.
+
+    Raises:
+        ParameterTypeError / ParameterValueError: a sigma that is not a pair of positive numbers or a
+        ``(B, 2)`` tensor, a sigma that requires grad, bad sizes or border types.
     """
     x = _check_image(input)
     boundary = _kornia_border(border_type)
     b, c, h, w = x.shape
-    if isinstance(sigma, (tuple, list)) and len(sigma) == 2 and not isinstance(sigma[0], torch.Tensor):
-        (ky, kx), sy, sx = _pair("kernel_size", kernel_size), float(sigma[0]), float(sigma[1])
+    if not isinstance(sigma, torch.Tensor):
+        (ky, kx), (sy, sx) = _pair("kernel_size", kernel_size), _sigma_pair(sigma)
         gy, gx, per_batch = None, None, False
         xs, (wy, wx) = x, _shared_gaussian_taps(ky, kx, sy, sx, c, x.device, _wdtype(x))
     else:
@@ -503,7 +532,11 @@ def gaussian_blur2d(
         y = depthwise_conv2d(xs, (wy, wx), boundary=boundary, backend=backend)
     else:
         y = depthwise_conv2d(xs, wy[:, :, None] * wx[:, None, :], boundary=boundary, backend=backend)
-    return y.reshape(b, c, *y.shape[2:]) if per_batch else y
+    if not per_batch:
+        return y
+    y = y.reshape(b, c, *y.shape[2:])
+    # Folding the batch into channels copied a channels_last input to NCHW: give the caller its format back.
+    return y.contiguous(memory_format=torch.channels_last) if is_channels_last(x) else y
 
 
 def _wdtype(x: torch.Tensor) -> torch.dtype:
@@ -657,7 +690,14 @@ def resample(
     x = _check_input("waveform", waveform, 1)
     rates = []
     for name, v in (("orig_freq", orig_freq), ("new_freq", new_freq)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or v <= 0 or int(v) != v:
+        # Finiteness first: int() of an infinity or a NaN raises OverflowError / ValueError of its own.
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, numbers.Real)
+            or not math.isfinite(v)
+            or v <= 0
+            or int(v) != v
+        ):
             raise bad_value(name, v, "a positive integer rate in Hz")
         rates.append(int(v))
     lowpass_filter_width = check_int("lowpass_filter_width", lowpass_filter_width, min_value=1)
@@ -743,11 +783,20 @@ class DepthwiseConv2d(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
+        # The functional's checks on the taps alone (the input's channels are not known yet), so a bad weight
+        # fails here rather than as an IndexError or AttributeError.
         self.separable = isinstance(weight, (tuple, list))
         if self.separable:
-            _register_taps(self, "weight_y", weight[0].detach().clone(), trainable)
-            _register_taps(self, "weight_x", weight[1].detach().clone(), trainable)
+            if len(weight) != 2:
+                raise bad_value("weight", weight, "a tensor (C·M, kh, kw) or a pair (weight_y, weight_x)")
+            wy = check_tensor("weight[0]", weight[0], dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
+            wx = check_tensor("weight[1]", weight[1], dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
+            if wy.shape[0] != wx.shape[0]:
+                raise bad_value("weight[1]", wx, f"a tensor with {wy.shape[0]} rows like weight[0]")
+            _register_taps(self, "weight_y", wy.detach().clone(), trainable)
+            _register_taps(self, "weight_x", wx.detach().clone(), trainable)
         else:
+            weight = check_tensor("weight", weight, dtypes=FLOATING_DTYPES, min_dim=3, max_dim=3)
             _register_taps(self, "weight", weight.detach().clone(), trainable)
         self.stride, self.padding, self.boundary, self.backend = (
             stride,
@@ -817,11 +866,11 @@ class GaussianBlur2d(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
-        (ky, kx) = _pair("kernel_size", kernel_size)
-        self.register_buffer("kernel_y", gaussian_kernel1d(ky, float(sigma[0])))
-        self.register_buffer("kernel_x", gaussian_kernel1d(kx, float(sigma[1])))
-        self.border_type, self.separable, self.backend = border_type, separable, backend
+        (ky, kx), (sy, sx) = _pair("kernel_size", kernel_size), _sigma_pair(sigma)
         _kornia_border(border_type)
+        self.register_buffer("kernel_y", gaussian_kernel1d(ky, sy))
+        self.register_buffer("kernel_x", gaussian_kernel1d(kx, sx))
+        self.border_type, self.separable, self.backend = border_type, separable, backend
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = _check_image(input)

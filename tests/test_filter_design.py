@@ -166,6 +166,17 @@ def test_gabor_kernels_formula():
     assert_close(g[1], g[0].T, atol=1e-15)
 
 
+def test_design_inputs_accepted_in_every_documented_form():
+    f = [440.0, 1000.0]
+    bank = nf.gammatone_bank(f, fs=16000.0, numtaps=16)
+    assert torch.equal(nf.gammatone_bank(torch.tensor(f), fs=16000.0, numtaps=16), bank)
+    assert torch.equal(nf.gammatone_bank(440.0, fs=16000.0, numtaps=16), bank[:1])
+    assert torch.equal(nf.firwin(31, np.float32(0.25)), nf.firwin(31, 0.25))
+    assert torch.equal(nf.gaussian_kernel2d(5, 1.5), nf.gaussian_kernel2d(5, (1.5, 1.5)))
+    # get_window is the one design function that returns numpy (docs/filters.md says so).
+    assert isinstance(nf.get_window("hann", 5), np.ndarray)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -182,6 +193,34 @@ def test_gabor_kernels_formula():
         (lambda: nf.erb_space(100.0, 50.0, 4), ParameterValueError, "f_max must be greater than f_min=100"),
         (lambda: nf.laplacian_kernel(4), ParameterValueError, "kernel_size must be odd sizes"),
         (lambda: nf.gaussian_kernel1d(5, 0.0), ParameterValueError, "sigma must be a finite number > 0.0"),
+        (
+            lambda: nf.gaussian_kernel2d(5, (1.0, 2.0, 3.0)),
+            ParameterValueError,
+            "sigma must be a number or a pair (sy, sx) of numbers",
+        ),
+        (
+            lambda: nf.gammatone_bank(["a"], fs=16000.0, numtaps=8),
+            ParameterTypeError,
+            "center_freqs must be a frequency or a 1-D sequence of frequencies in Hz, got ['a']",
+        ),
+        (
+            lambda: nf.gammatone_bank([[440.0, 1000.0]], fs=16000.0, numtaps=8),
+            ParameterValueError,
+            "center_freqs must be a frequency or a 1-D sequence",
+        ),
+        (
+            lambda: nf.gammatone_bank(torch.tensor([[440.0, 1000.0]]), fs=16000.0, numtaps=8),
+            ParameterValueError,
+            "center_freqs must be a frequency or a 1-D sequence",
+        ),
+        (
+            lambda: nf.gabor_kernels(5, sigma=1.0, thetas="a", wavelength=3.0),
+            ParameterTypeError,
+            "thetas must be a non-empty sequence of finite angles in radians, got 'a'",
+        ),
+        (lambda: nf.firwin(31, "abc"), ParameterTypeError, "cutoff must be a frequency or a 1-D sequence"),
+        # Strings are refused, not parsed as numbers.
+        (lambda: nf.firwin(31, ["0.3"]), ParameterTypeError, "cutoff must be a frequency or a 1-D sequence"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )

@@ -744,6 +744,47 @@ def test_gaussian_blur_per_image_sigma(generator):
     )
 
 
+def test_gaussian_blur_refuses_a_sigma_that_requires_grad():
+    # The taps are sampled on the host: a sigma that requires grad would be cut from the graph silently.
+    x = torch.randn(2, 3, 8, 8)
+    for sigma in (
+        torch.tensor([[1.0, 2.0], [0.7, 1.2]], requires_grad=True),
+        (torch.tensor(1.0).requires_grad_(), 2.0),
+    ):
+        with pytest.raises(ParameterValueError, match="sigma must be a tensor that does not require grad"):
+            nf.gaussian_blur2d(x, (5, 5), sigma)
+    # Detached, or one-element tensors in the pair, are the plain numbers.
+    pair = (torch.tensor(1.0), torch.tensor(2.0))
+    assert torch.equal(nf.gaussian_blur2d(x, 5, pair), nf.gaussian_blur2d(x, 5, (1.0, 2.0)))
+
+
+PER_CHANNEL_2D_OPS = [
+    ("full", lambda x, be: nf.depthwise_conv2d(x, torch.ones(3, 3, 3) / 9, backend=be)),
+    ("multiplier", lambda x, be: nf.depthwise_conv2d(x, torch.ones(6, 3, 2), boundary="reflect", backend=be)),
+    ("separable", lambda x, be: nf.depthwise_conv2d(x, (torch.ones(3, 3), torch.ones(3, 5)), backend=be)),
+    ("gaussian", lambda x, be: nf.gaussian_blur2d(x, 3, (1.0, 1.5), backend=be)),
+    (
+        "gaussian-per-image",
+        lambda x, be: nf.gaussian_blur2d(x, 3, torch.tensor([[1.0, 2.0], [0.5, 1.0]]), backend=be),
+    ),
+    ("box", lambda x, be: nf.box_blur(x, 3, backend=be)),
+    ("box-2d", lambda x, be: nf.box_blur(x, 3, separable=False, backend=be)),
+    ("sobel", lambda x, be: nf.sobel(x, backend=be)),
+    ("laplacian", lambda x, be: nf.laplacian(x, 3, backend=be)),
+    ("unsharp", lambda x, be: nf.unsharp_mask(x, 3, (1.0, 1.0), backend=be)),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("name", "op"), PER_CHANNEL_2D_OPS, ids=[n for n, _ in PER_CHANNEL_2D_OPS])
+def test_2d_ops_keep_channels_last(name, op, backend, generator, device):
+    x = random_tensor((2, 3, 7, 9), generator=generator).to(device)
+    y_cl = op(x.contiguous(memory_format=torch.channels_last), backend)
+    assert y_cl.is_contiguous(memory_format=torch.channels_last)
+    assert op(x, backend).is_contiguous()
+    assert_close(y_cl, op(x, backend), atol=1e-6)
+
+
 def test_modules_equal_functionals(generator):
     x = random_tensor((1, 2, 12, 13), generator=generator, dtype=torch.float64)
     s = random_tensor((2, 50), generator=generator, dtype=torch.float64)
@@ -816,6 +857,33 @@ def test_modules_equal_functionals(generator):
             lambda x: nf.gaussian_blur2d(x[None], 3, (1.0, 1.0), "mirror"),
             ParameterValueError,
             "border_type must be",
+        ),
+        (
+            lambda x: nf.gaussian_blur2d(x[None], 3, ("a", "b")),
+            ParameterTypeError,
+            "sigma must be a real number, got 'a'",
+        ),
+        (
+            lambda x: nf.gaussian_blur2d(x[None], 3, (1.0, 1.0, 1.0)),
+            ParameterValueError,
+            "sigma must be a pair (sy, sx) or a tensor (B, 2)",
+        ),
+        (lambda x: nf.GaussianBlur2d(3, 1.0), ParameterValueError, "sigma must be a pair (sy, sx)"),
+        (
+            lambda x: nf.DepthwiseConv2d((torch.ones(3, 3),)),
+            ParameterValueError,
+            "weight must be a tensor (C·M, kh, kw) or a pair (weight_y, weight_x)",
+        ),
+        (lambda x: nf.DepthwiseConv2d("abc"), ParameterTypeError, "weight must be a torch.Tensor, got 'abc'"),
+        (
+            lambda x: nf.DepthwiseConv2d(torch.ones(3, 3)),
+            ParameterValueError,
+            "weight must be a tensor with 3..3 dimensions",
+        ),
+        (
+            lambda x: nf.DepthwiseConv2d((torch.ones(3, 3), torch.ones(2, 3))),
+            ParameterValueError,
+            "weight[1] must be a tensor with 3 rows like weight[0]",
         ),
         (
             lambda x: nf.depthwise_conv1d(x, torch.ones(3, 3), backend="cuda"),

@@ -111,6 +111,16 @@ def test_a_tone_keeps_its_level_and_an_alias_is_removed():
     [
         ({"orig_freq": 0}, ParameterValueError, "orig_freq must be a positive integer rate in Hz, got 0"),
         ({"new_freq": 22050.5}, ParameterValueError, "new_freq must be a positive integer rate"),
+        (
+            {"orig_freq": float("inf")},
+            ParameterValueError,
+            "orig_freq must be a positive integer rate in Hz, got inf",
+        ),
+        (
+            {"new_freq": float("nan")},
+            ParameterValueError,
+            "new_freq must be a positive integer rate in Hz, got nan",
+        ),
         ({"resampling_method": "linear"}, ParameterValueError, "resampling_method must be one of"),
         ({"lowpass_filter_width": 0}, ParameterValueError, "lowpass_filter_width must be >= 1"),
         ({"rolloff": 1.5}, ParameterValueError, "rolloff must be a finite number > 0.0 <= 1.0"),

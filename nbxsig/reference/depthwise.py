@@ -79,7 +79,8 @@ def depthwise_conv2d(
     """``y[n, o, h, w] = Σ_ij weight[o, i, j] · x̃[n, o // M, h·sy + i - top, w·sx + j - left]``.
 
     ``x`` (N, C, H, W); ``weight`` (C·M, kh, kw); ``pads = (top, bottom, left, right)``; ``x̃`` is ``x``
-    extended by ``boundary``. Output (N, C·M, H', W') in ``x``'s dtype.
+    extended by ``boundary``. Output (N, C·M, H', W') in ``x``'s dtype and, like the kernels', in
+    channels_last when :func:`is_channels_last` says ``x`` is.
     """
     c = x.shape[1]
     top, bottom, left, right = pads
@@ -92,7 +93,13 @@ def depthwise_conv2d(
     dtype = compute_dtype(x.dtype)
     xe = _extend(_extend(x.to(dtype), 2, top, bottom, boundary), 3, left, right, boundary)
     y = F.conv2d(xe, weight.to(dtype).unsqueeze(1), stride=stride, groups=c)
-    return y.to(x.dtype)
+    return _like(y.to(x.dtype), x)
+
+
+def _like(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``y`` in ``x``'s memory format, as the kernels allocate it: the gather in :func:`_extend` (and
+    conv2d after it) does not keep channels_last."""
+    return y.contiguous(memory_format=torch.channels_last) if is_channels_last(x) else y
 
 
 def depthwise_conv2d_separable(
@@ -113,7 +120,7 @@ def depthwise_conv2d_separable(
     y = depthwise_conv2d(
         mid, weight_x.unsqueeze(1), stride=(1, stride[1]), pads=(0, 0, left, right), boundary=boundary
     )
-    return y.to(x.dtype)
+    return _like(y.to(x.dtype), x)
 
 
 def depthwise_conv1d(
