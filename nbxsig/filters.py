@@ -656,6 +656,31 @@ def _on_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device)
 
 
+def _resample_args(
+    orig_freq: Any, new_freq: Any, lowpass_filter_width: Any, rolloff: Any, resampling_method: Any, beta: Any
+) -> tuple[tuple[int, int], int, float, float | None]:
+    """The checked ``((orig, new), lowpass_filter_width, rolloff, beta)`` of :func:`resample` (and of
+    :class:`Resample`, which checks them when it is built)."""
+    rates = []
+    for name, v in (("orig_freq", orig_freq), ("new_freq", new_freq)):
+        # Finiteness first: int() of an infinity or a NaN raises OverflowError / ValueError of its own.
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, numbers.Real)
+            or not math.isfinite(v)
+            or v <= 0
+            or int(v) != v
+        ):
+            raise bad_value(name, v, "a positive integer rate in Hz")
+        rates.append(int(v))
+    lowpass_filter_width = check_int("lowpass_filter_width", lowpass_filter_width, min_value=1)
+    rolloff = check_float("rolloff", rolloff, min_value=0.0, max_value=1.0, min_inclusive=False)
+    check_choice("resampling_method", resampling_method, ("sinc_interp_hann", "sinc_interp_kaiser"))
+    if beta is not None:
+        beta = check_float("beta", beta, min_value=0.0)
+    return (rates[0], rates[1]), lowpass_filter_width, rolloff, beta
+
+
 def resample(
     waveform: torch.Tensor,
     orig_freq: int,
@@ -688,23 +713,9 @@ def resample(
         >>> y = resample(torch.randn(4, 44100), 44100, 16000)   # (4, 16000)
     """
     x = _check_input("waveform", waveform, 1)
-    rates = []
-    for name, v in (("orig_freq", orig_freq), ("new_freq", new_freq)):
-        # Finiteness first: int() of an infinity or a NaN raises OverflowError / ValueError of its own.
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, numbers.Real)
-            or not math.isfinite(v)
-            or v <= 0
-            or int(v) != v
-        ):
-            raise bad_value(name, v, "a positive integer rate in Hz")
-        rates.append(int(v))
-    lowpass_filter_width = check_int("lowpass_filter_width", lowpass_filter_width, min_value=1)
-    rolloff = check_float("rolloff", rolloff, min_value=0.0, max_value=1.0, min_inclusive=False)
-    check_choice("resampling_method", resampling_method, ("sinc_interp_hann", "sinc_interp_kaiser"))
-    if beta is not None:
-        beta = check_float("beta", beta, min_value=0.0)
+    rates, lowpass_filter_width, rolloff, beta = _resample_args(
+        orig_freq, new_freq, lowpass_filter_width, rolloff, resampling_method, beta
+    )
     if rates[0] == rates[1]:
         return waveform
     g = math.gcd(*rates)
@@ -847,7 +858,8 @@ class FilterBank(nn.Module):
         super().__init__()
         bank = check_tensor("bank", bank, dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
         _register_taps(self, "bank", bank.detach().clone(), trainable)
-        self.stride, self.boundary, self.backend = stride, _check_boundary(boundary), backend
+        self.stride = check_int("stride", stride, min_value=1)
+        self.boundary, self.backend = _check_boundary(boundary), backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return filter_bank(x, self.bank, stride=self.stride, boundary=self.boundary, backend=self.backend)
@@ -892,6 +904,9 @@ class BoxBlur(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
+        # Checked now, not at the first call.
+        _pair("kernel_size", kernel_size)
+        _kornia_border(border_type)
         self.kernel_size, self.border_type, self.separable, self.backend = (
             kernel_size,
             border_type,
@@ -976,6 +991,9 @@ class Resample(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
+        _resample_args(
+            orig_freq, new_freq, lowpass_filter_width, rolloff, resampling_method, beta
+        )  # checked now
         self.orig_freq, self.new_freq = orig_freq, new_freq
         self.resampling_method, self.lowpass_filter_width = resampling_method, lowpass_filter_width
         self.rolloff, self.beta, self.backend = rolloff, beta, backend

@@ -885,6 +885,12 @@ def test_modules_equal_functionals(generator):
             ParameterValueError,
             "weight[1] must be a tensor with 3 rows like weight[0]",
         ),
+        # Modules check their arguments when built, not at the first call.
+        (lambda x: nf.FilterBank(torch.ones(3, 5), stride=0), ParameterValueError, "stride must be >= 1"),
+        (lambda x: nf.BoxBlur(0), ParameterValueError, "kernel_size must be >= 1"),
+        (lambda x: nf.BoxBlur(3, "mirror"), ParameterValueError, "border_type must be"),
+        (lambda x: nf.Resample(0, 16000), ParameterValueError, "orig_freq must be a positive integer rate"),
+        (lambda x: nf.Resample(16000, 8000, rolloff=2.0), ParameterValueError, "rolloff must be"),
         (
             lambda x: nf.depthwise_conv1d(x, torch.ones(3, 3), backend="cuda"),
             ParameterValueError,
