@@ -192,14 +192,13 @@ def mel(
             raise click.UsageError(
                 f"--whisper fixes the rate (16 kHz), n_fft, hop, band and log scale; drop {', '.join(given)}"
             )
-    # As torchaudio's MelSpectrogram (and the library): f_min > f_max is refused, equal is allowed.
-    if f_max is not None and f_min > f_max:
+    # Stricter than the library (which, as torchaudio, refuses only f_min > f_max): an empty band gives
+    # all-zero (torchaudio: NaN) features, which a batch run should refuse before writing any.
+    if f_max is not None and f_min >= f_max:
+        raise click.BadParameter(f"must be below --f-max ({f_max} Hz), got {f_min} Hz", param_hint="--f-min")
+    if sample_rate is not None and f_max is None and f_min >= sample_rate / 2:
         raise click.BadParameter(
-            f"must be at most --f-max ({f_max} Hz), got {f_min} Hz", param_hint="--f-min"
-        )
-    if sample_rate is not None and f_max is None and f_min > sample_rate // 2:
-        raise click.BadParameter(
-            f"must be at most sample_rate // 2 ({sample_rate // 2} Hz), got {f_min} Hz", param_hint="--f-min"
+            f"must be below sample_rate / 2 ({sample_rate / 2} Hz), got {f_min} Hz", param_hint="--f-min"
         )
     p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
     device = resolve_device(opts)

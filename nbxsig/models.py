@@ -211,6 +211,20 @@ class _Block(nn.Module):
         return self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
 
 
+def _same_device(device: object, target: torch.device) -> bool:
+    """Whether ``device`` names ``target``, without touching any device: "cuda" is the current CUDA
+    device (parameters carry an index), "cpu:0" is "cpu"; an unparsable name is not a match."""
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        return False
+    if d.type != target.type:
+        return False
+    if d.type == "cuda" and d.index is None:
+        return torch.cuda.is_available() and torch.cuda.current_device() == target.index
+    return d.type == "cpu" or d.index == target.index
+
+
 class SeqModel(nn.Module):
     """Causal transformer over ``(B, T, d_in)`` sequences with a streaming ``step``.
 
@@ -287,8 +301,7 @@ class SeqModel(nn.Module):
         p = self._param()
         if dtype is not None and dtype != p.dtype:
             raise bad_value("dtype", dtype, f"the model's dtype {p.dtype} (or None)")
-        # torch.empty resolves "cuda" to the current device's index, as the parameters carry one.
-        if device is not None and torch.empty(0, device=device).device != p.device:
+        if device is not None and not _same_device(device, p.device):
             raise bad_value("device", device, f"the model's device {p.device} (or None)")
         return KVCache(
             batch,

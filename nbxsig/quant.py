@@ -112,8 +112,17 @@ class Int4Weight:
                 raise bad_value(name, t, f"of shape ({rows}, {n}) for shape={shape}, group_size={gs}")
             if t.device != self.packed.device:
                 raise bad_value(name, t, f"on packed's device {self.packed.device}")
-        if self.mins.stride() != self.scales.stride():  # the kernels index both with scales' strides
-            raise bad_value("mins", self.mins, f"laid out as scales (strides {self.scales.stride()})")
+        # The kernels index both with scales' strides (a dimension of size 1 is never stepped along).
+        if any(
+            m != s
+            for m, s, size in zip(self.mins.stride(), self.scales.stride(), self.mins.shape, strict=True)
+            if size > 1
+        ):
+            raise bad_value(
+                "mins",
+                self.mins,
+                f"laid out as scales (strides {self.mins.stride()} against {self.scales.stride()})",
+            )
 
     @property
     def device(self) -> torch.device:

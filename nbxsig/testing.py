@@ -64,16 +64,26 @@ def error_report(
     if a.shape != e.shape:
         return False, f"shape mismatch: got {tuple(actual.shape)}, expected {tuple(expected.shape)}"
     nan_e = torch.isnan(e)
-    finite_e = e.masked_fill(nan_e, 0.0)
+    inf_e = torch.isinf(e)
+    finite = ~(nan_e | inf_e)
+    finite_e = e.masked_fill(~finite, 0.0)
+    # The tolerance scales with the finite part of the reference: an infinite peak would accept anything.
     peak = finite_e.abs().max().item() if e.numel() else 0.0
     diff = (a - finite_e).abs()
-    bad = diff > atol * peak + rtol * finite_e.abs()
+    bad = finite & (diff > atol * peak + rtol * finite_e.abs())
+    # An infinite reference value must be met exactly (sign included), a NaN by a NaN.
+    inf_match = inf_e & (a == e)
+    bad |= inf_e & ~inf_match
     bad |= torch.isnan(a) != nan_e
     bad &= ~(nan_e & torch.isnan(a))
-    diff = diff.masked_fill(nan_e, 0.0)
-    max_abs = diff.nan_to_num(float("inf")).max().item() if diff.numel() else 0.0
+    diff = torch.where(inf_e, torch.where(inf_match, 0.0, float("inf")), diff).masked_fill(nan_e, 0.0)
+    max_abs = diff.nan_to_num(nan=float("inf"), posinf=float("inf")).max().item() if diff.numel() else 0.0
     ref_norm = finite_e.norm().item()
-    rel = (diff.nan_to_num(float("inf")).norm().item() / ref_norm) if ref_norm > 0 else max_abs
+    rel = (
+        (diff.nan_to_num(nan=float("inf"), posinf=float("inf")).norm().item() / ref_norm)
+        if ref_norm > 0
+        else max_abs
+    )
     n_bad = int(bad.sum())
     lines = [
         f"max abs error {max_abs:.3e} (reference peak {peak:.3e}), relative error {rel:.3e}, "

@@ -150,6 +150,10 @@ def test_errors():
         model.step(torch.randn(2, 12), _model(None, n_layers=1).init_state(2, capacity=8))
     with pytest.raises(ParameterValueError, match="dtype must be the model's dtype"):
         model.init_state(2, capacity=8, dtype=torch.float16)
+    for other in ("cuda", "meta", "nonsense"):  # refused by name, touching no device
+        with pytest.raises(ParameterValueError, match="device must be the model's device cpu"):
+            model.init_state(2, capacity=8, device=other)
+    assert model.init_state(2, capacity=8, device="cpu:0").k.device == torch.device("cpu")
     with pytest.raises(ParameterValueError, match="group_size must be a multiple of 8"):
         _model(None).quantize(12)
     with pytest.raises(ParameterTypeError, match="config must be a SeqConfig"):

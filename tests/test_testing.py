@@ -35,6 +35,16 @@ def test_nan_where_the_reference_has_nan_passes(generator):
     assert_close(ref.clone(), ref)
 
 
+def test_infinite_reference_values_must_be_met_exactly():
+    # An infinite reference value once made the peak, and so the tolerance, infinite: anything passed.
+    inf = float("inf")
+    for actual, expected in [([1.0, 3.0], [inf, 1.0]), ([inf, 1.0], [-inf, 1.0]), ([5.0, 1.0], [inf, 1.0])]:
+        ok, report = error_report(torch.tensor(actual), torch.tensor(expected), atol=1e-6, rtol=1e-5)
+        assert not ok and "max abs error inf (reference peak 1.000e+00)" in report, report
+    ok, _ = error_report(torch.tensor([-inf, 1.0 + 1e-7]), torch.tensor([-inf, 1.0]), atol=1e-6, rtol=1e-5)
+    assert ok
+
+
 def test_shape_mismatch_fails(generator):
     with pytest.raises(AssertionError, match="shape mismatch"):
         assert_close(torch.ones(3), torch.ones(4))
