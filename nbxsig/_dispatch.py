@@ -83,9 +83,11 @@ def choose_backend(
         ParameterValueError: ``requested``/``env_default`` is not a backend name.
         BackendUnavailableError: Triton was requested explicitly but cannot run this call.
     """
-    for name, value in (("backend", requested), (ENV_VAR, env_default)):
-        if value not in (None, "") and value not in BACKENDS:
-            raise bad_value(name, value, "None, 'triton' or 'torch'")
+    if requested is not None and requested not in BACKENDS:
+        raise bad_value("backend", requested, "None, 'triton' or 'torch'")
+    # An unset or empty variable means auto.
+    if env_default not in (None, "") and env_default not in BACKENDS:
+        raise bad_value(ENV_VAR, env_default, "unset, empty, 'triton' or 'torch'")
     explicit = requested is not None
     choice = requested or env_default or None
     if choice == "torch":

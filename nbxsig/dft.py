@@ -63,7 +63,7 @@ def rdft_basis(
         ParameterTypeError / ParameterValueError: ``n`` is not an integer >= 1 or ``dtype`` is not floating.
     """
     n = _check(n, dtype)
-    device = torch.device(device or "cpu")
+    device = torch.device("cpu" if device is None else device)
     chosen = _RDFT_BASIS.backend(backend, device=device, dtype=dtype, numel=n)
     return _RDFT_BASIS(n, onesided=onesided, dtype=dtype, device=device, backend=chosen)
 
@@ -85,6 +85,6 @@ def irdft_basis(
     Other arguments as :func:`rdft_basis`.
     """
     n = _check(n, dtype)
-    device = torch.device(device or "cpu")
+    device = torch.device("cpu" if device is None else device)
     chosen = _IRDFT_BASIS.backend(backend, device=device, dtype=dtype, numel=n)
     return _IRDFT_BASIS(n, dtype=dtype, device=device, backend=chosen)

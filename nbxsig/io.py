@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .errors import NbxsigError
+from .errors import NbxsigError, bad_type, bad_value
 
 #: File extensions (lower case, with the dot) read as audio through soundfile.
 AUDIO_EXTENSIONS: tuple[str, ...] = (".wav", ".flac", ".ogg", ".oga", ".aif", ".aiff", ".au", ".caf", ".w64")
@@ -473,8 +473,14 @@ def write_audio(
     """Write ``(channels, frames)`` samples atomically. The format follows the extension; ``subtype``
     None is soundfile's default for the format (PCM_16 for WAV/FLAC).
 
+    ``data`` is floating (full scale ±1; clipped there unless the subtype is FLOAT/DOUBLE) or integer
+    (full scale of its dtype, e.g. int16 ±32768, as soundfile writes it), ``(frames,)`` or
+    ``(channels, frames)``, finite.
+
     Raises:
         InputFileError: ``subtype`` is not valid for the format (e.g. FLOAT in FLAC).
+        ParameterValueError / ParameterTypeError: ``sample_rate`` not a positive integer; ``data``
+        not 1-D/2-D real numbers, or not finite.
         OSError: the destination cannot be written.
     """
     import soundfile
@@ -483,13 +489,20 @@ def write_audio(
     fmt = _AUDIO_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise InputFileError(f"{path}: cannot write audio with extension {path.suffix!r}")
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate < 1:
+        raise bad_value("sample_rate", sample_rate, "a positive integer rate in Hz")
     arr = _numpy(data)
+    if arr.dtype.kind not in "fiu" or arr.ndim not in (1, 2):
+        raise bad_type("data", arr, "real samples, (frames,) or (channels, frames)")
     arr = arr[None] if arr.ndim == 1 else arr
     if subtype is not None and not soundfile.check_format(fmt, subtype):
         raise InputFileError(f"{path}: subtype {subtype!r} cannot be written in {fmt} files")
-    if subtype is None or subtype.startswith(("PCM", "ULAW", "ALAW", "DPCM", "DWVW")):
-        # Integer formats: clip rather than let libsndfile wrap out-of-range samples around.
-        arr = np.clip(arr, -1.0, 1.0)
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all():
+            raise bad_value("data", arr, "finite samples (NaN/inf would be written as full-scale clicks)")
+        if subtype is None or subtype.upper() not in ("FLOAT", "DOUBLE"):
+            # Integer and compressed codecs: clip rather than let libsndfile wrap samples around.
+            arr = np.clip(arr, -1.0, 1.0)
     with atomic_open(path) as f:
         soundfile.write(f, np.ascontiguousarray(arr.T), int(sample_rate), subtype=subtype, format=fmt)
 

@@ -75,12 +75,17 @@ def test_explicit_triton_that_cannot_run_says_why(overrides, fragment):
     assert isinstance(info.value, ValueError)
 
 
-@pytest.mark.parametrize(("name", "value"), [("backend", "cuda"), ("NBXSIG_BACKEND", "fast")])
-def test_unknown_backend_names_are_rejected(name, value):
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("backend", "cuda", "None, 'triton' or 'torch'"),
+        ("backend", "", "None, 'triton' or 'torch'"),  # not a silent "auto"
+        ("NBXSIG_BACKEND", "fast", "unset, empty, 'triton' or 'torch'"),
+    ],
+)
+def test_unknown_backend_names_are_rejected(name, value, allowed):
     key = "requested" if name == "backend" else "env_default"
-    with pytest.raises(
-        ParameterValueError, match=rf"{name} must be None, 'triton' or 'torch', got '{value}'"
-    ):
+    with pytest.raises(ParameterValueError, match=rf"{name} must be {allowed}, got '{value}'"):
         decide(**{key: value})
 
 

@@ -50,6 +50,26 @@ def test_pcm_writes_clip_instead_of_wrapping(tmp_path: Path) -> None:
     assert got[0] > 0.99 and got[1] <= -0.99 and abs(got[2] - 0.5) < 1e-4
 
 
+def test_write_audio_keeps_integer_data_and_refuses_what_it_cannot_write(tmp_path: Path) -> None:
+    # int16 data is full scale at 32768, as soundfile writes it (clipping it to ±1 made a square wave).
+    x = (np.sin(np.arange(800) / 10) * 10000).astype(np.int16)
+    nio.write_audio(tmp_path / "int.wav", x, 8000)
+    assert np.array_equal(np.round(nio.read_audio(tmp_path / "int.wav").data[0] * 32768), x)
+    # A compressed integer codec clips too (it wrapped a 1.5 around to -0.5); lower-case subtypes alike.
+    nio.write_audio(tmp_path / "adpcm.wav", np.full(2000, 1.5), 8000, subtype="ima_adpcm")
+    assert nio.read_audio(tmp_path / "adpcm.wav").data.min() > -0.25
+    for data, rate, message in [
+        (np.array([np.nan, 0.1]), 8000, "data must be finite samples"),
+        (np.full(4, 0.1), 0, "sample_rate must be a positive integer"),
+        (np.full(4, 0.1), 8000.5, "sample_rate must be a positive integer"),
+        (np.full((2, 2, 2), 0.1), 8000, "data must be real samples"),
+        (np.full(3, 0.1 + 0.1j), 8000, "data must be real samples"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=message):
+            nio.write_audio(tmp_path / "bad.wav", data, rate)
+    assert not (tmp_path / "bad.wav").exists()
+
+
 def test_can_write_audio() -> None:
     assert nio.can_write_audio(".WAV", "FLOAT") and nio.can_write_audio(".flac")
     assert not nio.can_write_audio(".flac", "FLOAT") and not nio.can_write_audio(".mp3")

@@ -75,11 +75,15 @@ def rdft_basis(
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.dft.rdft_basis`."""
     rows = n // 2 + 1 if onesided else n
-    return _launch(n, rows, inverse=False, dtype=dtype, device=torch.device(device or "cpu"))
+    return _launch(
+        n, rows, inverse=False, dtype=dtype, device=torch.device("cpu" if device is None else device)
+    )
 
 
 def irdft_basis(
     n: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.dft.irdft_basis`."""
-    return _launch(n, n // 2 + 1, inverse=True, dtype=dtype, device=torch.device(device or "cpu"))
+    return _launch(
+        n, n // 2 + 1, inverse=True, dtype=dtype, device=torch.device("cpu" if device is None else device)
+    )
