@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ._dispatch import Backend, Op
-from ._validate import check_int
-from .errors import bad_type
+from ._validate import check_bool, check_int
+from .errors import ParameterTypeError, bad_type, bad_value
 
 _BASIS_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _RDFT_BASIS = Op(
@@ -30,11 +30,25 @@ _IRDFT_BASIS = Op(
 )
 
 
-def _check(n: int, dtype: torch.dtype) -> int:
+def _check(n: int, dtype: torch.dtype, device: torch.device | str | None) -> tuple[int, torch.device]:
     n = check_int("n", n, min_value=1)
+    allowed = "one of torch.float16, torch.bfloat16, torch.float32, torch.float64"
+    if not isinstance(dtype, torch.dtype):
+        # Rendered by repr here: describe() takes a numpy scalar type (np.float32), whose class has
+        # `shape` and `dtype` attributes, for an array and fails on it.
+        raise ParameterTypeError(f"dtype must be {allowed}, got {dtype!r}")
     if dtype not in _BASIS_DTYPES:
-        raise bad_type("dtype", dtype, "one of float16, bfloat16, float32, float64")
-    return n
+        raise bad_type("dtype", dtype, allowed)
+    if device is None:
+        return n, torch.device("cpu")
+    if isinstance(device, torch.device):
+        return n, device
+    try:
+        return n, torch.device(device)
+    except (RuntimeError, TypeError):
+        raise bad_value(
+            "device", device, "a torch.device or a device string such as 'cpu' or 'cuda:0'"
+        ) from None
 
 
 def rdft_basis(
@@ -60,10 +74,11 @@ def rdft_basis(
         ``X[k] = Σ_t x[t] (B[0,k,t] + i B[1,k,t])``.
 
     Raises:
-        ParameterTypeError / ParameterValueError: ``n`` is not an integer >= 1 or ``dtype`` is not floating.
+        ParameterTypeError / ParameterValueError: ``n`` is not an integer >= 1, ``onesided`` is not a
+        bool, ``dtype`` is not a torch floating dtype or ``device`` does not name a device.
     """
-    n = _check(n, dtype)
-    device = torch.device("cpu" if device is None else device)
+    n, device = _check(n, dtype, device)
+    onesided = check_bool("onesided", onesided)
     chosen = _RDFT_BASIS.backend(backend, device=device, dtype=dtype, numel=n)
     return _RDFT_BASIS(n, onesided=onesided, dtype=dtype, device=device, backend=chosen)
 
@@ -84,7 +99,6 @@ def irdft_basis(
 
     Other arguments as :func:`rdft_basis`.
     """
-    n = _check(n, dtype)
-    device = torch.device("cpu" if device is None else device)
+    n, device = _check(n, dtype, device)
     chosen = _IRDFT_BASIS.backend(backend, device=device, dtype=dtype, numel=n)
     return _IRDFT_BASIS(n, dtype=dtype, device=device, backend=chosen)

@@ -26,8 +26,10 @@ import functools
 import io
 import os
 import secrets
+import stat
 import struct
-from collections.abc import Iterable, Iterator
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -114,6 +116,13 @@ def kind_of(path: str | os.PathLike[str]) -> str:
     return "unknown"
 
 
+def _as_path(path: Any) -> Path:
+    """``path`` as a Path: a str, bytes (decoded as the file system does) or os.PathLike."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        return Path(os.fsdecode(path))
+    raise bad_type("path", path, "a file name: str, bytes or os.PathLike")
+
+
 def _check_readable(path: Path) -> None:
     if not path.exists():
         if path.is_symlink():
@@ -178,11 +187,13 @@ def check_finite(path: str | os.PathLike[str], data: np.ndarray) -> np.ndarray:
     return data
 
 
-def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False, pcm16: bool = False) -> Audio:
+def read_audio(
+    path: str | bytes | os.PathLike[str], *, allow_empty: bool = False, pcm16: bool = False
+) -> Audio:
     """Decode an audio file to float32 ``(channels, frames)``.
 
     Args:
-        path: a file soundfile can read (see :data:`AUDIO_EXTENSIONS`).
+        path: a file soundfile can read (see :data:`AUDIO_EXTENSIONS`): str, bytes or os.PathLike.
         allow_empty: accept a file with zero frames (refused by default: nothing to process).
         pcm16: keep PCM_16 samples as int16 (half the bytes to move between processes; convert
             with :meth:`Audio.float32` or on the device). Other subtypes are float32 regardless.
@@ -194,8 +205,9 @@ def read_audio(path: str | os.PathLike[str], *, allow_empty: bool = False, pcm16
         InputFileError: missing, empty, corrupt, truncated (WAV, AIFF, AU, W64: less data than
         the header declares) or unsupported file; zero frames; non-finite samples (possible in
         FLOAT/DOUBLE files).
+        ParameterTypeError: ``path`` is not a str, bytes or os.PathLike.
     """
-    path = Path(path)
+    path = _as_path(path)
     _check_readable(path)
     _check_not_truncated(path)
     soundfile = _soundfile()
@@ -249,14 +261,15 @@ def _read_wav_stdlib(path: Path, *, pcm16: bool = False) -> tuple[np.ndarray, in
     return data.reshape(-1, channels).T, int(rate), f"PCM_{8 * width if width > 1 else 'U8'}"
 
 
-def audio_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+def audio_info(path: str | bytes | os.PathLike[str]) -> dict[str, Any]:
     """Header facts of an audio file without decoding it: sample_rate, channels, frames, duration (s),
     format, subtype.
 
     Raises:
         InputFileError: missing, empty, corrupt, truncated or unsupported file.
+        ParameterTypeError: ``path`` is not a str, bytes or os.PathLike.
     """
-    path = Path(path)
+    path = _as_path(path)
     _check_readable(path)
     _check_not_truncated(path)
     soundfile = _soundfile()
@@ -329,12 +342,12 @@ def read_image(path: str | os.PathLike[str]) -> np.ndarray:
     return check_finite(path, np.ascontiguousarray(out))
 
 
-def read_signal(path: str | os.PathLike[str], *, default_rate: int, pcm16: bool = False) -> Audio:
+def read_signal(path: str | bytes | os.PathLike[str], *, default_rate: int, pcm16: bool = False) -> Audio:
     """Read a waveform from an audio file or a real ``.npy`` array of shape ``(L,)``, ``(C, L)``
     or ``(..., L)`` (leading dimensions become channels).
 
     Args:
-        path: the file.
+        path: the file: str, bytes or os.PathLike.
         default_rate: the sample rate (Hz) assumed for arrays, which carry none.
         pcm16: see :func:`read_audio`.
 
@@ -344,12 +357,14 @@ def read_signal(path: str | os.PathLike[str], *, default_rate: int, pcm16: bool 
     Raises:
         InputFileError: unreadable, unsupported (``.npz``, images, ...), empty, complex or
         non-finite input, or float64 values beyond float32's range.
+        ParameterTypeError: ``path`` is not a str, bytes or os.PathLike.
     """
+    path = _as_path(path)
     kind = kind_of(path)
     if kind == "audio":
         return read_audio(path, pcm16=pcm16)
-    _check_readable(Path(path))  # a missing file is missing, whatever its name
-    if Path(path).suffix.lower() != ".npy":
+    _check_readable(path)  # a missing file is missing, whatever its name
+    if path.suffix.lower() != ".npy":
         raise InputFileError(f"{path}: unsupported input type (expected audio or a .npy waveform)")
     arr = read_array(path)
     assert isinstance(arr, np.ndarray)
@@ -422,10 +437,17 @@ def atomic_open(path: str | os.PathLike[str], *, make_parents: bool = True) -> I
     without an exception; on an exception (or KeyboardInterrupt/SystemExit) the temporary is deleted
     and ``path`` is untouched.
 
+    A file that is replaced keeps its permission bits (a private 0600 file stays private). A symbolic
+    link is followed, as ``cp`` and editors do: its target is replaced and the link stays (a dangling
+    link's target is created).
+
     Raises:
         OSError: the folder cannot be created or written (e.g. a parent is a regular file).
     """
     path = Path(path)
+    if path.is_symlink():
+        # Renaming over the link would replace the link itself and leave its target unwritten.
+        path = Path(os.path.realpath(path))
     tmp = temp_sibling(path)
     try:
         f = open(tmp, "xb")  # noqa: SIM115 - closed below, before the rename
@@ -438,6 +460,9 @@ def atomic_open(path: str | os.PathLike[str], *, make_parents: bool = True) -> I
     try:
         yield f
         f.flush()
+        with contextlib.suppress(FileNotFoundError):
+            # The temporary was made with the umask's default mode; the rename would impose it.
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
         if _fsync_enabled():
             os.fsync(f.fileno())
         f.close()
@@ -508,8 +533,12 @@ def write_audio(
 
 
 def write_npy(path: str | os.PathLike[str], data: Any) -> None:
-    """Save one array as ``.npy``, atomically (the bytes of ``np.save``)."""
-    arr = _numpy(data)
+    """Save one array as ``.npy``, atomically (the bytes of ``np.save``).
+
+    Raises:
+        ParameterTypeError: ``data`` is an object array (it would need pickling).
+    """
+    arr = _unpickled("data", data)
     if not arr.flags.c_contiguous or arr.dtype.hasobject or arr.dtype.fields is not None:
         with atomic_open(path) as f:
             np.save(f, arr, allow_pickle=False)
@@ -533,15 +562,42 @@ def _npy_header(shape: tuple[int, ...], descr: str) -> memoryview:
     return memoryview(buffer.getvalue())
 
 
-def write_npz(path: str | os.PathLike[str], arrays: dict[str, Any]) -> None:
-    """Save a dict of arrays (and scalars/strings, stored as 0-d arrays) as ``.npz``, atomically."""
-    with atomic_open(path) as f:
-        np.savez(f, **{k: _numpy(v) for k, v in arrays.items()})
+def write_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> None:
+    """Save a dict of arrays (and scalars/strings, stored as 0-d arrays) as ``.npz``, atomically: the
+    file ``np.savez`` writes, readable by :func:`read_array`.
+
+    Raises:
+        ParameterTypeError: ``arrays`` is not a mapping, a key is not a str, or a value is an object
+        array (it would need pickling, which :func:`read_array` refuses to undo).
+    """
+    if not isinstance(arrays, Mapping):
+        raise bad_type("arrays", arrays, "a mapping of names to arrays")
+    members = {}
+    for key, value in arrays.items():
+        if not isinstance(key, str):
+            raise bad_type("arrays' keys", key, "str")
+        members[key] = _unpickled(f"arrays[{key!r}]", value)
+    # Written member by member, as np.savez does inside: np.savez(f, **arrays) would take a key named
+    # "file" for its own first parameter.
+    with atomic_open(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, arr in members.items():
+            with zf.open(key + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, arr, allow_pickle=False)
 
 
 def write_image(path: str | os.PathLike[str], data: Any) -> None:
-    """Save float ``(channels, height, width)`` in [0, 1] (1, 3 or 4 channels) as an 8-bit image,
-    atomically; the format follows the extension. Values are clipped to [0, 1]."""
+    """Save float ``(channels, height, width)`` (1, 3 or 4 channels) or ``(height, width)`` in [0, 1]
+    as an 8-bit image, atomically; the format follows the extension. Values are clipped to [0, 1].
+
+    The layout is always channels first, as :func:`read_image` returns it: ``(H, W, C)`` data is
+    refused by its channel count, except where ``H`` is itself 1, 3 or 4, which reads as a valid
+    ``(C, H, W)`` (transpose such data with ``np.moveaxis(data, -1, 0)``).
+
+    Raises:
+        InputFileError: the extension is not an image format.
+        ParameterTypeError: ``data`` is not real numbers.
+        ParameterValueError: ``data`` is not 2-D/3-D with 1, 3 or 4 channels, is empty, or holds NaN/inf.
+    """
     from PIL import Image
 
     path = Path(path)
@@ -549,6 +605,14 @@ def write_image(path: str | os.PathLike[str], data: Any) -> None:
     if fmt is None:
         raise InputFileError(f"{path}: cannot write an image with extension {path.suffix!r}")
     arr = _numpy(data)
+    if arr.dtype.kind not in "biuf":  # complex would lose its imaginary part in the uint8 cast
+        raise bad_type("data", arr, "real numbers in [0, 1]")
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[0] not in (1, 3, 4)):
+        raise bad_value("data", arr, "(height, width) or (channels, height, width) with 1, 3 or 4 channels")
+    if arr.size == 0:
+        raise bad_value("data", arr, "an image of at least one pixel")
+    if not np.isfinite(arr).all():
+        raise bad_value("data", arr, "finite values (NaN would be written as black)")
     if arr.ndim == 3:
         arr = arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, -1)
     if fmt == "JPEG" and arr.ndim == 3 and arr.shape[-1] == 4:
@@ -563,6 +627,16 @@ def save_figure(path: str | os.PathLike[str], figure: Any, **kwargs: Any) -> Non
     path = Path(path)
     with atomic_open(path) as f:
         figure.savefig(f, format=path.suffix.lstrip(".").lower() or "png", **kwargs)
+
+
+def _unpickled(name: str, data: Any) -> np.ndarray:
+    """``data`` as an array that can be saved without pickling."""
+    arr = _numpy(data)
+    if arr.dtype.hasobject:
+        raise bad_type(
+            name, arr, "numbers, bools or strings (object arrays are not saved: loading needs pickle)"
+        )
+    return arr
 
 
 def _numpy(data: Any) -> np.ndarray:

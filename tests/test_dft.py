@@ -74,7 +74,22 @@ def test_reduced_angle_beats_naive_float32_angle():
         ({"n": -3}, ParameterValueError, "n must be >= 1, got -3"),
         ({"n": 2.5}, ParameterTypeError, "n must be an integer, got 2.5"),
         ({"n": True}, ParameterTypeError, "n must be an integer, got True"),
-        ({"n": 8, "dtype": torch.int32}, ParameterTypeError, "dtype must be one of float16"),
+        ({"n": 8, "dtype": torch.int32}, ParameterTypeError, "dtype must be one of torch.float16"),
+        # numpy's dtype, a string and a non-bool flag were once a raw TypeError, a raw RuntimeError and True.
+        (
+            {"n": 8, "dtype": np.float32},
+            ParameterTypeError,
+            "dtype must be one of torch.float16, torch.bfloat16, torch.float32, torch.float64, "
+            "got <class 'numpy.float32'>",
+        ),
+        ({"n": 8, "dtype": "float32"}, ParameterTypeError, "dtype must be one of .*, got 'float32'"),
+        (
+            {"n": 8, "device": "cpux"},
+            ParameterValueError,
+            "device must be a torch.device or a device string such as 'cpu' or 'cuda:0', got 'cpux'",
+        ),
+        ({"n": 8, "onesided": "no"}, ParameterTypeError, "onesided must be a bool, got 'no'"),
+        ({"n": 8, "onesided": 0}, ParameterTypeError, "onesided must be a bool, got 0"),
         (
             {"n": 8, "backend": "gpu"},
             ParameterValueError,
@@ -85,6 +100,9 @@ def test_reduced_angle_beats_naive_float32_angle():
 def test_bad_arguments(kwargs, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(")):
         nbxsig.dft.rdft_basis(**kwargs)
+    if "onesided" not in kwargs:
+        with pytest.raises(error, match=message.replace("(", r"\(")):
+            nbxsig.dft.irdft_basis(**kwargs)
 
 
 @pytest.mark.gpu

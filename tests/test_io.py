@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from nbxsig import io as nio
+from nbxsig.errors import ParameterTypeError, ParameterValueError
 
 # soundfile is not on the GPU machine's image; `make gpu-test` collects this module too (no gpu tests here).
 sf = pytest.importorskip("soundfile")
@@ -330,3 +331,95 @@ def test_fsync_can_be_turned_off(
     assert len(calls) == syncs
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.arange(3.0))
     assert [p.name for p in tmp_path.iterdir()] == ["a.npy"]  # still renamed into place
+
+
+def test_npz_writes_any_key_and_refuses_what_cannot_be_read_back(tmp_path: Path) -> None:
+    # "file" once collided with np.savez's own parameter (a raw TypeError).
+    nio.write_npz(tmp_path / "k.npz", {"file": np.arange(3), "a/b": 1.5})
+    loaded = nio.read_array(tmp_path / "k.npz")
+    assert isinstance(loaded, dict) and sorted(loaded) == ["a/b", "file"]
+    np.testing.assert_array_equal(loaded["file"], np.arange(3))
+    # Object arrays were pickled on write, then refused by read_array.
+    with pytest.raises(ParameterTypeError, match=r"arrays\['o'\] must be numbers, bools or strings"):
+        nio.write_npz(tmp_path / "o.npz", {"o": np.array([None, 1], dtype=object)})
+    with pytest.raises(ParameterTypeError, match="data must be numbers, bools or strings"):
+        nio.write_npy(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ParameterTypeError, match=r"arrays must be a mapping of names to arrays, got \[1\]"):
+        nio.write_npz(tmp_path / "l.npz", [1])
+    with pytest.raises(ParameterTypeError, match="arrays' keys must be str, got 1"):
+        nio.write_npz(tmp_path / "i.npz", {1: np.ones(2)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.npz"]
+
+
+def test_atomic_open_keeps_the_mode_of_the_file_it_replaces(tmp_path: Path) -> None:
+    dest = tmp_path / "secret.npy"
+    dest.write_bytes(b"old")
+    dest.chmod(0o600)
+    nio.write_npy(dest, np.ones(2))
+    assert dest.stat().st_mode & 0o777 == 0o600
+    np.testing.assert_array_equal(np.load(dest), np.ones(2))
+
+
+def test_atomic_open_writes_through_a_symbolic_link(tmp_path: Path) -> None:
+    # Renaming over the link replaced the link with a file and left its target unwritten.
+    (tmp_path / "data").mkdir()
+    target = tmp_path / "data" / "t.npy"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.npy"
+    link.symlink_to(target)
+    nio.write_npy(link, np.arange(4))
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    np.testing.assert_array_equal(np.load(target), np.arange(4))
+    assert sorted(p.name for p in target.parent.iterdir()) == ["t.npy"]
+    dangling = tmp_path / "dangling.npy"
+    dangling.symlink_to(tmp_path / "data" / "new.npy")
+    nio.write_npy(dangling, np.zeros(2))
+    np.testing.assert_array_equal(np.load(tmp_path / "data" / "new.npy"), np.zeros(2))
+
+
+def test_readers_take_bytes_paths_and_refuse_other_types(tmp_path: Path) -> None:
+    sf.write(tmp_path / "a.wav", _noise(7, (50, 1)), 8000, subtype="FLOAT")
+    np.save(tmp_path / "a.npy", _noise(8, (2, 30)))
+    assert nio.read_audio(os.fsencode(tmp_path / "a.wav")).data.shape == (1, 50)
+    assert nio.audio_info(os.fsencode(tmp_path / "a.wav"))["frames"] == 50
+    assert nio.read_signal(os.fsencode(tmp_path / "a.npy"), default_rate=8000).data.shape == (2, 30)
+    for read in (nio.read_audio, nio.audio_info, lambda p: nio.read_signal(p, default_rate=8000)):
+        for bad in (None, 3):
+            with pytest.raises(
+                ParameterTypeError, match=f"path must be a file name: str, bytes or os.PathLike, got {bad}"
+            ):
+                read(bad)
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        (
+            np.full((5, 4, 6), 0.5),
+            ParameterValueError,
+            r"with 1, 3 or 4 channels, got .* shape \(5, 4, 6\)",
+        ),
+        (
+            np.full((1, 2, 4, 6), 0.5),
+            ParameterValueError,
+            r"with 1, 3 or 4 channels, got .* shape \(1, 2, 4, 6\)",
+        ),
+        (
+            np.full((64, 48, 3), 0.5),
+            ParameterValueError,
+            r"with 1, 3 or 4 channels, got .* shape \(64, 48, 3\)",
+        ),
+        (np.full((2, 4, 6), 0.5), ParameterValueError, "with 1, 3 or 4 channels"),
+        (np.zeros((0, 6)), ParameterValueError, "at least one pixel"),
+        (np.array([[0.5, np.nan]]), ParameterValueError, "finite values"),
+        (np.full((4, 6), 0.5 + 0.5j), ParameterTypeError, "data must be real numbers in"),
+    ],
+    ids=["5ch", "4d", "hwc", "2ch", "empty", "nan", "complex"],
+)
+def test_write_image_refuses_what_it_cannot_write(
+    tmp_path: Path, data: np.ndarray, error: type[Exception], message: str
+) -> None:
+    # These once became a raw PIL TypeError, a black pixel, or the real part.
+    with pytest.raises(error, match=message):
+        nio.write_image(tmp_path / "i.png", data)
+    assert list(tmp_path.iterdir()) == []
