@@ -29,7 +29,8 @@ class BackendUnavailableError(ParameterValueError):
 def describe(value: Any) -> str:
     """A short, readable rendering of ``value`` for error messages: arrays by kind, shape and dtype
     ("a tensor" for torch, else the type's name, e.g. "a numpy.ndarray": a message that called a
-    numpy array a tensor would hide why it was refused)."""
+    numpy array a tensor would hide why it was refused), led by the value for a numpy scalar or 0-d
+    array ("inf (a numpy.float64 of shape () ...)"), which is one number however it was passed."""
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
@@ -38,7 +39,12 @@ def describe(value: Any) -> str:
         kind = type(value)
         package = kind.__module__.partition(".")[0]
         name = "tensor" if package == "torch" else f"{package}.{kind.__qualname__}"
-        return f"a {name} of shape {tuple(shape)} and dtype {dtype}{where}"
+        text = f"a {name} of shape {tuple(shape)} and dtype {dtype}{where}"
+        # Tensors keep the description alone: reading a value may need a device sync, or be impossible
+        # (meta and fake tensors have none).
+        if package == "numpy" and tuple(shape) == ():
+            return f"{value.item()!r} ({text})"
+        return text
     return repr(value)
 
 

@@ -66,13 +66,22 @@ def _to_torch(a: np.ndarray, dtype: torch.dtype, device: torch.device | str | No
 def _real_array(name: str, value: Any, allowed: str) -> np.ndarray:
     """``value`` (a number, a sequence of numbers or a tensor) as a float64 array. Strings are refused rather
     than parsed (``np.asarray(["1.5"], dtype=float)`` would read them), and a ragged or non-numeric sequence
-    fails here with ``name`` instead of inside numpy."""
+    fails here with ``name`` instead of inside numpy. Complex and bool values are refused in every form: a
+    tensor's dtype is checked before ``.double()``, which would drop an imaginary part with only a warning."""
     if isinstance(value, torch.Tensor):
+        if value.is_complex() or value.dtype == torch.bool:
+            raise bad_type(name, value, allowed)
         value = value.detach().cpu().double().numpy()
     try:
         a = np.asarray(value)
     except (TypeError, ValueError):
         raise bad_type(name, value, allowed) from None
+    if a.dtype == object and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in a.flat):
+        # numpy keeps Fractions (and Python ints beyond int64) as objects: they are real numbers all the same.
+        try:
+            a = a.astype(np.float64)
+        except OverflowError:
+            raise bad_value(name, value, allowed, context="(a value overflows float64)") from None
     if a.dtype.kind not in "iuf":
         raise bad_type(name, value, allowed)
     return a.astype(np.float64)
@@ -408,14 +417,18 @@ def gaussian_kernel2d(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Separable Gaussian ``(ky, kx)`` = outer product of :func:`gaussian_kernel1d` along y and x;
-    ``kernel_size`` and ``sigma`` are ``(y, x)`` pairs or one value for both."""
+    ``kernel_size`` and ``sigma`` are ``(y, x)`` pairs or one value for both (``sigma``'s pair may be a
+    tuple, a list, a 1-D array or a tensor of length 2)."""
     ky, kx = _pair("kernel_size", kernel_size)
     if isinstance(sigma, numbers.Real):
         sy, sx = sigma, sigma
-    elif isinstance(sigma, (tuple, list)) and len(sigma) == 2:
-        sy, sx = sigma
     else:
-        raise bad_value("sigma", sigma, "a number or a pair (sy, sx) of numbers")
+        # Any 1-D pair (tuple, list, array, tensor), or a 0-d array/tensor as one value for both.
+        allowed = "a number or a pair (sy, sx) of numbers"
+        s = _real_array("sigma", sigma, allowed)
+        if s.shape not in ((), (2,)):
+            raise bad_value("sigma", sigma, allowed)
+        sy, sx = np.broadcast_to(s, (2,))
     gy = gaussian_kernel1d(ky, sy)
     gx = gaussian_kernel1d(kx, sx)
     return (gy[:, None] * gx[None, :]).to(device=device, dtype=dtype)

@@ -32,6 +32,7 @@ import numbers
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -440,16 +441,19 @@ def _check_sigma_no_grad(sigma: torch.Tensor) -> None:
         )
 
 
-def _sigma_pair(sigma: Any) -> tuple[float, float]:
-    """``(sy, sx)`` from a pair of positive numbers (or one-element tensors that do not require grad)."""
+def _sigma_pair(sigma: Any, allowed: str = "a pair (sy, sx) or a tensor (B, 2)") -> tuple[float, float]:
+    """``(sy, sx)`` from a pair of positive numbers: Python or numpy numbers, 0-d arrays, or one-element
+    tensors that do not require grad. ``allowed`` is what the caller accepts besides such a pair."""
     if not isinstance(sigma, (tuple, list)) or len(sigma) != 2:
-        raise bad_value("sigma", sigma, "a pair (sy, sx) or a tensor (B, 2)")
+        raise bad_value("sigma", sigma, allowed)
     out = []
     for v in sigma:
         if isinstance(v, torch.Tensor):
             if v.numel() != 1:
                 raise bad_value("sigma", sigma, "a pair (sy, sx) of numbers")
             _check_sigma_no_grad(v)
+            v = v.item()
+        elif isinstance(v, np.ndarray) and v.ndim == 0:
             v = v.item()
         out.append(check_float("sigma", v, min_value=0.0, min_inclusive=False))
     return out[0], out[1]
@@ -656,6 +660,10 @@ def _on_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device)
 
 
+# torch indexes the polyphase kernel's taps with int64 (sinc_resample_kernel's arange runs to ~orig).
+_MAX_RATE = 2**63 - 1
+
+
 def _resample_args(
     orig_freq: Any, new_freq: Any, lowpass_filter_width: Any, rolloff: Any, resampling_method: Any, beta: Any
 ) -> tuple[tuple[int, int], int, float, float | None]:
@@ -663,16 +671,21 @@ def _resample_args(
     :class:`Resample`, which checks them when it is built)."""
     rates = []
     for name, v in (("orig_freq", orig_freq), ("new_freq", new_freq)):
-        # Finiteness first: int() of an infinity or a NaN raises OverflowError / ValueError of its own.
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, numbers.Real)
-            or not math.isfinite(v)
-            or v <= 0
-            or int(v) != v
+        # An integer is one already (math.isfinite(10**400) would overflow converting it to float); other
+        # numbers are checked finite first: int() of an infinity or a NaN raises OverflowError / ValueError.
+        integral = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+        if not integral and (
+            isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or int(v) != v
         ):
             raise bad_value(name, v, "a positive integer rate in Hz")
-        rates.append(int(v))
+        rate = int(v)
+        if rate <= 0:
+            raise bad_value(name, v, "a positive integer rate in Hz")
+        if rate > _MAX_RATE:
+            raise bad_value(
+                name, v, f"at most {_MAX_RATE} Hz", context="(the kernel's tap positions are int64)"
+            )
+        rates.append(rate)
     lowpass_filter_width = check_int("lowpass_filter_width", lowpass_filter_width, min_value=1)
     rolloff = check_float("rolloff", rolloff, min_value=0.0, max_value=1.0, min_inclusive=False)
     check_choice("resampling_method", resampling_method, ("sinc_interp_hann", "sinc_interp_kaiser"))
@@ -871,14 +884,22 @@ class GaussianBlur2d(nn.Module):
     def __init__(
         self,
         kernel_size: tuple[int, int] | int,
-        sigma: tuple[float, float],
+        sigma: tuple[float, float] | torch.Tensor,
         border_type: str = "reflect",
         separable: bool = True,
         *,
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
-        (ky, kx), (sy, sx) = _pair("kernel_size", kernel_size), _sigma_pair(sigma)
+        allowed = "a pair (sy, sx) or a tensor (2,) or (1, 2)"
+        if isinstance(sigma, torch.Tensor):
+            # kornia's module takes a tensor sigma. The taps are buffers built once here, so one pair serves
+            # every image: a per-image (B, 2) sigma is gaussian_blur2d's.
+            if sigma.shape not in ((2,), (1, 2)):
+                raise bad_value("sigma", sigma, allowed, context="(per-image sigmas: use gaussian_blur2d)")
+            _check_sigma_no_grad(sigma)
+            sigma = tuple(sigma.reshape(2))
+        (ky, kx), (sy, sx) = _pair("kernel_size", kernel_size), _sigma_pair(sigma, allowed)
         _kornia_border(border_type)
         self.register_buffer("kernel_y", gaussian_kernel1d(ky, sy))
         self.register_buffer("kernel_x", gaussian_kernel1d(kx, sx))
@@ -958,12 +979,21 @@ class UnsharpMask(nn.Module):
     def __init__(
         self,
         kernel_size: tuple[int, int] | int,
-        sigma: tuple[float, float],
+        sigma: tuple[float, float] | torch.Tensor,
         border_type: str = "reflect",
         *,
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
+        # Checked now, not at the first call; a (B, 2) sigma's B is checked against the input's then.
+        _pair("kernel_size", kernel_size)
+        if isinstance(sigma, torch.Tensor):
+            if sigma.dim() != 2 or sigma.shape[1] != 2:
+                raise bad_value("sigma", sigma, "a pair (sy, sx) or a tensor (B, 2)")
+            _check_sigma_no_grad(sigma)
+        else:
+            _sigma_pair(sigma)
+        _kornia_border(border_type)
         self.kernel_size, self.sigma, self.border_type, self.backend = (
             kernel_size,
             sigma,

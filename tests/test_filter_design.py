@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import scipy.signal as ss
@@ -177,6 +179,20 @@ def test_design_inputs_accepted_in_every_documented_form():
     assert isinstance(nf.get_window("hann", 5), np.ndarray)
 
 
+def test_design_inputs_accepted_as_arrays_tensors_and_fractions():
+    # Forms that worked before the inputs were validated: a sigma pair as an array or a tensor, and
+    # Fractions (which numpy holds in object arrays).
+    pair = nf.gaussian_kernel2d(5, (1.0, 2.0))
+    for sigma in (np.array([1.0, 2.0]), torch.tensor([1.0, 2.0]), [np.float32(1.0), np.int64(2)]):
+        assert torch.equal(nf.gaussian_kernel2d(5, sigma), pair)
+    for sigma in (np.array(1.5), torch.tensor(1.5)):
+        assert torch.equal(nf.gaussian_kernel2d(5, sigma), nf.gaussian_kernel2d(5, 1.5))
+    assert torch.equal(nf.firwin(31, Fraction(1, 4)), nf.firwin(31, 0.25))
+    assert torch.equal(
+        nf.firwin(31, [Fraction(1, 4), 0.5], pass_zero=False), nf.firwin(31, [0.25, 0.5], pass_zero=False)
+    )
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -219,6 +235,30 @@ def test_design_inputs_accepted_in_every_documented_form():
             "thetas must be a non-empty sequence of finite angles in radians, got 'a'",
         ),
         (lambda: nf.firwin(31, "abc"), ParameterTypeError, "cutoff must be a frequency or a 1-D sequence"),
+        (
+            lambda: nf.gaussian_kernel2d(5, np.array([1.0, 2.0, 3.0])),
+            ParameterValueError,
+            "sigma must be a number or a pair (sy, sx) of numbers, got a numpy.ndarray of shape (3,)",
+        ),
+        (lambda: nf.gaussian_kernel2d(5, "ab"), ParameterTypeError, "sigma must be a number or a pair"),
+        # Complex and bool values are refused as tensors too, as they are as Python numbers: .double()
+        # would drop the imaginary part with only a warning, and True would read as 1.
+        (lambda: nf.firwin(31, 0.25 + 0j), ParameterTypeError, "cutoff must be a frequency"),
+        (
+            lambda: nf.firwin(31, torch.tensor([0.25 + 0j])),
+            ParameterTypeError,
+            "cutoff must be a frequency or a 1-D sequence of frequencies, got a tensor of shape (1,) "
+            "and dtype torch.complex64",
+        ),
+        (
+            lambda: nf.gammatone_bank(torch.tensor([440 + 0j]), fs=16000.0, numtaps=8),
+            ParameterTypeError,
+            "center_freqs must be a frequency",
+        ),
+        (lambda: nf.firwin(31, True), ParameterTypeError, "cutoff must be a frequency"),
+        (lambda: nf.firwin(31, torch.tensor([True])), ParameterTypeError, "cutoff must be a frequency"),
+        (lambda: nf.firwin(31, [Fraction(1, 4), True]), ParameterTypeError, "cutoff must be a frequency"),
+        (lambda: nf.firwin(31, [10**400]), ParameterValueError, "(a value overflows float64)"),
         # Strings are refused, not parsed as numbers.
         (lambda: nf.firwin(31, ["0.3"]), ParameterTypeError, "cutoff must be a frequency or a 1-D sequence"),
     ],

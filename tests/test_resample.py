@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -116,6 +117,19 @@ def test_a_tone_keeps_its_level_and_an_alias_is_removed():
             ParameterValueError,
             "orig_freq must be a positive integer rate in Hz, got inf",
         ),
+        (
+            {"orig_freq": np.float64("inf")},
+            ParameterValueError,
+            "orig_freq must be a positive integer rate in Hz, got inf (a numpy.float64 of shape ()",
+        ),
+        (
+            {"new_freq": np.array(0.5)},
+            ParameterValueError,
+            "new_freq must be a positive integer rate in Hz, got 0.5 (a numpy.ndarray of shape ()",
+        ),
+        # An integer too large for float64 is still an integer: refused for its size, not by an OverflowError.
+        ({"orig_freq": 10**400}, ParameterValueError, "orig_freq must be at most 9223372036854775807 Hz"),
+        ({"new_freq": 2**63}, ParameterValueError, "new_freq must be at most 9223372036854775807 Hz"),
         (
             {"new_freq": float("nan")},
             ParameterValueError,

@@ -82,6 +82,19 @@ def depthwise_conv2d(
     extended by ``boundary``. Output (N, C·M, H', W') in ``x``'s dtype and, like the kernels', in
     channels_last when :func:`is_channels_last` says ``x`` is.
     """
+    return _like(_conv2d(x, weight, stride=stride, pads=pads, boundary=boundary), x)
+
+
+def _conv2d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    boundary: str,
+) -> torch.Tensor:
+    """:func:`depthwise_conv2d` in the compute dtype (x's own on the cuDNN path) and in whatever memory
+    format conv2d gives: the separable path's intermediate stays so, and only the result is converted."""
     c = x.shape[1]
     top, bottom, left, right = pads
     if x.is_cuda and boundary == "zeros" and top == bottom and left == right:
@@ -92,14 +105,15 @@ def depthwise_conv2d(
         return F.conv2d(x, weight.to(x.dtype).unsqueeze(1), stride=stride, padding=(top, left), groups=c)
     dtype = compute_dtype(x.dtype)
     xe = _extend(_extend(x.to(dtype), 2, top, bottom, boundary), 3, left, right, boundary)
-    y = F.conv2d(xe, weight.to(dtype).unsqueeze(1), stride=stride, groups=c)
-    return _like(y.to(x.dtype), x)
+    return F.conv2d(xe, weight.to(dtype).unsqueeze(1), stride=stride, groups=c)
 
 
 def _like(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``y`` in ``x``'s memory format, as the kernels allocate it: the gather in :func:`_extend` (and
-    conv2d after it) does not keep channels_last."""
-    return y.contiguous(memory_format=torch.channels_last) if is_channels_last(x) else y
+    """``y`` in ``x``'s dtype and memory format, in one copy, as the kernels allocate it: the gather in
+    :func:`_extend` (and conv2d after it) does not keep channels_last."""
+    if is_channels_last(x):
+        return y.to(dtype=x.dtype, memory_format=torch.channels_last)
+    return y.to(x.dtype)
 
 
 def depthwise_conv2d_separable(
@@ -114,13 +128,13 @@ def depthwise_conv2d_separable(
     """The rank-1 kernel ``weight_y[o, i] · weight_x[o, j]``, as a column pass then a row pass."""
     dtype = compute_dtype(x.dtype)
     top, bottom, left, right = pads
-    mid = depthwise_conv2d(
+    mid = _conv2d(
         x.to(dtype), weight_y.unsqueeze(2), stride=(stride[0], 1), pads=(top, bottom, 0, 0), boundary=boundary
     )
-    y = depthwise_conv2d(
+    y = _conv2d(
         mid, weight_x.unsqueeze(1), stride=(1, stride[1]), pads=(0, 0, left, right), boundary=boundary
     )
-    return _like(y.to(x.dtype), x)
+    return _like(y, x)
 
 
 def depthwise_conv1d(
