@@ -43,6 +43,13 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def check_backend(backend: object) -> None:
+    """A ``backend=`` argument: None (auto), "triton" or "torch" (checked where it is stored, e.g. by a
+    module's constructor, as well as by :func:`choose_backend` at the call)."""
+    if backend is not None and backend not in BACKENDS:
+        raise bad_value("backend", backend, "None, 'triton' or 'torch'")
+
+
 def interpreter_enabled() -> bool:
     """Whether Triton's interpreter is on (``TRITON_INTERPRET=1``): kernels then run on CPU tensors."""
     value = os.environ.get("TRITON_INTERPRET")
@@ -83,8 +90,7 @@ def choose_backend(
         ParameterValueError: ``requested``/``env_default`` is not a backend name.
         BackendUnavailableError: Triton was requested explicitly but cannot run this call.
     """
-    if requested is not None and requested not in BACKENDS:
-        raise bad_value("backend", requested, "None, 'triton' or 'torch'")
+    check_backend(requested)
     # An unset or empty variable means auto.
     if env_default not in (None, "") and env_default not in BACKENDS:
         raise bad_value(ENV_VAR, env_default, "unset, empty, 'triton' or 'torch'")

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ._dispatch import Backend, Op
+from ._dispatch import Backend, Op, check_backend
 from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_bool, check_choice, check_int, check_tensor
 from .errors import ParameterValueError, bad_value
 from .reference import mel as _ref
@@ -70,11 +70,6 @@ def _frames_args(n_fft, hop_length, win_length) -> tuple[int, int, int]:
         raise bad_value("win_length", win_length, f"<= n_fft ({n_fft})")
     hop_length = default_hop_length(n_fft) if hop_length is None else hop_length
     return n_fft, check_int("hop_length", hop_length, min_value=1), win_length
-
-
-def _check_backend(backend: object) -> None:
-    if backend not in (None, "triton", "torch"):
-        raise bad_value("backend", backend, "None, 'triton' or 'torch'")
 
 
 def _window(window, win_length: int, n_fft: int) -> torch.Tensor:
@@ -328,7 +323,7 @@ class StreamingMelSpectrogram(_FramedStream):
             center=False,
             backend=backend,
         )
-        _check_backend(backend)
+        check_backend(backend)
         # Validate every other argument now, on a span of one frame, on the torch backend: it runs
         # anywhere, and the backend of each push depends on that chunk's device and dtype.
         nf.mel_spectrogram(torch.zeros(n_fft), **{**self._kw, "backend": "torch"})
@@ -406,7 +401,7 @@ class StreamingISTFT:
     ) -> None:
         self.n_fft, self.hop_length, self.win_length = _frames_args(n_fft, hop_length, win_length)
         self.center = check_bool("center", center)
-        _check_backend(backend)
+        check_backend(backend)
         if self.hop_length > self.win_length:  # as torch.istft (and nbxsig.stft.istft) refuse it
             raise bad_value("hop_length", self.hop_length, f"in 1..win_length={self.win_length} for istft")
         self.pad = self.n_fft // 2 if center else 0

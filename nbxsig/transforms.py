@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from . import features as _f
-from ._dispatch import Backend
+from ._dispatch import Backend, check_backend
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
 from .errors import bad_value
 from .reference import mel as _ref
@@ -264,8 +264,7 @@ class MelSpectrogram(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
-        if backend not in (None, "triton", "torch"):
-            raise bad_value("backend", backend, "None, 'triton' or 'torch'")
+        check_backend(backend)
         self.backend = backend
         self.sample_rate = _f.check_sample_rate(sample_rate)
         self.n_mels = check_int("n_mels", n_mels, min_value=1)
