@@ -30,7 +30,7 @@ from ._dispatch import Backend, Op
 from ._validate import check_float, check_int, check_tensor
 from .attention import KVCache, decode_attention
 from .errors import BackendUnavailableError, bad_type, bad_value
-from .quant import Int4Linear, quantize_model
+from .quant import Int4Linear, check_group_size, quantize_model
 from .reference import models as reference_models
 from .reference.attention import sliding_window_mask
 
@@ -365,9 +365,7 @@ class SeqModel(nn.Module):
 
         Linears whose input width is not a multiple of ``group_size`` (typically ``in_proj`` with a
         small ``d_in``) stay in floating point. Returns ``self``."""
-        group_size = check_int("group_size", group_size, min_value=8)
-        if group_size % 8:
-            raise bad_value("group_size", group_size, "a multiple of 8 (8 nibbles per int32 word)")
+        group_size = check_group_size(group_size)
         skip = [
             name
             for name, mod in self.named_modules()

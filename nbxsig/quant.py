@@ -174,10 +174,16 @@ def _existing_file(path: str | Path) -> Path:
     return Path(path)
 
 
-def _check_group(group_size: int, k: int, *, name: str = "weight") -> int:
+def check_group_size(group_size: object) -> int:
+    """A ``group_size``: an int >= 8 and a multiple of 8 (8 nibbles per int32 word)."""
     group_size = check_int("group_size", group_size, min_value=8)
     if group_size % 8:
         raise bad_value("group_size", group_size, "a multiple of 8 (8 nibbles per int32 word)")
+    return group_size
+
+
+def _check_group(group_size: int, k: int, *, name: str = "weight") -> int:
+    group_size = check_group_size(group_size)
     if k % group_size:
         raise ParameterValueError(
             f"{name} has K={k} input features, which is not a multiple of group_size={group_size}; "
@@ -457,9 +463,7 @@ def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] 
         raise bad_value(
             "model", model, "a module containing linears (for one linear: Int4Linear.from_linear)"
         )
-    group_size = check_int("group_size", group_size, min_value=8)
-    if group_size % 8:
-        raise bad_value("group_size", group_size, "a multiple of 8 (8 nibbles per int32 word)")
+    group_size = check_group_size(group_size)
     skip = set(skip)
     # Every place a linear sits, under its qualified name (a shared linear under each of its names).
     # named_children() would list a shared child once, hence _modules. The linears inside
