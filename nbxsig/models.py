@@ -331,14 +331,15 @@ class SeqModel(nn.Module):
         lengths = state.lengths()
         freqs = self._rope_table(x_t.device)
         h = self.in_proj(x_t)
+        # Every layer's q has the same device, dtype and size: one backend choice per step.
+        rope_backend = _ROPE_CACHE.backend(None, device=h.device, dtype=h.dtype, numel=b * cfg.n_heads * hd)
         for layer, blk in enumerate(self.blocks):
             a = blk.attn_norm(h)
             q = blk.wq(a).view(b, cfg.n_heads, hd)
             k = blk.wk(a).view(b, cfg.n_kv_heads, hd)
             v = blk.wv(a).view(b, cfg.n_kv_heads, hd)
             # q and k rotated, k and v stored at the stream's cache slot (KVCache.write's slot).
-            chosen = _ROPE_CACHE.backend(None, device=q.device, dtype=q.dtype, numel=q.numel())
-            q = _ROPE_CACHE(q, k, v, pos, freqs, state.keys(layer), state.values(layer), backend=chosen)
+            q = _ROPE_CACHE(q, k, v, pos, freqs, state.keys(layer), state.values(layer), backend=rope_backend)
             o = decode_attention(q, state.keys(layer), state.values(layer), lengths=lengths)
             h = h + blk.wo(o.reshape(b, cfg.n_heads * hd))
             h = h + blk.mlp(h)
