@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
+from _marks import BF16_DOT_XFAIL
 
 from nbxsig.attention import KVCache, decode_attention
 from nbxsig.errors import ParameterTypeError, ParameterValueError
@@ -201,12 +201,7 @@ def test_mask_free_path(generator, device):
     assert_close(out, _naive(q, k, v, bias=bias), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.xfail(
-    os.environ.get("NBXSIG_TEST_DEVICE", "cpu") == "cpu",
-    raises=AssertionError,
-    strict=True,
-    reason="Triton 3.6's interpreter computes tl.dot on bfloat16 as raw integer bits (GPU is fine)",
-)
+@BF16_DOT_XFAIL
 def test_bfloat16(generator, device):
     q, k, v = _long_row(generator, device, torch.bfloat16)
     assert_close(decode_attention(q, k, v, backend="triton"), _naive(q, k, v), dtype=torch.bfloat16)

@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from _marks import BF16_DOT_XFAIL
 from torch import nn
 
 import nbxsig.quant as Q
@@ -85,16 +86,8 @@ def test_int4_linear_half_inputs(dtype, generator, device):
     assert_close(out, ref, dtype=dtype)
 
 
-_BF16_DOT_XFAIL = pytest.mark.xfail(
-    os.environ.get("NBXSIG_TEST_DEVICE", "cpu") == "cpu",
-    raises=AssertionError,
-    strict=True,
-    reason="Triton 3.6's interpreter multiplies bfloat16 dot operands as raw bits (errors ~1e10; GPU fine)",
-)
-
-
 @pytest.mark.parametrize(
-    "dtype", [torch.float16, pytest.param(torch.bfloat16, marks=_BF16_DOT_XFAIL)], ids=str
+    "dtype", [torch.float16, pytest.param(torch.bfloat16, marks=BF16_DOT_XFAIL)], ids=str
 )
 @pytest.mark.parametrize(
     "m,n,k,gs,case",
