@@ -267,7 +267,8 @@ def _stft(
     if key is not None and chosen == "triton":  # (as for istft: only the Triton path is planned)
         if len(_STFT_PLANS) >= _MAX_PLANS:
             _STFT_PLANS.clear()
-        _STFT_PLANS[key] = (*plan, window)  # the key holds the window's id: keep it alive
+        # The key holds the window's id and data pointer: keep the window and its storage alive.
+        _STFT_PLANS[key] = (*plan, window, None if window is None else window.untyped_storage())
     return _stft_run(x, *plan)
 
 
@@ -450,8 +451,9 @@ def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
     --, a window that is not contiguous -- the checks copy it, and a plan would keep that copy across a
     ``.data`` assignment --, under torch.compile; the caller handles unhashable arguments). The
     scalar arguments go in with their types (``20.0 == 20`` and ``True == 1`` as keys, but not as
-    arguments); the window by identity, version (in-place changes), shape, dtype and device
-    (``.data`` assignment changes those without a version bump); the environment the dispatch reads."""
+    arguments); the window by identity, version (in-place changes), data pointer, shape, dtype and
+    device (``.data`` assignment changes those without a version bump; a plan keeps its window's
+    storage alive, so no later storage can take that pointer); the environment the dispatch reads."""
     if torch.compiler.is_compiling() or type(input) is not torch.Tensor or input.is_neg() or input.is_conj():
         return None
     if window is None:
@@ -461,7 +463,7 @@ def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
         and window.is_contiguous()
         and not (window.requires_grad or window.is_neg())
     ):
-        win = (id(window), window._version, window.shape, window.dtype, window.device)
+        win = (id(window), window._version, window.data_ptr(), window.shape, window.dtype, window.device)
     else:
         return None
     return (
@@ -474,13 +476,15 @@ class _IstftPlan:
     """One validated Triton istft signature: the resolved arguments and, where the call is the
     dense overlap-add kernel's, its prepared launch (``nbxsig.kernels.stft.IstftLaunch``)."""
 
-    __slots__ = ("complex", "kwargs", "launch", "out_shape", "shape3", "source_window")
+    __slots__ = ("complex", "kwargs", "launch", "out_shape", "shape3", "source_storage", "source_window")
 
     def __init__(self, input: torch.Tensor, spec: torch.Tensor, window, kwargs: dict) -> None:
         from .kernels import stft as kernels
 
         kernels.on_retune(_ISTFT_PLANS.clear)
-        self.source_window = window  # the key holds its id: keep it alive
+        # The key holds the window's id and data pointer: keep the window and its storage alive.
+        self.source_window = window
+        self.source_storage = None if window is None else window.untyped_storage()
         self.kwargs = kwargs
         self.complex = input.is_complex()
         lead = spec.shape[:-3]

@@ -221,6 +221,24 @@ def test_non_contiguous_window_is_not_planned(plans, monkeypatch, generator):
     assert not plans and not S._STFT_PLANS
 
 
+def test_short_window_plan_sees_data_assignment(monkeypatch, generator):
+    # A short window is padded to n_fft once and the plan keeps that copy: a .data assignment of
+    # equal shape (no version bump), and one that lands on a freed storage's address, must replan.
+    monkeypatch.setattr(S, "_STFT_PLANS", {})
+    monkeypatch.setattr(S, "_ISTFT_PLANS", {})
+    x = random_tensor((2, 300), generator=generator)
+    w = random_tensor((16,), generator=generator, low=0.2, high=1.2)
+    spec = torch.stft(x, 32, 8, win_length=16, window=torch.hann_window(16), return_complex=True)
+    for _ in range(3):
+        X = S.stft(x, 32, 8, win_length=16, window=w, return_complex=True, backend="triton")
+        ref = torch.stft(x.double(), 32, 8, win_length=16, window=w.double(), return_complex=True)
+        assert_close(X, ref, dtype="float32")
+        y = S.istft(spec, 32, 8, win_length=16, window=w, length=300, backend="triton")
+        assert_close(y, _istft_ref(spec, 32, 8, w, 300, win_length=16), dtype="float32")
+        w.data = random_tensor((16,), generator=generator, low=0.2, high=1.2)
+    assert S._STFT_PLANS and S._ISTFT_PLANS
+
+
 def test_lazily_conjugated_input_and_window(generator):
     # torch takes tensors with the lazy conjugate bit; view_as_real (and the kernels) do not.
     x = random_tensor((2, 100), generator=generator, dtype=torch.complex128)
