@@ -197,18 +197,24 @@ class _Block(nn.Module):
         super().__init__()
         hd = cfg.head_dim
         self.attn_norm = RMSNorm(cfg.d_model)
-        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * hd, bias=False)
-        self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=False)
-        self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=False)
+        # q, k and v in one linear (output rows q | k | v), the MLP's gate and up in another: a decode
+        # step's small matmuls are launch-bound, and int4 adds a dequantization to each, so one
+        # linear per group instead of per projection. (Each row's init and int4 groups are the same
+        # as separate linears': both depend on in_features only.)
+        self.qkv_sizes = (cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.n_kv_heads * hd)
+        self.wqkv = nn.Linear(cfg.d_model, sum(self.qkv_sizes), bias=False)
         self.wo = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
         self.mlp_norm = RMSNorm(cfg.d_model)
-        self.w_gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.w_up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.w_gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
         self.w_down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
+    def qkv(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(q, k, v)`` of the normed input ``a (..., d_model)``: views into one linear's output."""
+        return self.wqkv(a).split(self.qkv_sizes, dim=-1)
+
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.mlp_norm(x)
-        return self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
+        gate, up = self.w_gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return self.w_down(F.silu(gate) * up)
 
 
 def _same_device(device: object, target: torch.device) -> bool:
@@ -271,10 +277,10 @@ class SeqModel(nn.Module):
         mask = sliding_window_mask(t, cfg.window, device=x.device)
         h = self.in_proj(x)
         for blk in self.blocks:
-            a = blk.attn_norm(h)
-            q = _rope(blk.wq(a).view(b, t, cfg.n_heads, hd), pos, freqs)
-            k = _rope(blk.wk(a).view(b, t, cfg.n_kv_heads, hd), pos, freqs)
-            v = blk.wv(a).view(b, t, cfg.n_kv_heads, hd)
+            q, k, v = blk.qkv(blk.attn_norm(h))
+            q = _rope(q.unflatten(-1, (cfg.n_heads, hd)), pos, freqs)
+            k = _rope(k.unflatten(-1, (cfg.n_kv_heads, hd)), pos, freqs)
+            v = v.unflatten(-1, (cfg.n_kv_heads, hd))
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (B, H, T, hd)
             k = k.repeat_interleave(g, dim=1)  # query head h reads KV head h // g
             v = v.repeat_interleave(g, dim=1)
@@ -334,10 +340,8 @@ class SeqModel(nn.Module):
         # Every layer's q has the same device, dtype and size: one backend choice per step.
         rope_backend = _ROPE_CACHE.backend(None, device=h.device, dtype=h.dtype, numel=b * cfg.n_heads * hd)
         for layer, blk in enumerate(self.blocks):
-            a = blk.attn_norm(h)
-            q = blk.wq(a).view(b, cfg.n_heads, hd)
-            k = blk.wk(a).view(b, cfg.n_kv_heads, hd)
-            v = blk.wv(a).view(b, cfg.n_kv_heads, hd)
+            q, k, v = blk.qkv(blk.attn_norm(h))
+            q, k, v = (z.unflatten(-1, (-1, hd)) for z in (q, k, v))  # strided views, read as such
             # q and k rotated, k and v stored at the stream's cache slot (KVCache.write's slot).
             q = _ROPE_CACHE(q, k, v, pos, freqs, state.keys(layer), state.values(layer), backend=rope_backend)
             o = decode_attention(q, state.keys(layer), state.values(layer), lengths=lengths)
