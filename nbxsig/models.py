@@ -102,7 +102,20 @@ _ROPE = Op(
     triton_impl="nbxsig.kernels.rope:rope",
     triton_dtypes=_FLOAT_DTYPES,
 )
-# A decode step's q/k rotation and KV-cache write in one launch (internal: SeqModel.step).
+# A decode step's fused launches (internal: SeqModel.step; no autograd): the residual add with the
+# next norm, the q/k rotation with the KV-cache write, and the SwiGLU gate.
+_ADD_RMS_NORM = Op(
+    "add_rms_norm",
+    torch_impl="nbxsig.reference.models:add_rms_norm",
+    triton_impl="nbxsig.kernels.rmsnorm:add_rms_norm",
+    triton_dtypes=_FLOAT_DTYPES,
+)
+_SILU_MUL = Op(
+    "silu_mul",
+    torch_impl="nbxsig.reference.models:silu_mul",
+    triton_impl="nbxsig.kernels.swiglu:silu_mul",
+    triton_dtypes=_FLOAT_DTYPES,
+)
 _ROPE_CACHE = Op(
     "rope_and_cache",
     torch_impl="nbxsig.reference.models:rope_and_cache",
@@ -337,18 +350,28 @@ class SeqModel(nn.Module):
         lengths = state.lengths()
         freqs = self._rope_table(x_t.device)
         h = self.in_proj(x_t)
-        # Every layer's q has the same device, dtype and size: one backend choice per step.
+        # Every layer's tensors have the same device, dtype and size: one backend choice per op a step.
         rope_backend = _ROPE_CACHE.backend(None, device=h.device, dtype=h.dtype, numel=b * cfg.n_heads * hd)
+        norm_backend = _ADD_RMS_NORM.backend(None, device=h.device, dtype=h.dtype, numel=h.numel())
+        gate_backend = _SILU_MUL.backend(None, device=h.device, dtype=h.dtype, numel=b * cfg.d_ff)
+        # Each residual add goes with the norm after it (the next block's, the final one last).
+        norms = [*(m for blk in self.blocks for m in (blk.attn_norm, blk.mlp_norm)), self.final_norm][1:]
+        normed = self.blocks[0].attn_norm(h)
         for layer, blk in enumerate(self.blocks):
-            q, k, v = blk.qkv(blk.attn_norm(h))
+            q, k, v = blk.qkv(normed)
             q, k, v = (z.unflatten(-1, (-1, hd)) for z in (q, k, v))  # strided views, read as such
             # q and k rotated, k and v stored at the stream's cache slot (KVCache.write's slot).
             q = _ROPE_CACHE(q, k, v, pos, freqs, state.keys(layer), state.values(layer), backend=rope_backend)
             o = decode_attention(q, state.keys(layer), state.values(layer), lengths=lengths)
-            h = h + blk.wo(o.reshape(b, cfg.n_heads * hd))
-            h = h + blk.mlp(h)
+            norm = norms[2 * layer]
+            h, normed = _ADD_RMS_NORM(
+                h, blk.wo(o.reshape(b, cfg.n_heads * hd)), norm.weight, eps=norm.eps, backend=norm_backend
+            )
+            mlp_out = blk.w_down(_SILU_MUL(blk.w_gate_up(normed), backend=gate_backend))
+            norm = norms[2 * layer + 1]
+            h, normed = _ADD_RMS_NORM(h, mlp_out, norm.weight, eps=norm.eps, backend=norm_backend)
         state.advance()
-        return self.out_proj(self.final_norm(h)), state
+        return self.out_proj(normed), state
 
     def _check_state(self, state: KVCache) -> None:
         """``state`` is a :class:`KVCache` made for this model (:meth:`init_state`'s geometry, dtype

@@ -6,6 +6,9 @@ import pytest
 import torch
 
 from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
+from nbxsig.kernels import rmsnorm as KN
+from nbxsig.kernels import rope as KR
+from nbxsig.kernels import swiglu as KS
 from nbxsig.models import SeqConfig, SeqModel, rope
 from nbxsig.quant import Int4Linear, load_quantized, save_quantized
 from nbxsig.testing import assert_close, random_tensor
@@ -36,14 +39,35 @@ def test_step_equals_forward(window, heads, generator):
 
 
 def test_step_through_triton_kernels_equals_forward(generator, device, monkeypatch):
-    # Every decode_attention and int4 GEMV of the stream runs on the Triton backend (interpreter on CPU).
+    # Every decode_attention and int4 GEMV of the stream runs on the Triton backend (interpreter on CPU),
+    # and so do the step's fused launches: per layer two residual add + norm, one SwiGLU gate, one
+    # rope + cache write.
     model = _model(4, device=device).quantize(group_size=32)
     x = random_tensor((2, 6, 12), generator=generator, device=device)
     with torch.no_grad():
         full = model(x)
     monkeypatch.setenv("NBXSIG_BACKEND", "triton")
+    launches = []
+    for module, name in ((KN, "_launch"), (KS, "_launch"), (KR, "_cache_launch")):
+        _count_calls(monkeypatch, module, name, launches)
     streamed = _stream(model, x)
     assert_close(streamed, full, atol=1e-4, rtol=1e-4)
+    steps, layers = x.shape[1], model.config.n_layers
+    # The first norm of a step is a plain RMSNorm (nothing to add yet).
+    assert launches.count((KN, "_launch")) == steps * (2 * layers + 1)
+    assert launches.count((KS, "_launch")) == steps * layers
+    assert launches.count((KR, "_cache_launch")) == steps * layers
+
+
+def _count_calls(monkeypatch, module, name, calls):
+    """Record ``(module, name)`` in ``calls`` on each call of ``module.name``, which still runs."""
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append((module, name))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
 
 
 def test_training_gradients_match_between_backends(generator, monkeypatch):

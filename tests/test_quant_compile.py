@@ -139,10 +139,13 @@ for dt, (m, n), gs, pdl in [("fp16", (256, 512), 128, True), ("bf16", (256, 1536
     assert ("griddepcontrol" in compiled.asm["ptx"]) == pdl, (dt, m, n, pdl)
 # The sequence model's pointwise kernels: the streaming step's shapes (one and two passes; 8 query
 # heads of 64, fp16 activations, int64 positions).
-from nbxsig.kernels import rmsnorm as KN, rope as KR
+from nbxsig.kernels import rmsnorm as KN, rope as KR, swiglu as KS
+norm_ptrs = {n: "*fp16" for n in ("x_ptr", "r_ptr", "s_ptr", "w_ptr", "y_ptr")}
 for one_pass in (True, False):
-    build(KN._rms_norm_kernel, {"x_ptr": "*fp16", "w_ptr": "*fp16", "y_ptr": "*fp16", "eps": "fp32"},
-          dict(BLOCK_R=8, BLOCK_D=512, ONE_PASS=one_pass), num_warps=4)
+    for residual in (False, True):
+        build(KN._rms_norm_kernel, dict(norm_ptrs, eps="fp32"),
+              dict(BLOCK_R=8, BLOCK_D=512, ONE_PASS=one_pass, HAS_RESIDUAL=residual), num_warps=4)
+build(KS._silu_mul_kernel, {"gu_ptr": "*fp16", "y_ptr": "*fp16"}, dict(BLOCK_R=2, BLOCK_F=1024), num_warps=4)
 build(KR._rope_kernel, {"x_ptr": "*fp16", "pos_ptr": "*i64", "freq_ptr": "*fp32", "y_ptr": "*fp16"},
       dict(BLOCK_R=8, BLOCK_H=8, BLOCK_D=32), num_warps=4)
 rc = {n: "*fp16" for n in ("q_ptr", "k_ptr", "v_ptr", "qo_ptr", "kc_ptr", "vc_ptr")}

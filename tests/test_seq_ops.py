@@ -1,4 +1,5 @@
-"""RMSNorm and rotary embeddings: the Triton kernels (interpreter on CPU) against the float64 torch twins."""
+"""RMSNorm (alone and after a residual add), rotary embeddings and the SwiGLU gate: the Triton kernels
+(interpreter on CPU) against the float64 torch twins."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from nbxsig.errors import ParameterTypeError, ParameterValueError
 from nbxsig.kernels import rmsnorm as krms
 from nbxsig.kernels import rope as krope
+from nbxsig.kernels import swiglu as kswiglu
 from nbxsig.models import rms_norm, rope
 from nbxsig.reference import models as ref
 from nbxsig.testing import assert_close, random_tensor
@@ -54,6 +56,68 @@ def test_rms_norm_gradient(device, generator):
     ex, ew = torch.autograd.grad(ref.rms_norm(xd, wd, eps=1e-6), (xd, wd), g.double())
     assert_close(gx, ex, dtype=torch.float32)
     assert_close(gw, ew, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "shape,view,max_block",
+    [
+        ((3, 5, 64), None, 4096),
+        ((7, 37), "strided", 4096),
+        ((2, 3, 48), "transposed", 4096),
+        ((3, 100), None, 32),
+    ],
+    ids=["batched-64", "odd-37-strided", "transposed", "two-pass"],
+)
+def test_add_rms_norm_kernel_matches_float64(shape, view, max_block, dtype, device, generator, monkeypatch):
+    # The decode step's residual add + next norm: the sum rounded to the dtype (torch's add), stored,
+    # and normalised; rows wider than a tile recompute the sum in the second pass.
+    monkeypatch.setattr(krms, "MAX_BLOCK_D", max_block)
+    x, r = (random_tensor(shape, generator=generator, dtype=dtype, device=device) for _ in "xr")
+    if view == "strided":
+        x = random_tensor((shape[0], 2 * shape[1]), generator=generator, dtype=dtype, device=device)[:, ::2]
+    elif view == "transposed":
+        x, r = x.transpose(0, 1), r.transpose(0, 1)
+    w = random_tensor((x.shape[-1],), generator=generator, device=device)
+    total, y = krms.add_rms_norm(x, r, w, eps=1e-5)
+    assert total.dtype == y.dtype == dtype and total.shape == y.shape == x.shape
+    # The sum is one rounding of an exact float32 sum: equal to torch's add of the same inputs.
+    assert_close(total, (x.double() + r.double()).to(dtype), dtype=dtype)
+    assert_close(y, _twin_rms_norm(x + r, w, 1e-5), dtype=dtype)
+    ref_total, ref_y = ref.add_rms_norm(x, r, w, eps=1e-5)
+    assert_close(total, ref_total, dtype=dtype)
+    assert_close(y, ref_y, dtype=dtype)
+
+
+def test_add_rms_norm_refuses_a_broadcast_residual():
+    x = torch.randn(4, 8)
+    with pytest.raises(ParameterValueError, match="residual"):
+        krms.add_rms_norm(x, torch.randn(8), torch.ones(8), eps=1e-6)
+    with pytest.raises(ParameterValueError, match="residual"):
+        krms.add_rms_norm(x, torch.randn(4, 8, dtype=torch.float64), torch.ones(8), eps=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "shape,view", [((3, 5, 2 * 48), None), ((7, 2 * 37), "strided"), ((2, 2 * 1100), None)],
+    ids=["batched", "odd-strided", "wide"],
+)  # fmt: skip
+def test_silu_mul_kernel_matches_float64(shape, view, dtype, device, generator):
+    gu = random_tensor(shape, generator=generator, dtype=dtype, device=device, low=-6.0, high=6.0)
+    if view == "strided":
+        gu = random_tensor((shape[0], 3, shape[1]), generator=generator, dtype=dtype, device=device)[:, 1]
+    y = kswiglu.silu_mul(gu)
+    assert y.dtype == dtype and y.shape == (*shape[:-1], shape[-1] // 2)
+    gate, up = gu.double().chunk(2, dim=-1)
+    # torch rounds the silu to the dtype before the product (two launches); so does the kernel.
+    silu = torch.nn.functional.silu(gate).to(dtype).double()
+    assert_close(y, silu * up, dtype=dtype)
+    assert_close(y, ref.silu_mul(gu), dtype=dtype)
+
+
+def test_silu_mul_refuses_an_odd_width():
+    with pytest.raises(ParameterValueError, match="gate_up"):
+        kswiglu.silu_mul(torch.randn(2, 7))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

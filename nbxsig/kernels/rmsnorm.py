@@ -10,6 +10,10 @@ launches (cast, square, mean, add, rsqrt, two products and the cast back), each 
 activations through memory: in a streaming step these small launches, not their bytes, set the time.
 
 Backward: :class:`_RMSNorm` recomputes the torch twin under autograd (the kernel saves nothing).
+
+:func:`add_rms_norm` is a pre-norm block's residual step in the same launch: ``s = x + r`` rounded to
+x's dtype (torch's add), stored, and normalised -- in a decode step it replaces the add launch
+before each norm (no autograd).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..errors import bad_value
 from ..reference import models as ref
 from ._launch import CachedLaunch
 from ._runtime import cdiv, check_launchable, empty_output, next_pow2
@@ -31,27 +36,45 @@ _PROGRAMS = 128
 
 
 @triton.jit
+def _load_rows(x_rows, r_rows, s_rows, cols, ok, STORE_SUM: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """A float32 tile of the rows to normalise: ``x``, or ``s = x + r`` rounded to x's dtype (as torch's
+    add rounds it), stored to ``s`` when ``STORE_SUM``."""
+    x = tl.load(x_rows + cols[None, :], mask=ok, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(r_rows + cols[None, :], mask=ok, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
+        if STORE_SUM:
+            tl.store(s_rows + cols[None, :], x, mask=ok)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr,
+    r_ptr,  # the residual added to x first (HAS_RESIDUAL), else unused
+    s_ptr,  # where x + r goes (HAS_RESIDUAL), else unused
     w_ptr,
     y_ptr,
     n_rows,
     dim,
     stride_x,
-    stride_y,
+    stride_r,
+    stride_y,  # y and s: contiguous rows of dim
     eps,
     BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr,
     ONE_PASS: tl.constexpr,  # dim <= BLOCK_D: the tile loaded for the sum is the one scaled
+    HAS_RESIDUAL: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < n_rows
-    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_x
-    y_rows = y_ptr + rows.to(tl.int64)[:, None] * stride_y
+    r64 = rows.to(tl.int64)[:, None]
+    x_rows, r_rows = x_ptr + r64 * stride_x, r_ptr + r64 * stride_r
+    s_rows, y_rows = s_ptr + r64 * stride_y, y_ptr + r64 * stride_y
     cols = tl.arange(0, BLOCK_D)
     if ONE_PASS:
         ok = row_ok[:, None] & (cols < dim)[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        x = _load_rows(x_rows, r_rows, s_rows, cols, ok, True, HAS_RESIDUAL)
         scale = tl.math.rsqrt(tl.sum(x * x, axis=1) / dim + eps)
         w = tl.load(w_ptr + cols, mask=cols < dim, other=0.0).to(tl.float32)
         y = (x * scale[:, None]) * w[None, :]
@@ -60,12 +83,13 @@ def _rms_norm_kernel(
         squares = tl.zeros((BLOCK_R,), dtype=tl.float32)
         for d0 in range(0, dim, BLOCK_D):
             ok = row_ok[:, None] & (d0 + cols < dim)[None, :]
-            x = tl.load(x_rows + (d0 + cols)[None, :], mask=ok, other=0.0).to(tl.float32)
+            x = _load_rows(x_rows, r_rows, s_rows, d0 + cols, ok, True, HAS_RESIDUAL)
             squares += tl.sum(x * x, axis=1)
         scale = tl.math.rsqrt(squares / dim + eps)
         for d0 in range(0, dim, BLOCK_D):
+            # The sum recomputed (the same bits) rather than read back from s.
             ok = row_ok[:, None] & (d0 + cols < dim)[None, :]
-            x = tl.load(x_rows + (d0 + cols)[None, :], mask=ok, other=0.0).to(tl.float32)
+            x = _load_rows(x_rows, r_rows, s_rows, d0 + cols, ok, False, HAS_RESIDUAL)
             w = tl.load(w_ptr + d0 + cols, mask=d0 + cols < dim, other=0.0).to(tl.float32)
             y = (x * scale[:, None]) * w[None, :]
             tl.store(y_rows + (d0 + cols)[None, :], y.to(y_ptr.dtype.element_ty), mask=ok)
@@ -74,25 +98,38 @@ def _rms_norm_kernel(
 _launch = CachedLaunch(_rms_norm_kernel)
 
 
-def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    device = check_launchable(x, weight)
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``t (..., D)`` as ``(rows, D)`` with unit column stride (a view where one exists)."""
+    rows = t.reshape(-1, t.shape[-1])
+    return rows if t.shape[-1] <= 1 or rows.stride(1) == 1 else rows.contiguous()
+
+
+def _forward(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(rms_norm(x [+ residual]), x + residual or None)``."""
+    device = check_launchable(x, weight) if residual is None else check_launchable(x, weight, residual)
     dim = x.shape[-1]
-    rows = x.reshape(-1, dim)
-    if dim > 1 and rows.stride(1) != 1:
-        rows = rows.contiguous()
+    rows = _rows(x)
+    res_rows = rows if residual is None else _rows(residual)
     weight = weight.contiguous()
     y = empty_output(tuple(x.shape), dtype=x.dtype, device=device)
+    total = None if residual is None else empty_output(tuple(x.shape), dtype=x.dtype, device=device)
     n_rows = rows.shape[0]
     if n_rows == 0 or dim == 0:
-        return y
+        return y, total
     block_d = min(next_pow2(dim, 16), MAX_BLOCK_D)
     # Rows per program: at most a tile, and few enough that a step's batch spreads over the SMs.
     block_r = max(1, min(_TILE // block_d, next_pow2(cdiv(n_rows, _PROGRAMS))))
     num_warps = 4 if block_r * block_d <= 2048 else 8
-    args = (rows, weight, y, n_rows, dim, rows.stride(0), dim, float(eps))
-    constexprs = {"BLOCK_R": block_r, "BLOCK_D": block_d, "ONE_PASS": dim <= block_d}
+    args = (rows, res_rows, y if total is None else total, weight, y, n_rows, dim, rows.stride(0),
+            res_rows.stride(0), dim, float(eps))  # fmt: skip
+    constexprs = {
+        "BLOCK_R": block_r, "BLOCK_D": block_d, "ONE_PASS": dim <= block_d,
+        "HAS_RESIDUAL": residual is not None,
+    }  # fmt: skip
     _launch((cdiv(n_rows, block_r), 1), args, constexprs, num_warps)
-    return y
+    return y, total
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -100,7 +137,7 @@ class _RMSNorm(torch.autograd.Function):
     def forward(ctx, x, weight, eps):
         ctx.save_for_backward(x, weight)
         ctx.eps = eps
-        return _forward(x, weight, eps)
+        return _forward(x, weight, eps)[0]
 
     @staticmethod
     def backward(ctx, grad):
@@ -122,4 +159,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tens
     float32, ``weight (D,)`` → ``(..., D)`` in ``x.dtype``; differentiable."""
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return _RMSNorm.apply(x, weight, eps)
-    return _forward(x, weight, eps)
+    return _forward(x, weight, eps)[0]
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton twin of :func:`nbxsig.reference.models.add_rms_norm` (no autograd: a decode step), one
+    launch: ``(x + residual, rms_norm(x + residual))``, the sum rounded to x's dtype before the norm.
+    ``residual`` has x's shape and dtype (no broadcasting, no promotion)."""
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise bad_value("residual", residual, f"a {x.dtype} tensor of x's shape {tuple(x.shape)}")
+    y, total = _forward(x, weight, eps, residual)
+    return total, y

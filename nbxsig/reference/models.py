@@ -1,9 +1,11 @@
-"""The sequence model's pointwise layers in plain torch: RMSNorm and rotary embeddings (the CPU path
-and the tests' oracle for :mod:`nbxsig.kernels.rmsnorm` and :mod:`nbxsig.kernels.rope`)."""
+"""The sequence model's pointwise layers in plain torch: RMSNorm (alone and after a residual add), rotary
+embeddings and the SwiGLU gate (the CPU path and the tests' oracle for :mod:`nbxsig.kernels.rmsnorm`,
+:mod:`nbxsig.kernels.rope` and :mod:`nbxsig.kernels.swiglu`)."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .dft import compute_dtype
 
@@ -16,6 +18,24 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tens
     xf = x.to(compute_dtype(x.dtype))
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (y * weight.to(xf.dtype)).to(x.dtype)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A pre-norm block's residual step: ``s = x + residual`` (rounded to ``x.dtype``, as torch's add)
+    and ``rms_norm(s, weight)``.
+
+    Shape: ``x``, ``residual (..., D)`` of one dtype, ``weight (D,)`` → ``(s, normed)``, both ``(..., D)``."""
+    s = x + residual
+    return s, rms_norm(s, weight, eps=eps)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """The SwiGLU gate ``silu(gate) · up`` of ``gate_up (..., 2F)`` holding ``gate | up``, each op rounded
+    to the dtype as torch's eager pair of launches rounds it. Shape: ``(..., 2F)`` → ``(..., F)``."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 def rope_frequencies(head_dim: int, base: float, device: torch.device | str | None = None) -> torch.Tensor:
