@@ -69,7 +69,7 @@ gpu-test: gpu-install
 	$(PYTHON) -m nbxsig.bench all --quick
 
 bench: gpu-install
-	$(PYTHON) -m nbxsig.bench all --markdown docs/benchmarks.md
+	$(PYTHON) -m nbxsig.bench all --markdown bench-report.md
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
