@@ -52,7 +52,7 @@ from ._splitsum import zeroed_counters
 
 MAX_GEMV_ROWS = 8
 # About 1024 programs: 7.8 an SM on a 132-SM H100/H200, which holds 7 at the kernel's 72 registers (1.49 waves
-# at 4096×11008); 688 and 2752 programs measured slower (docs/benchmarks.md, eighth round, call 5).
+# at 4096×11008); 688 and 2752 programs measured slower (docs/benchmarks-history.md, eighth round, call 5).
 _TARGET_PROGRAMS = 1024
 _MAX_SPLITS = 64
 # Launch-time switch, read on every call (bench.quant_sweep times both settings in one process).
