@@ -15,10 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,6 +28,7 @@ from torch import nn
 from ._dispatch import Backend, Op
 from ._validate import check_int, check_tensor
 from .errors import ParameterValueError, bad_type, bad_value
+from .io import atomic_open
 from .reference import int4 as _ref
 
 __all__ = [
@@ -138,19 +141,16 @@ class Int4Weight:
         return sum(t.numel() * t.element_size() for t in (self.packed, self.scales, self.mins))
 
     def save(self, path: str | Path) -> None:
-        """Write to a safetensors file (tensors plus ``group_size``/``shape`` in the metadata)."""
-        from safetensors.torch import save_file
-
+        """Write to a safetensors file (tensors plus ``group_size``/``shape`` in the metadata), atomically:
+        an interrupted save leaves any earlier file at ``path`` as it was."""
         tensors = {"packed": self.packed, "scales": self.scales, "mins": self.mins}
         meta = {"format": "nbxsig-int4", "group_size": str(self.group_size), "shape": json.dumps(self.shape)}
-        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(path), metadata=meta)
+        _write_safetensors(path, {k: v.contiguous().cpu() for k, v in tensors.items()}, meta)
 
     @classmethod
     def load(cls, path: str | Path, *, device: torch.device | str = "cpu") -> Int4Weight:
         """Read a file written by :meth:`save` (checked: its tensors must form a valid weight)."""
-        from safetensors import safe_open
-
-        with safe_open(str(_existing_file(path)), framework="pt", device=str(device)) as f:
+        with _open_safetensors(path, device) as f:
             meta = f.metadata() or {}
             if meta.get("format") != "nbxsig-int4" or set(f.keys()) != {"packed", "scales", "mins"}:
                 raise bad_value("path", str(path), "a safetensors file written by Int4Weight.save")
@@ -165,13 +165,40 @@ class Int4Weight:
             )
 
 
-def _existing_file(path: str | Path) -> Path:
-    """``path`` as a Path, or a clear error where no such file exists (before any reader sees it)."""
+def _checked_path(path: object) -> Path:
     if not isinstance(path, (str, Path)):
         raise bad_type("path", path, "a str or pathlib.Path")
-    if not Path(path).is_file():
-        raise bad_value("path", str(path), "an existing file")
     return Path(path)
+
+
+@contextlib.contextmanager
+def _open_safetensors(path: str | Path, device: torch.device | str) -> Iterator[Any]:
+    """``safe_open`` of an existing file, with a clear error (naming ``path``) for a missing file or one
+    that is not safetensors, before any reader sees it."""
+    from safetensors import SafetensorError, safe_open
+
+    path = _checked_path(path)
+    if not path.is_file():
+        raise bad_value("path", str(path), "an existing file")
+    try:
+        handle = safe_open(str(path), framework="pt", device=str(device))
+    except SafetensorError as err:
+        raise bad_value("path", str(path), f"a safetensors file (reading it: {err})") from None
+    with handle as f:
+        yield f
+
+
+def _write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Write ``tensors`` (CPU, contiguous, no two sharing memory) to ``path`` atomically (a temporary
+    sibling renamed into place: an interrupted save leaves an earlier file whole)."""
+    from safetensors.torch import save
+
+    path = _checked_path(path)
+    if path.is_dir():
+        raise bad_value("path", str(path), "a file path, not a folder")
+    data = save(tensors, metadata=metadata)
+    with atomic_open(path) as f:
+        f.write(data)
 
 
 def check_group_size(group_size: object) -> int:
@@ -487,17 +514,42 @@ def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] 
 
 
 def save_quantized(model: nn.Module, path: str | Path) -> None:
-    """Write a (quantized) model's ``state_dict`` to a safetensors file."""
-    from safetensors.torch import save_file
+    """Write a (quantized) model's ``state_dict`` to a safetensors file, atomically (an interrupted save
+    leaves any earlier file at ``path`` as it was).
 
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(path), metadata={"format": "nbxsig-quantized-model"})
+    A tensor the state holds under several names (a linear shared by two attributes, tied weights) is
+    stored once, its other names recorded as aliases in the metadata; :func:`load_quantized` restores
+    them."""
+    if not isinstance(model, nn.Module):
+        raise bad_type("model", model, "a torch.nn.Module")
+    state: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first_name: dict[tuple, str] = {}
+    for name, tensor in model.state_dict().items():
+        view = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
+        if view in first_name and tensor.numel():
+            aliases[name] = first_name[view]
+            continue
+        first_name[view] = name
+        state[name] = tensor.detach().contiguous().cpu()
+    # Tensors that overlap without being the same view (a slice of another): independent copies, as
+    # safetensors stores no overlapping tensors.
+    storages: set[tuple[int, int]] = set()
+    for name, tensor in state.items():
+        start = tensor.untyped_storage().data_ptr()
+        if tensor.numel() and (start, tensor.untyped_storage().nbytes()) in storages:
+            state[name] = tensor.clone()
+        elif tensor.numel():
+            storages.add((start, tensor.untyped_storage().nbytes()))
+    metadata = {"format": "nbxsig-quantized-model"}
+    if aliases:
+        metadata["aliases"] = json.dumps(aliases)
+    _write_safetensors(path, state, metadata)
 
 
 def load_quantized(model: nn.Module, path: str | Path) -> nn.Module:
     """Load a state written by :func:`save_quantized` into ``model`` (already quantized with the same
     structure, e.g. ``quantize_model(build(), group_size)``); strict about names and shapes."""
-    from safetensors import safe_open
 
     if not isinstance(model, nn.Module):
         raise bad_type("model", model, "a torch.nn.Module")
@@ -505,14 +557,25 @@ def load_quantized(model: nn.Module, path: str | Path) -> nn.Module:
     if not own:
         raise bad_value("model", model, "a module with a state (parameters or buffers) to load into")
     device = next(iter(own.values())).device
-    with safe_open(str(_existing_file(path)), framework="pt", device=str(device)) as f:
-        if (f.metadata() or {}).get("format") != "nbxsig-quantized-model":
+    with _open_safetensors(path, device) as f:
+        metadata = f.metadata() or {}
+        if metadata.get("format") != "nbxsig-quantized-model":
             raise bad_value("path", str(path), "a safetensors file written by save_quantized")
+        try:
+            aliases = json.loads(metadata.get("aliases", "{}"))
+            stored = set(f.keys())
+            if not isinstance(aliases, dict) or not set(aliases.values()) <= stored:
+                raise ValueError("aliases must name stored tensors")
+        except ValueError as err:
+            raise bad_value("path", str(path), f"a save_quantized file with valid metadata ({err})") from None
         # Names and shapes first: a mismatch names what differs (quantized with another group size,
         # another model) before anything is loaded.
-        missing, extra = sorted(own.keys() - f.keys()), sorted(f.keys() - own.keys())
+        source = {**{k: k for k in stored}, **aliases}  # every name -> the stored tensor it reads
+        missing, extra = sorted(own.keys() - source.keys()), sorted(source.keys() - own.keys())
         shapes = [
-            k for k in own.keys() & f.keys() if tuple(f.get_slice(k).get_shape()) != tuple(own[k].shape)
+            k
+            for k in own.keys() & source.keys()
+            if tuple(f.get_slice(source[k]).get_shape()) != tuple(own[k].shape)
         ]
         if missing or extra or shapes:
             details = "; ".join(
@@ -525,6 +588,6 @@ def load_quantized(model: nn.Module, path: str | Path) -> nn.Module:
                 if keys
             )
             raise bad_value("path", str(path), f"a state of this model's names and shapes ({details})")
-        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 -- safe_open is no dict
-    model.load_state_dict(state, strict=True)
+        tensors = {k: f.get_tensor(k) for k in stored}
+    model.load_state_dict({k: tensors[source[k]] for k in source}, strict=True)
     return model

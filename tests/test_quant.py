@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -345,6 +346,64 @@ def test_loading_a_mismatched_file_names_what_differs(tmp_path):
             load(tmp_path / "absent.safetensors")
     with pytest.raises(ParameterValueError, match="a module with a state"):
         Q.load_quantized(nn.ReLU(), tmp_path / "m.safetensors")
+
+
+def test_a_shared_linear_saves_once_and_loads_into_both_names(tmp_path, generator):
+    # quantize_model keeps a linear shared under two names shared; safetensors refuses tensors that
+    # share memory, so the file stores it once with an alias, and loading fills both names.
+    def build():
+        shared = nn.Linear(32, 16)
+        model = nn.Module()
+        model.a, model.b, model.c = shared, shared, nn.Linear(32, 16)
+        return Q.quantize_model(model, group_size=32)
+
+    torch.manual_seed(3)
+    model = build()
+    Q.save_quantized(model, tmp_path / "m.safetensors")
+    other = build()
+    Q.load_quantized(other, tmp_path / "m.safetensors")
+    assert other.a is other.b
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(other.state_dict()[name], tensor), name
+
+
+def test_a_corrupt_or_misnamed_weight_file_is_a_clear_error(tmp_path):
+    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
+    model = Q.quantize_model(nn.Sequential(nn.Linear(64, 32)), group_size=32)
+    for load in (lambda p: Q.load_quantized(model, p), Q.Int4Weight.load):
+        with pytest.raises(ParameterValueError, match=r"path must be a safetensors file \(reading it: "):
+            load(tmp_path / "bad.safetensors")
+    weight = Q.quantize_int4(torch.randn(8, 64), 32)
+    for save in (lambda p: Q.save_quantized(model, p), weight.save):
+        with pytest.raises(ParameterValueError, match="a file path, not a folder"):
+            save(tmp_path)
+        with pytest.raises(ParameterTypeError, match="path"):
+            save(3)
+
+
+def test_an_interrupted_save_leaves_the_earlier_file(tmp_path, monkeypatch):
+    model = Q.quantize_model(nn.Sequential(nn.Linear(64, 32)), group_size=32)
+    target = tmp_path / "m.safetensors"
+    Q.save_quantized(model, target)
+    before = target.read_bytes()
+    real_atomic_open = Q.atomic_open
+
+    @contextlib.contextmanager
+    def interrupted_halfway(path):
+        with real_atomic_open(path) as f:
+
+            class HalfWrite:
+                def write(self, data):
+                    f.write(data[: len(data) // 2])
+                    raise KeyboardInterrupt
+
+            yield HalfWrite()
+
+    monkeypatch.setattr(Q, "atomic_open", interrupted_halfway)
+    for save in (lambda p: Q.save_quantized(model, p), Q.quantize_int4(torch.randn(8, 64), 32).save):
+        with pytest.raises(KeyboardInterrupt):
+            save(target)
+        assert target.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [target.name]
 
 
 def test_int4_weight_parts_must_agree():
