@@ -55,7 +55,10 @@ def decode_attention(
 
     Returns:
         ``(B, Hq, Dv)`` in ``q.dtype``; softmax and accumulation in float32. A row with no valid
-        key gives zeros.
+        key gives zeros; a NaN in q, a valid key or value, or the bias gives NaN (as ``torch.softmax``).
+        Slots at or past ``lengths[b]`` are never read into the result (an uninitialised cache is
+        fine). Differentiable in ``q``, the caches and ``bias`` on both backends (Triton's backward
+        recomputes the torch path).
 
     Raises:
         ParameterValueError / ParameterTypeError: shapes, dtypes, devices or lengths out of range.
@@ -143,6 +146,15 @@ class KVCache:
                 raise bad_value("capacity", capacity, f">= window={window}")
         if dtype not in (*_FLOAT_DTYPES, torch.float64):
             raise bad_type("dtype", dtype, "a floating torch.dtype (float16, bfloat16, float32, float64)")
+        if device is not None:
+            try:
+                device = torch.device(device)
+            except TypeError:
+                raise bad_type(
+                    "device", device, "a torch.device, a device string or index, or None"
+                ) from None
+            except RuntimeError:
+                raise bad_value("device", device, "a device string torch knows, like 'cuda:0'") from None
         self.window = window
         self.slots = capacity if window is None else window
         self.steps = 0
@@ -152,20 +164,37 @@ class KVCache:
         self.pos = torch.zeros(batch, dtype=torch.int64, device=device)
         self._rows = torch.arange(batch, device=device)
 
+    def _layer(self, layer: int) -> int:
+        # A step calls keys/values once per layer: the common case costs one type test and a compare.
+        if type(layer) is not int or not 0 <= layer < self.n_layers:
+            return check_int("layer", layer, min_value=0, max_value=self.n_layers - 1)
+        return layer
+
     def keys(self, layer: int) -> torch.Tensor:
-        """``(batch, n_kv_heads, slots, head_dim)`` view of one layer's keys."""
-        return self.k[layer]
+        """``(batch, n_kv_heads, slots, head_dim)`` view of one layer's keys (``layer`` in
+        ``0..n_layers-1``)."""
+        return self.k[self._layer(layer)]
 
     def values(self, layer: int) -> torch.Tensor:
-        """``(batch, n_kv_heads, slots, head_dim)`` view of one layer's values."""
-        return self.v[layer]
+        """``(batch, n_kv_heads, slots, head_dim)`` view of one layer's values (``layer`` in
+        ``0..n_layers-1``)."""
+        return self.v[self._layer(layer)]
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the current token's ``k``/``v`` ``(batch, n_kv_heads, head_dim)`` of ``layer`` at slot
-        ``pos % slots`` (does not advance ``pos``: every layer writes the same token)."""
+        ``pos % slots`` (does not advance ``pos``: every layer writes the same token). Raises like
+        :meth:`check_room` when a cache without a window is full (the write would replace its oldest
+        token)."""
+        layer = self._layer(layer)
+        want = (self.batch, self.n_kv_heads, self.head_dim)
+        for name, x in (("k", k), ("v", v)):
+            check_tensor(name, x, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=3, max_dim=3)
+            if tuple(x.shape) != want:  # no broadcasting: a (1, H, D) k is not every stream's key
+                raise bad_value(name, x, f"a (batch, n_kv_heads, head_dim) = {want} tensor")
+        self.check_room()
         slot = torch.remainder(self.pos, self.slots)
-        self.k[layer, self._rows, :, slot] = k.to(self.k.dtype)
-        self.v[layer, self._rows, :, slot] = v.to(self.v.dtype)
+        self.k[layer, self._rows, :, slot] = k.to(self.k.device, self.k.dtype)
+        self.v[layer, self._rows, :, slot] = v.to(self.v.device, self.v.dtype)
 
     def lengths(self) -> torch.Tensor:
         """Valid slots once the current token is written: ``min(pos + 1, slots)`` per stream (int32)."""

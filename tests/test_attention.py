@@ -103,6 +103,116 @@ def test_empty_rows_give_zeros_not_nan(backend, generator, device):
     assert_close(out, _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_non_contiguous_lengths(backend, generator, device):
+    # A strided view (every other entry): the kernel read lengths[b] at len_ptr + b, i.e. [5, 9].
+    q = random_tensor((2, 4, 16), generator=generator, device=device)
+    k = random_tensor((2, 2, 10, 16), generator=generator, device=device)
+    v = random_tensor((2, 2, 10, 8), generator=generator, device=device)
+    for dtype in (torch.int64, torch.int32):
+        lengths = torch.tensor([5, 9, 3, 9], dtype=dtype, device=device)[::2]
+        assert not lengths.is_contiguous()
+        out = decode_attention(q, k, v, lengths=lengths, backend=backend)
+        assert_close(out, _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("t", [20, 70], ids=lambda t: f"T{t}")  # one split, two splits
+def test_nan_gives_nan_and_only_an_empty_row_gives_zeros(t, backend, generator, device):
+    # Row 0: a NaN bias on a valid key; row 1: a NaN query head (its group partner stays finite);
+    # row 2: no valid key, the NaN bias past its length is never read. The guard against an empty
+    # sum turned NaN into zeros (NaN > 0 is false), hiding a broken input as "no key".
+    q = random_tensor((3, 2, 16), generator=generator, device=device)
+    k = random_tensor((3, 1, t, 16), generator=generator, device=device)
+    v = random_tensor((3, 1, t, 16), generator=generator, device=device)
+    bias = random_tensor((3, t), generator=generator, device=device)
+    bias[0, 2] = bias[2, 0] = float("nan")
+    q[1, 1, 3] = float("nan")
+    lengths = torch.tensor([t, t - 1, 0], device=device)
+    out = decode_attention(q, k, v, lengths=lengths, bias=bias, backend=backend)
+    want = _naive(q, k, v, lengths, bias)
+    assert want[0].isnan().all() and want[1, 1].isnan().all() and not want[1, 0].isnan().any()
+    assert_close(out, want, atol=1e-5, rtol=1e-5)  # NaN must meet NaN, zeros zeros
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_slots_past_lengths_are_never_read(backend, generator, device):
+    # A preallocated cache holds garbage past each row's length (torch.empty: NaN, inf). The torch
+    # path multiplied those values by p = 0 (0·NaN = NaN) and returned NaN.
+    q = random_tensor((3, 4, 16), generator=generator, device=device)
+    k = random_tensor((3, 2, 70, 16), generator=generator, device=device)
+    v = random_tensor((3, 2, 70, 8), generator=generator, device=device)
+    lengths = torch.tensor([3, 70, 0], device=device)
+    for i, n in enumerate(lengths.tolist()):
+        k[i, :, n:] = float("inf")
+        v[i, :, n:] = float("nan")
+    out = decode_attention(q, k, v, lengths=lengths, backend=backend)
+    assert_close(out, _naive(q, k, v, lengths), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_bias_at_the_float32_limits(backend, generator, device):
+    # torch.finfo(float32).min as a mask value (as transformers fills masks): finite, so a row of only
+    # such keys is the mean of V (torch.softmax's answer), and finfo.max selects its key. The kernel's
+    # bias·log2(e) overflowed to -inf (row 0: zeros) and +inf (row 2: NaN).
+    lo, hi = torch.finfo(torch.float32).min, torch.finfo(torch.float32).max
+    q = random_tensor((3, 2, 16), generator=generator, device=device)
+    k = random_tensor((3, 1, 20, 16), generator=generator, device=device)
+    v = random_tensor((3, 1, 20, 16), generator=generator, device=device)
+    bias = random_tensor((3, 20), generator=generator, device=device)
+    bias[0] = lo
+    bias[1, ::2] = lo
+    bias[2, 7] = hi
+    bias[1, 1] = float("-inf")  # still masks
+    out = decode_attention(q, k, v, bias=bias, backend=backend)
+    assert_close(out, _naive(q, k, v, bias=bias), atol=1e-5, rtol=1e-5)
+
+
+def test_triton_backend_is_differentiable(generator, device):
+    # The Triton output had no grad_fn (inputs requiring grad were silently cut from the graph, while
+    # the torch backend differentiates); now its backward recomputes the torch path. Reference: the
+    # torch backend in float64 (gradchecked), first and second derivatives.
+    q = random_tensor((2, 4, 16), generator=generator, device=device)
+    k = random_tensor((2, 2, 70, 16), generator=generator, device=device)
+    v = random_tensor((2, 2, 70, 8), generator=generator, device=device)
+    bias = random_tensor((2, 70), generator=generator, device=device)
+    lengths = torch.tensor([70, 33], device=device)
+    grad = random_tensor((2, 4, 8), generator=generator, dtype=torch.float64, device=device)
+    results = {}
+    for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
+        leaves = [x.to(dtype).requires_grad_() for x in (q, k, v, bias)]
+        out = decode_attention(*leaves[:3], lengths=lengths, bias=leaves[3], backend=backend)
+        first = torch.autograd.grad(out, leaves, grad.to(dtype), create_graph=True)
+        second = torch.autograd.grad(first[0].square().sum(), (leaves[1], leaves[3]))
+        results[backend] = (out, *first, *second)
+    assert torch.autograd.gradcheck(
+        lambda *x: decode_attention(
+            *x[:3], lengths=torch.tensor([3], device=device), bias=x[3], backend="torch"
+        ),
+        [x.double().requires_grad_() for x in (q[1:], k[1:, :, :5], v[1:, :, :5], bias[1:, :5])],
+    )
+    for got, want in zip(results["triton"], results["torch"], strict=True):
+        assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # Only what requires grad gets one; no_grad launches without an autograd node.
+    vg = v.clone().requires_grad_()
+    (gv,) = torch.autograd.grad(decode_attention(q, k, vg, backend="triton"), vg, grad.float())
+    (want,) = torch.autograd.grad(decode_attention(q, k, vg, backend="torch"), vg, grad.float())
+    assert_close(gv, want, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        assert decode_attention(q, k, vg, backend="triton").grad_fn is None
+
+
+def test_kernel_clamps_int64_lengths_before_narrowing(generator, device):
+    # On CUDA lengths are not checked (no host sync) but clamped to 0..T; the kernel cast an int64
+    # length to int32 first, so 2**32 + 3 read as 3 keys and -(2**32) + 3 as 3 instead of none.
+    q = random_tensor((3, 2, 16), generator=generator, device=device)
+    k = random_tensor((3, 1, 70, 16), generator=generator, device=device)
+    v = random_tensor((3, 1, 70, 16), generator=generator, device=device)
+    huge = torch.tensor([2**32 + 3, -(2**32) + 3, 5], device=device)
+    out = K.decode_attention(q, k, v, lengths=huge, scale=0.25)
+    assert_close(out, _naive(q, k, v, torch.tensor([70, 0, 5]), scale=0.25), atol=1e-5, rtol=1e-5)
+
+
 def _long_row(generator, device, dtype):
     q = random_tensor((1, 2, 32), generator=generator, dtype=dtype, device=device)
     k = random_tensor((1, 1, 1300, 32), generator=generator, dtype=dtype, device=device)
@@ -255,6 +365,35 @@ def test_kv_cache_ring_and_lengths(generator):
     assert cache.lengths().tolist() == [1, 1]
     with pytest.raises(ParameterValueError, match="capacity"):
         KVCache(1, 1, 1, 4, capacity=2, window=3)
+
+
+def test_kv_cache_refuses_bad_layers_writes_and_a_full_write():
+    cache = KVCache(2, n_layers=2, n_kv_heads=1, head_dim=4, capacity=2)
+    kv = torch.ones(2, 1, 4)
+    # Raw IndexError/RuntimeError before, and -1 silently meant the last layer.
+    for layer in (2, -1):
+        for method, args in (("keys", ()), ("values", ()), ("write", (kv, kv))):
+            with pytest.raises(ParameterValueError, match=r"layer must be in 0\.\.1"):
+                getattr(cache, method)(layer, *args)
+    with pytest.raises(ParameterTypeError, match="layer must be an integer"):
+        cache.keys(1.0)
+    # A (1, H, D) key was broadcast to every stream; a wrong head dim raised torch's shape error.
+    for bad in (torch.ones(1, 1, 4), torch.ones(2, 1, 5)):
+        with pytest.raises(ParameterValueError, match=r"k must be a \(batch, n_kv_heads, head_dim\)"):
+            cache.write(0, bad, kv)
+    with pytest.raises(ParameterTypeError, match="v must be a tensor of dtype"):
+        cache.write(0, kv, torch.ones(2, 1, 4, dtype=torch.int64))
+    with pytest.raises(ParameterValueError, match="device"):
+        KVCache(1, 1, 1, 4, 4, device="nope")
+    # Without a window, a write past capacity replaced the oldest token (slot pos % capacity) silently.
+    for step in range(2):
+        cache.write(0, kv * step, kv)
+        cache.advance()
+    with pytest.raises(ParameterValueError, match="capacity=2"):
+        cache.write(0, kv * 9, kv)
+    assert_close(cache.keys(0)[:, 0, :, 0], torch.tensor([[0.0, 1.0], [0.0, 1.0]]), atol=0, rtol=0)
+    cache.reset()
+    cache.write(0, kv * 9, kv)  # room again
 
 
 @pytest.mark.gpu

@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..reference import attention as ref
 from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
 from ._runtime import check_launchable, empty_output, next_pow2
 from ._splitsum import zeroed_counters
@@ -175,8 +176,8 @@ def _split_kernel(
     if not Q_IN_LOOP:
         q = tl.load(q_ptrs, mask=q_mask, other=0.0)
     length = T
-    if HAS_LEN:
-        length = tl.minimum(tl.maximum(tl.load(len_ptr + b).to(tl.int32), 0), T)
+    if HAS_LEN:  # clamped before the narrowing cast: an int64 length of 2**32 + 5 means T, not 5
+        length = tl.minimum(tl.maximum(tl.load(len_ptr + b), 0), T).to(tl.int32)
     k_base = k_ptr + b * stride_kb + h * stride_kh
     v_base = v_ptr + b * stride_vb + h * stride_vh
     m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
@@ -215,7 +216,14 @@ def _split_kernel(
                 bias = tl.load(bias_ptr + b * stride_biasb + t64 * stride_biast, mask=t_mask, other=0.0)
             else:
                 bias = tl.load(bias_ptr + b * stride_biasb + t64 * stride_biast)
-            s = s + bias.to(tl.float32)[None, :] * 1.4426950408889634
+            bias = bias.to(tl.float32)
+            bias2 = bias * 1.4426950408889634
+            # A finite bias beyond ±FLT_MAX/log2(e) (masks filled with torch.finfo(float32).min) would
+            # become ±inf here and mask a key the torch twin keeps (a row of only such keys: zeros
+            # instead of the mean of V): keep it finite. ±inf stay infinite, NaN stays NaN.
+            big = (tl.abs(bias2) == float("inf")) & (tl.abs(bias) < float("inf"))
+            bias2 = tl.where(big, tl.where(bias > 0, 3.4028234663852886e38, -3.4028234663852886e38), bias2)
+            s = s + bias2[None, :]
         if MASK_T:
             s = tl.where(t_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -230,7 +238,8 @@ def _split_kernel(
         acc = acc * alpha[:, None] + pv
         m_i = m_new
     if N_SPLITS == 1:
-        out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
+        # Zeros for an empty sum only (no valid key): a NaN sum (NaN in q, k, v or bias) stays NaN.
+        out = tl.where(l_i[:, None] == 0, 0.0, acc / tl.where(l_i == 0, 1.0, l_i)[:, None])
         tl.store(
             out_ptr + b * stride_ob + hq[:, None] * stride_oh + dv[None, :] * stride_od,
             out.to(out_ptr.dtype.element_ty),
@@ -338,7 +347,7 @@ def _merge(
             cache_modifier=".cg",
         )
         o += tl.sum(a * w[:, :, None], axis=1)
-    out = tl.where(l_sum[:, None] > 0, o / tl.where(l_sum > 0, l_sum, 1.0)[:, None], 0.0)
+    out = tl.where(l_sum[:, None] == 0, 0.0, o / tl.where(l_sum == 0, 1.0, l_sum)[:, None])
     tl.store(
         out_ptr + b * stride_ob + hq[:, None] * stride_oh + dv[None, :] * stride_od,
         out.to(out_ptr.dtype.element_ty),
@@ -385,11 +394,66 @@ def decode_attention(
     bias: torch.Tensor | None = None,
     config: SplitConfig | None = None,
 ) -> torch.Tensor:
-    """Triton twin of :func:`nbxsig.reference.attention.decode_attention` (inputs validated by the caller)."""
+    """Triton twin of :func:`nbxsig.reference.attention.decode_attention` (inputs validated by the caller);
+    differentiable in q, the caches and the bias (backward through the recomputed torch twin)."""
+    # Spelled out (no generator): an eager decode step with grad mode on pays this per layer per token.
+    if torch.is_grad_enabled() and (
+        q.requires_grad
+        or k_cache.requires_grad
+        or v_cache.requires_grad
+        or (bias is not None and bias.requires_grad)
+    ):
+        return _DecodeAttention.apply(q, k_cache, v_cache, lengths, scale, bias, config)
+    return _forward(q, k_cache, v_cache, lengths=lengths, scale=scale, bias=bias, config=config)
+
+
+class _DecodeAttention(torch.autograd.Function):
+    """The kernel's forward; backward by autograd through :func:`nbxsig.reference.attention.decode_attention`
+    recomputed (the kernel keeps no softmax statistics; decode steps run under no_grad and never get here)."""
+
+    @staticmethod
+    def forward(ctx, q, k_cache, v_cache, lengths, scale, bias, config):
+        ctx.save_for_backward(q, k_cache, v_cache, lengths, bias)
+        ctx.scale = scale
+        return _forward(q, k_cache, v_cache, lengths=lengths, scale=scale, bias=bias, config=config)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k_cache, v_cache, lengths, bias = ctx.saved_tensors
+        needs = (*ctx.needs_input_grad[:3], ctx.needs_input_grad[5])
+        # Under create_graph=True the recomputation runs on the saved inputs themselves, so the
+        # gradients carry their dependence on q, k, v and bias (second derivatives); otherwise on
+        # detached copies.
+        higher = torch.is_grad_enabled()
+        with torch.enable_grad():
+            inputs = [
+                x if x is None or higher else x.detach().requires_grad_(need)
+                for x, need in zip((q, k_cache, v_cache, bias), needs, strict=True)
+            ]
+            out = ref.decode_attention(*inputs[:3], lengths=lengths, scale=ctx.scale, bias=inputs[3])
+            wanted = [x for x, need in zip(inputs, needs, strict=True) if need]
+            grads = iter(torch.autograd.grad(out, wanted, grad, create_graph=higher))
+        gq, gk, gv, gb = (next(grads) if need else None for need in needs)
+        return gq, gk, gv, None, None, gb, None
+
+
+def _forward(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    lengths: torch.Tensor | None,
+    scale: float,
+    bias: torch.Tensor | None,
+    config: SplitConfig | None,
+) -> torch.Tensor:
+    """One launch (no autograd)."""
     b, hq, d = q.shape
     hkv, t, dv = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
     g = hq // hkv
     device = check_launchable(q, k_cache, v_cache, *(x for x in (lengths, bias) if x is not None))
+    if lengths is not None:
+        lengths = lengths.contiguous()  # the kernel reads lengths[b] at len_ptr + b: no stride
     cfg, merge_g, block_s, chunk = _plan(b, hkv, g, t, d, dv, config)
     pdl = _pdl(device)
     n_splits = cfg.n_splits

@@ -18,7 +18,9 @@ def decode_attention(
     """``softmax(q·Kᵀ·scale + bias, masked to t < lengths[b]) · V`` per query head, GQA by grouping.
 
     Computed in float32 (float64 for float64 ``q``) and cast to ``q.dtype``. A row with no valid
-    key (``lengths[b] == 0`` or every bias ``-inf``) gives zeros.
+    key (``lengths[b] == 0`` or every bias ``-inf``) gives zeros; a NaN in q, the valid keys/values or
+    the bias gives NaN, as in ``torch.softmax`` (only the empty sum is guarded). Slots at or past
+    ``lengths[b]`` are never read into the result, whatever they hold (an uninitialised cache's NaN).
 
     Shape: ``q (B, Hq, D)``, ``k_cache (B, Hkv, T, D)``, ``v_cache (B, Hkv, T, Dv)``, ``lengths (B,)``,
     ``bias (B or 1, T)`` → ``(B, Hq, Dv)``.
@@ -31,15 +33,21 @@ def decode_attention(
     s = torch.einsum("bhgd,bhtd->bhgt", qg, k_cache.to(compute)) * scale
     if bias is not None:
         s = s + bias.to(compute)[:, None, None, :]
+    v = v_cache.to(compute)
     if lengths is not None:
         valid = torch.arange(t, device=q.device)[None, :] < lengths.to(q.device)[:, None]
         s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
+        # p = 0 there, but 0·NaN is NaN: slots past the length (garbage in a torch.empty cache) are
+        # zeroed, as the kernel's masked loads read them as 0.
+        v = v.masked_fill(~valid[:, None, :, None], 0.0)
     m = s.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)  # all-masked guard
     p = torch.exp(s - m)
     denom = p.sum(dim=-1, keepdim=True)
-    out = torch.einsum("bhgt,bhtd->bhgd", p, v_cache.to(compute))
-    out = torch.where(denom > 0, out / denom.clamp_min(torch.finfo(compute).tiny), torch.zeros_like(out))
+    out = torch.einsum("bhgt,bhtd->bhgd", p, v)
+    # Zeros for an empty sum only: a NaN sum (NaN scores) stays NaN instead of passing as "no key".
+    empty = denom == 0
+    out = torch.where(empty, torch.zeros_like(out), out / denom.masked_fill(empty, 1.0))
     return out.reshape(b, hq, -1).to(q.dtype)
 
 
