@@ -39,12 +39,18 @@ def _check(n: int, dtype: torch.dtype, device: torch.device | str | None) -> tup
         raise ParameterTypeError(f"dtype must be {allowed}, got {dtype!r}")
     if dtype not in _BASIS_DTYPES:
         raise bad_type("dtype", dtype, allowed)
+    return n, check_device(device)
+
+
+def check_device(device: torch.device | str | int | None) -> torch.device:
+    """A ``device=`` argument as a ``torch.device`` (None is the CPU; an int is a CUDA ordinal, as
+    torch reads it); anything torch cannot parse is a ParameterValueError naming it."""
     if device is None:
-        return n, torch.device("cpu")
+        return torch.device("cpu")
     if isinstance(device, torch.device):
-        return n, device
+        return device
     try:
-        return n, torch.device(device)
+        return torch.device(device)
     except (RuntimeError, TypeError):
         raise bad_value(
             "device", device, "a torch.device or a device string such as 'cpu' or 'cuda:0'"

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from functools import lru_cache
 
 import torch
 
 from ._dispatch import Backend, Op
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
-from .errors import bad_type, bad_value
+from .dft import check_device
+from .errors import ParameterTypeError, ParameterValueError, bad_type, bad_value, describe
 from .reference import mel as _ref
 from .streaming import StreamingMelSpectrogram
 
@@ -68,7 +70,7 @@ def hz_to_mel(f: float | torch.Tensor, mel_scale: str = "htk") -> float | torch.
 
     Raises:
         ParameterValueError: unknown ``mel_scale``, or a float ``f`` that is not finite.
-        ParameterTypeError: ``f`` neither a real number nor a tensor (numpy arrays included:
+        ParameterTypeError: ``f`` neither a real number nor a real tensor (numpy arrays included:
             convert them with ``torch.from_numpy``).
 
     Example:
@@ -78,6 +80,8 @@ def hz_to_mel(f: float | torch.Tensor, mel_scale: str = "htk") -> float | torch.
     check_choice("mel_scale", mel_scale, MEL_SCALES)
     if not isinstance(f, torch.Tensor):
         f = check_float("f", f, context="or a torch.Tensor")
+    elif f.is_complex():  # the Slaney formulas' comparisons fail on it inside torch
+        raise bad_type("f", f, "a real number or a real tensor")
     return _ref.hz_to_mel(f, mel_scale)
 
 
@@ -87,6 +91,8 @@ def mel_to_hz(m: float | torch.Tensor, mel_scale: str = "htk") -> float | torch.
     check_choice("mel_scale", mel_scale, MEL_SCALES)
     if not isinstance(m, torch.Tensor):
         m = check_float("m", m, context="or a torch.Tensor")
+    elif m.is_complex():
+        raise bad_type("m", m, "a real number or a real tensor")
     return _ref.mel_to_hz(m, mel_scale)
 
 
@@ -135,24 +141,33 @@ def mel_filterbank(
     f_max = check_float("f_max", f_max, min_value=0.0)
     check_choice("norm", norm, NORMS)
     check_choice("mel_scale", mel_scale, MEL_SCALES)
-    if dtype not in FLOATING_DTYPES:
-        raise bad_type("dtype", dtype, "a floating dtype")
+    if not isinstance(dtype, torch.dtype) or dtype not in FLOATING_DTYPES:
+        # Rendered by repr: describe() reads a numpy scalar type (np.float32) as an array and fails.
+        raise ParameterTypeError(
+            f"dtype must be a floating torch dtype (torch.float16, torch.bfloat16, torch.float32 or "
+            f"torch.float64), got {dtype!r}"
+        )
     return _ref.mel_filterbank(
-        n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, dtype=dtype, device=device
+        n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, dtype=dtype, device=check_device(device)
     )
 
 
+# The cached tensors are made outside inference mode even when the first call runs under
+# torch.inference_mode: an inference tensor tracks no version (the Triton backend's operand caches
+# key on it, and raised) and cannot be saved for a later call's backward.
 @lru_cache(maxsize=16)
 def _cached_filters(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, device) -> torch.Tensor:
-    return _ref.mel_filterbank(
-        n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, dtype=torch.float64, device=device
-    )
+    with torch.inference_mode(False):
+        return _ref.mel_filterbank(
+            n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, dtype=torch.float64, device=device
+        )
 
 
 @lru_cache(maxsize=16)
 def _cached_hann(win_length: int, n_fft: int, device: torch.device) -> torch.Tensor:
-    hann = torch.hann_window(win_length, periodic=True, dtype=torch.float64, device=device)
-    return _ref.padded_window(hann, win_length, n_fft, torch.float64, device)
+    with torch.inference_mode(False):
+        hann = torch.hann_window(win_length, periodic=True, dtype=torch.float64, device=device)
+        return _ref.padded_window(hann, win_length, n_fft, torch.float64, device)
 
 
 def check_sample_rate(sample_rate) -> int:
@@ -181,9 +196,13 @@ def check_band(f_min, f_max, sample_rate: int) -> tuple[float, float]:
 
 def spec_scale(normalized: bool | str, window: torch.Tensor, n_fft: int) -> float:
     """The factor torchaudio's ``normalized`` applies to the STFT: ``True``/"window" → ``1/‖w‖``,
-    "frame_length" → ``1/√n_fft``, False → 1."""
+    "frame_length" → ``1/√n_fft``, False → 1.
+
+    A constant: no gradient flows through it to a window that requires one (on either backend). An
+    all-zero window has no norm: inf, so the STFT is NaN, as torchaudio's division by 0 makes it."""
     if normalized is True or normalized == "window":
-        return 1.0 / math.sqrt(float(window.double().pow(2).sum()))
+        energy = float(window.detach().double().pow(2).sum())
+        return 1.0 / math.sqrt(energy) if energy > 0 else math.inf
     if normalized == "frame_length":
         return 1.0 / math.sqrt(n_fft)
     return 1.0
@@ -217,6 +236,34 @@ def prepare_window(window, win_length: int, n_fft: int, device: torch.device) ->
     if window.shape[0] != win_length:
         raise bad_value("window", window, f"a 1-D tensor of win_length={win_length} samples")
     return _ref.padded_window(window.to(device), win_length, n_fft, window.dtype, device)
+
+
+def build_window(window_fn, win_length: int, wkwargs) -> torch.Tensor:
+    """The transforms' window: ``window_fn(win_length, **wkwargs)`` (torchaudio's recipe), which must
+    give a real 1-D tensor of ``win_length`` samples. torch.stft refuses any other window; without this
+    check a longer one was silently cropped to ``n_fft`` and a complex one lost its imaginary part."""
+    if not callable(window_fn):
+        raise bad_type("window_fn", window_fn, "a callable such as torch.hann_window")
+    if wkwargs is not None and not isinstance(wkwargs, Mapping):
+        raise bad_type("wkwargs", wkwargs, "None or a dict of keyword arguments for window_fn")
+    try:
+        window = window_fn(win_length) if wkwargs is None else window_fn(win_length, **wkwargs)
+    except TypeError as e:  # e.g. wkwargs naming an argument window_fn does not take
+        raise ParameterTypeError(
+            f"window_fn({win_length}, **wkwargs) failed with wkwargs={wkwargs!r}: {e}"
+        ) from e
+    if (
+        not isinstance(window, torch.Tensor)
+        or window.dtype.is_complex
+        or window.dtype == torch.bool
+        or window.dim() != 1
+        or window.shape[0] != win_length
+    ):
+        raise ParameterValueError(
+            f"window_fn must return a real 1-D tensor of win_length={win_length} samples, "
+            f"got {describe(window)}"
+        )
+    return window
 
 
 def check_signal(name: str, x, *, n_fft: int, center: bool, pad_mode: str, added: int = 0) -> torch.Tensor:

@@ -26,7 +26,7 @@ from torch import nn
 
 from . import features as _f
 from ._dispatch import Backend, check_backend
-from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
+from ._validate import FLOATING_DTYPES, check_bool, check_choice, check_float, check_int, check_tensor
 from .errors import bad_value
 from .reference import mel as _ref
 
@@ -48,7 +48,7 @@ class Spectrogram(nn.Module):
         normalized: False, True/"window" or "frame_length" (torchaudio's meanings).
         wkwargs: keyword arguments of ``window_fn``.
         center, pad_mode: torch.stft's centre padding (default True, "reflect").
-        onesided: bins ``0..n_fft//2`` (default True) or all ``n_fft``.
+        onesided: bins ``0..n_fft//2`` (default True; None is True, as in torch.stft) or all ``n_fft``.
         return_complex: accepted and ignored (deprecated in torchaudio).
 
     float16/bfloat16 input is computed in float32; the power spectrogram is returned in the input's
@@ -58,7 +58,8 @@ class Spectrogram(nn.Module):
         ``(…, L)`` → ``(…, F, T)``.
 
     Raises:
-        ParameterValueError / ParameterTypeError: bad argument.
+        ParameterValueError / ParameterTypeError: bad argument, including a ``window_fn`` (with
+        ``wkwargs``) that does not give a real 1-D tensor of ``win_length`` samples.
     """
 
     def __init__(
@@ -73,7 +74,7 @@ class Spectrogram(nn.Module):
         wkwargs: dict | None = None,
         center: bool = True,
         pad_mode: str = "reflect",
-        onesided: bool = True,
+        onesided: bool | None = True,
         return_complex: bool | None = None,
     ) -> None:
         super().__init__()
@@ -85,11 +86,15 @@ class Spectrogram(nn.Module):
         self.normalized = _norm_flags(normalized)
         self.center = check_choice("center", center, (True, False))
         self.pad_mode = check_choice("pad_mode", pad_mode, _f.PAD_MODES)
-        self.onesided = bool(onesided)
-        window = window_fn(self.win_length) if wkwargs is None else window_fn(self.win_length, **wkwargs)
-        self.register_buffer("window", window)
-        # The windowed basis, built once in float64 and rounded (not in state_dict: torchaudio has none).
-        self.register_buffer("basis", self._basis(torch.float32), persistent=False)
+        # torch.stft's onesided=None is its default for real input, True (bool(None) was two-sided).
+        self.onesided = True if onesided is None else check_bool("onesided", onesided)
+        # Outside inference mode, so that a module built under torch.inference_mode keeps its caches
+        # (an inference tensor has no version counter to key them on).
+        with torch.inference_mode(False):
+            self.register_buffer("window", _f.build_window(window_fn, self.win_length, wkwargs))
+            # The windowed basis, built once in float64 and rounded (not in state_dict: torchaudio has
+            # none).
+            self.register_buffer("basis", self._basis(torch.float32), persistent=False)
         self._basis_key = self._window_key
 
     def _padded_window(self) -> torch.Tensor:
@@ -99,11 +104,16 @@ class Spectrogram(nn.Module):
         """The padded window and the STFT's scale, cached per window buffer (address, version, device):
         MelSpectrogram's Triton path asks on every forward, where padding the window would cost
         launches and the window-norm scale a device-to-host read; the torch path's float32 basis is
-        rebuilt when the key moves (:meth:`_float32_basis`)."""
+        rebuilt when the key moves (:meth:`_float32_basis`).
+
+        A window made under ``torch.inference_mode`` (a module moved there with ``.to()``) tracks no
+        version, so an in-place edit of it could not be seen: its key never matches (rebuilt on every
+        call). The padded window is made outside inference mode, so the kernels' caches can keep it."""
         w = self.window
-        key = (w.data_ptr(), w._version, w.device)
+        key = (w.data_ptr(), object() if w.is_inference() else w._version, w.device)
         if getattr(self, "_window_key", None) != key:
-            padded = self._padded_window()
+            with torch.inference_mode(False):
+                padded = self._padded_window()
             self._window_cache = (padded, _f.spec_scale(self.normalized, padded, self.n_fft))
             self._window_key = key
         return self._window_cache
@@ -117,7 +127,8 @@ class Spectrogram(nn.Module):
         if not _ref._exporting():
             self._window_state()  # refreshes _window_key
             if self._basis_key != self._window_key:
-                self.basis = self._basis(torch.float32)
+                with torch.inference_mode(False):  # kept for later calls, which may need its gradient
+                    self.basis = self._basis(torch.float32)
                 self._basis_key = self._window_key
         return self.basis
 
@@ -207,7 +218,8 @@ class MelScale(nn.Module):
         self.f_min, self.f_max = _f.check_band(f_min, f_max, self.sample_rate)
         self.norm = norm
         self.mel_scale = mel_scale
-        fb = _f.mel_filterbank(n_stft, self.f_min, self.f_max, n_mels, self.sample_rate, norm, mel_scale)
+        with torch.inference_mode(False):  # the Triton path's filter caches key on its version
+            fb = _f.mel_filterbank(n_stft, self.f_min, self.f_max, n_mels, self.sample_rate, norm, mel_scale)
         self.n_stft = n_stft
         self.register_buffer("fb", fb)
 
@@ -338,11 +350,14 @@ class InverseSpectrogram(nn.Module):
 
     Shape:
         ``(…, F, T)`` complex, or ``(…, F, T, 2)`` real (``view_as_real``) → ``(…, L)``;
-        ``L = length`` when given, else ``n_fft + hop·(T−1) − 2·(n_fft//2 if center)``.
+        ``L = length`` when given, else ``n_fft + hop·(T−1) − 2·(n_fft//2 if center)``. A float16/
+        bfloat16 (or complex32) spectrogram is inverted in float32 and the signal returned in its dtype.
 
     Raises:
-        ParameterValueError: wrong number of bins, or a window whose overlap-add envelope vanishes
-        (torch.istft's NOLA error).
+        ParameterValueError: wrong number of bins, no frames, a window whose overlap-add envelope
+        vanishes (torch.istft's NOLA error), or a ``window_fn`` that does not give a real 1-D tensor
+        of ``win_length`` samples.
+        ParameterTypeError: a real spectrogram that is not floating.
     """
 
     def __init__(
@@ -365,8 +380,7 @@ class InverseSpectrogram(nn.Module):
         self.center = check_choice("center", center, (True, False))
         self.pad_mode = pad_mode
         self.onesided = check_choice("onesided", onesided, (True,))
-        window = window_fn(self.win_length) if wkwargs is None else window_fn(self.win_length, **wkwargs)
-        self.register_buffer("window", window)
+        self.register_buffer("window", _f.build_window(window_fn, self.win_length, wkwargs))
 
     def forward(self, spectrogram: torch.Tensor, length: int | None = None) -> torch.Tensor:
         if not isinstance(spectrogram, torch.Tensor):
@@ -374,19 +388,27 @@ class InverseSpectrogram(nn.Module):
         if spectrogram.is_complex():
             re, im = spectrogram.real, spectrogram.imag
         elif spectrogram.dim() >= 3 and spectrogram.shape[-1] == 2:
+            # The real layout's dtype is checked (an integer one failed deep in fold).
+            check_tensor("spectrogram", spectrogram, dtypes=FLOATING_DTYPES, allow_empty=True)
             re, im = spectrogram[..., 0], spectrogram[..., 1]
         else:
             raise bad_value("spectrogram", spectrogram, "a complex (…, F, T) or real (…, F, T, 2) tensor")
         n_freq = self.n_fft // 2 + 1
         if re.dim() < 2 or re.shape[-2] != n_freq:
             raise bad_value("spectrogram", spectrogram, f"{n_freq} frequency bins (n_fft // 2 + 1)")
+        if not _ref._exporting() and re.shape[-1] == 0:
+            # torch.istft fails on it too, with an internal error (the reshape below failed first).
+            raise bad_value("spectrogram", spectrogram, "a tensor of at least one frame (T >= 1)")
         if length is not None:
             length = check_int("length", length, min_value=1)
         shape = re.shape
+        # float16/bfloat16 spectrograms are inverted in float32 and the signal rounded once, as the
+        # forward transforms do (computed in 16 bits, the error was ~4× the output's rounding).
+        dtype = _ref.compute_dtype(re.dtype)
         window = _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, re.device)
         out = _ref.istft(
-            re.reshape(-1, shape[-2], shape[-1]),
-            im.reshape(-1, shape[-2], shape[-1]),
+            re.reshape(-1, shape[-2], shape[-1]).to(dtype),
+            im.reshape(-1, shape[-2], shape[-1]).to(dtype),
             n_fft=self.n_fft,
             hop_length=self.hop_length,
             window=window,
@@ -396,4 +418,4 @@ class InverseSpectrogram(nn.Module):
         )
         if length is not None and self.pad > 0:
             out = out[:, self.pad : -self.pad]
-        return out.reshape(*shape[:-2], out.shape[-1])
+        return out.reshape(*shape[:-2], out.shape[-1]).to(re.dtype)

@@ -55,6 +55,17 @@ def test_triton_float32_basis_is_rounded_float64(n, device):
         assert torch.equal(ours, exact.float().double()), f"{build.__name__}(n={n}) not correctly rounded"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("n", [1, 2, 20, 400], ids=lambda n: f"N{n}")
+def test_triton_half_basis_is_rounded_float64(n, dtype, device):
+    # bfloat16 bases came out as garbage and NaN under the interpreter (its float64 -> bfloat16 cast).
+    for build in (nbxsig.dft.rdft_basis, nbxsig.dft.irdft_basis):
+        ours = build(n, dtype=dtype, device=device, backend="triton").cpu()
+        exact = build(n, dtype=torch.float64, backend="torch").to(dtype)
+        assert ours.dtype == dtype
+        assert torch.equal(ours, exact), f"{build.__name__}(n={n}, {dtype}) not correctly rounded"
+
+
 def test_reduced_angle_beats_naive_float32_angle():
     # The reason for the modular reduction: at N=2048 forming 2πkt/N in float32 is off by ~4e-4 rad.
     n = 2048

@@ -115,6 +115,21 @@ def test_mel_filterbank_errors():
         nf.mel_filterbank(201.0, 0.0, 8000.0, 10, 16000)
 
 
+def test_mel_filterbank_names_a_bad_dtype_or_device():
+    import numpy as np
+
+    # A numpy dtype failed inside the error message (TypeError) and a bad device string met torch's
+    # RuntimeError; both are named now.
+    with pytest.raises(
+        ParameterTypeError, match=r"dtype must be a floating torch dtype .* got <class 'numpy"
+    ):
+        nf.mel_filterbank(201, 0.0, 8000.0, 10, 16000, dtype=np.float32)
+    with pytest.raises(ParameterTypeError, match=r"dtype must be a floating torch dtype .* got torch\.int32"):
+        nf.mel_filterbank(201, 0.0, 8000.0, 10, 16000, dtype=torch.int32)
+    with pytest.raises(ParameterValueError, match=r"device must be a torch\.device or a device string"):
+        nf.mel_filterbank(201, 0.0, 8000.0, 10, 16000, device="gpu0")
+
+
 def test_mel_filterbank_takes_integral_float_sample_rate():
     # torchaudio accepts sample_rate=22050.0 (its bins are linspace(0, sample_rate // 2)).
     previous = torch.get_default_dtype()
@@ -158,6 +173,16 @@ def test_mel_conversions_name_numpy_arrays():
         ParameterTypeError, match=r"m must be a real number or a torch.Tensor, got a numpy.ndarray"
     ):
         nf.mel_to_hz(np.array([100.0, 200.0]))
+
+
+@pytest.mark.parametrize("mel_scale", ["htk", "slaney"])
+def test_mel_conversions_refuse_complex_tensors(mel_scale):
+    # HTK returned a complex result, Slaney failed inside torch (clamp / ge on complex).
+    z = torch.full((3,), 1000.0, dtype=torch.complex64)
+    with pytest.raises(ParameterTypeError, match="f must be a real number or a real tensor, got a tensor"):
+        nf.hz_to_mel(z, mel_scale)
+    with pytest.raises(ParameterTypeError, match="m must be a real number or a real tensor, got a tensor"):
+        nf.mel_to_hz(z, mel_scale)
 
 
 # ---------------------------------------------------------------- torch backend
@@ -470,6 +495,57 @@ def test_triton_backward_matches_torch_and_is_finite(device, generator):
         grads[backend] = xg.grad
     assert torch.isfinite(grads["triton"]).all()
     assert_close(grads["triton"], grads["torch"], dtype="float32", rel_error=1e-5)
+
+
+@pytest.mark.parametrize("need_x", [True, False], ids=["x-and-window", "window-only"])
+def test_triton_backward_reaches_the_window(need_x, device, generator):
+    # A window that requires grad got it on the torch backend and silently none on the Triton one
+    # (the fused op's backward returned None for it; with x not requiring grad it was not even run).
+    x = random_tensor((2, 100), generator=generator)
+    window = random_tensor((48,), generator=generator, low=0.1, high=1.0)
+    weight = random_tensor((2, 12, 7), generator=generator)
+    grads = {}
+    for backend, dev in (("triton", device), ("torch", torch.device("cpu"))):
+        xg = x.to(dev).requires_grad_(need_x)
+        wg = window.to(dev).requires_grad_(True)
+        out = nf.log_mel_spectrogram(xg, window=wg, win_length=48, power=1.0, backend=backend, **SMALL)
+        inputs = [wg, xg] if need_x else [wg]
+        grads[backend] = torch.autograd.grad((out * weight.to(dev)).sum(), inputs)
+    for got, expected in zip(grads["triton"], grads["torch"], strict=True):
+        assert_close(got.cpu(), expected, rel_error=1e-5)
+
+
+@pytest.mark.parametrize("path", [None, "unfused"], ids=["auto", "unfused"])
+def test_triton_mel_under_inference_mode(path, device, generator):
+    # Under torch.inference_mode the Triton backend raised "Inference tensors do not track version
+    # counter" (its operand caches keyed on the window's and filters' versions), and the cached filters
+    # made there were inference tensors for every later call. An unusual band (f_max 3210 Hz) so the
+    # cached filters are made inside inference mode here, whatever ran before in this process.
+    from nbxsig.features import _cached_filters, prepare_window
+    from nbxsig.kernels import mel as kmel
+
+    kw = dict(SMALL, f_max=3210.0 if path is None else 3211.0)
+    x = random_tensor((2, 200), generator=generator)
+    expected = nf.log_mel_spectrogram(x.double(), backend="torch", **kw)
+    with torch.inference_mode():
+        if path is None:
+            got = nf.log_mel_spectrogram(x.to(device), backend="triton", **kw)
+            user_window = torch.hann_window(64, dtype=torch.float64, device=device)  # an inference tensor
+            got_user = nf.log_mel_spectrogram(x.to(device), window=user_window, backend="triton", **kw)
+        else:
+            window = prepare_window(torch.hann_window(64, device=device), 64, 64, device)
+            filters = _cached_filters(33, 0.0, kw["f_max"], 12, 8000, None, "htk", device)
+            opts = dict(n_fft=64, hop_length=16, power=2.0, scale=1.0, center=True, pad_mode="reflect")
+            got = got_user = kmel.mel_spectrogram(
+                x.to(device), window=window, filters=filters, floor=1e-10, log="log10", _path=path, **opts
+            )
+    for out in (got, got_user):
+        assert_close(out.cpu(), expected, dtype="float32", rel_error=1e-5, atol=1e-5)
+    # The filters cached in inference mode serve a later differentiable call (torch backend too).
+    for backend, dev in (("triton", device), ("torch", torch.device("cpu"))):
+        xg = x.to(dev).requires_grad_(True)
+        (grad,) = torch.autograd.grad(nf.log_mel_spectrogram(xg, backend=backend, **kw).sum(), xg)
+        assert torch.isfinite(grad).all()
 
 
 @pytest.mark.parametrize("config", range(3), ids=lambda i: f"config{i}" if i < 2 else "edge-config")

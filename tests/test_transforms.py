@@ -176,6 +176,111 @@ def test_inverse_spectrogram_errors(generator):
         T.InverseSpectrogram(n_fft=64)(spec.real)
 
 
+def test_inverse_spectrogram_refuses_frameless_and_integer_input(generator):
+    # Both failed inside torch: a reshape of a frameless spectrogram, fold on an integer one.
+    x = random_tensor((1000,), generator=generator)
+    spec = torch.stft(x, 64, 16, window=torch.hann_window(64), return_complex=True)
+    inverse = T.InverseSpectrogram(n_fft=64, hop_length=16)
+    for length in (None, 100):
+        with pytest.raises(ParameterValueError, match=r"at least one frame .* shape \(33, 0\)"):
+            inverse(spec[:, :0], length)
+    with pytest.raises(ParameterTypeError, match="spectrogram must be a tensor of dtype float16"):
+        inverse(torch.view_as_real(spec).round().long())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_inverse_spectrogram_half_input_is_rounded_once(dtype, generator):
+    # A 16-bit spectrogram was inverted in 16 bits: ~2.4x the error of the output's own rounding. Now
+    # float32 inside and one rounding, so the error is that rounding's, whose rms relative to the signal
+    # is at most u/√3 (u = 2^-11 for float16, 2^-8 for bfloat16; measured 2.1e-4 / 1.7e-3 here, and
+    # 5.2e-4 / 4.0e-3 in 16 bits).
+    x = random_tensor((2, 3000), generator=generator, dtype=torch.float64)
+    kw = dict(n_fft=256, hop_length=64)
+    spec = torch.view_as_real(torchaudio.transforms.Spectrogram(**kw, power=None).double()(x)).to(dtype)
+    expected = torchaudio.transforms.InverseSpectrogram(**kw).double()(torch.view_as_complex(spec.double()))
+    got = T.InverseSpectrogram(**kw)(spec)
+    assert got.dtype == dtype
+    u = 2.0**-11 if dtype == torch.float16 else 2.0**-8
+    assert_close(got, expected, dtype=dtype, rel_error=u / 3**0.5)
+
+
+def test_spectrogram_onesided_none_is_torch_default(generator):
+    # torch.stft's onesided=None means one-sided for real input (torchaudio passes it through); it gave
+    # all n_fft bins here (bool(None) is False). Non-bools are refused, as torch.stft refuses them.
+    x = random_tensor((2, 1000), generator=generator)
+    expected = torchaudio.transforms.Spectrogram(n_fft=64, onesided=None)(x)
+    got = T.Spectrogram(n_fft=64, onesided=None)(x)
+    assert got.shape == expected.shape == (2, 33, 32)
+    assert_close(got, expected, rel_error=1e-6)
+    for bad in ("no", 0):
+        with pytest.raises(ParameterTypeError, match="onesided must be a bool"):
+            T.Spectrogram(n_fft=64, onesided=bad)
+
+
+@pytest.mark.parametrize("module", ["Spectrogram", "MelSpectrogram", "InverseSpectrogram"])
+def test_window_fn_must_give_a_real_window_of_win_length(module):
+    # torch.stft refuses these windows; here a longer one was silently cropped to n_fft, a complex
+    # one lost its imaginary part, and the rest failed inside torch with its own messages.
+    build = getattr(T, module)
+    with pytest.raises(RuntimeError):  # torchaudio's (torch.stft's) refusal of the longer window
+        torchaudio.transforms.Spectrogram(n_fft=64, window_fn=lambda n: torch.ones(n + 1))(torch.randn(500))
+    bad_windows = [
+        lambda n: torch.ones(n + 1),
+        lambda n: torch.ones(n, dtype=torch.complex64),
+        lambda n: torch.ones(2, n),
+        lambda n: [1.0] * n,
+    ]
+    for window_fn in bad_windows:
+        with pytest.raises(
+            ParameterValueError, match="window_fn must return a real 1-D tensor of win_length=48 samples"
+        ):
+            build(n_fft=64, win_length=48, window_fn=window_fn)
+    with pytest.raises(ParameterTypeError, match="window_fn must be a callable"):
+        build(n_fft=64, window_fn="hann")
+    with pytest.raises(ParameterTypeError, match="wkwargs must be None or a dict"):
+        build(n_fft=64, wkwargs=[("periodic", False)])
+    with pytest.raises(
+        ParameterTypeError, match=r"window_fn\(64, \*\*wkwargs\) failed with wkwargs=\{'beta'"
+    ):
+        build(n_fft=64, wkwargs={"beta": 8.0})  # hann_window takes no beta
+
+
+def test_window_normalization_of_a_zero_window_is_nan_as_torchaudio(generator):
+    # ‖w‖ = 0 (a symmetric 2-sample Hann): torchaudio divides by 0 (NaN); this raised ZeroDivisionError.
+    x = random_tensor((2, 200), generator=generator)
+    kw = dict(n_fft=8, win_length=2, wkwargs={"periodic": False}, normalized=True)
+    assert torchaudio.transforms.Spectrogram(**kw)(x).isnan().all()
+    assert T.Spectrogram(**kw)(x).isnan().all()
+    assert T.MelSpectrogram(sample_rate=8000, n_mels=2, backend="torch", **kw)(x).isnan().all()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_modules_work_under_inference_mode(backend, device, generator):
+    # Built (or moved) under torch.inference_mode, the modules raised "Inference tensors do not track
+    # version counter" (their window caches key on it), and the float32 basis made there could not be
+    # saved for a later call's backward. An in-place window edit there is still seen.
+    x = random_tensor((2, 300), generator=generator).to(device)
+    kw = dict(sample_rate=8000, n_fft=32, n_mels=8)
+    expected = torchaudio.transforms.MelSpectrogram(**kw).to(device)(x)
+    with torch.inference_mode():
+        mel = T.MelSpectrogram(**kw, backend=backend)
+        spec = T.Spectrogram(n_fft=32, power=1.0)
+        assert_close(mel(x), expected, rel_error=1e-6)
+        spec(x)
+    xg = x.clone().requires_grad_(True)
+    (mel(xg).sum() + spec(xg).sum()).backward()
+    assert torch.isfinite(xg.grad).all()
+    moved = T.MelSpectrogram(**kw, backend=backend)
+    with torch.inference_mode():
+        moved = moved.double().float().to(device)  # an inference-tensor window
+        assert moved.spectrogram.window.is_inference()
+        assert_close(moved(x), expected, rel_error=1e-6)
+        moved.spectrogram.window.copy_(torch.hamming_window(32))
+        got = moved(x)
+    theirs = torchaudio.transforms.MelSpectrogram(**kw, window_fn=torch.hamming_window).to(device)
+    assert_close(got, theirs(x), rel_error=1e-6)
+
+
 def test_transform_constructor_errors():
     with pytest.raises(ParameterValueError, match="normalized must be"):
         T.Spectrogram(normalized="energy")

@@ -58,6 +58,11 @@ def _dft_basis_kernel(
 
 
 def _launch(n: int, rows: int, *, inverse: bool, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if dtype == torch.bfloat16:
+        # Built in float64 and rounded once by torch: Triton 3.6's interpreter converts float64 to
+        # bfloat16 wrongly (it handles only float32 <-> bfloat16 and stored garbage and NaN), and
+        # rounding through float32 in the kernel would round twice. A basis is built once and cached.
+        return _launch(n, rows, inverse=inverse, dtype=torch.float64, device=device).to(dtype)
     out = empty_output((2, rows, n), dtype=dtype, device=device)
     check_launchable(out)
     grid = (cdiv(rows, _BLOCK_K), cdiv(n, _BLOCK_T))

@@ -108,6 +108,7 @@ import triton.language as tl
 from ._launch import CachedLaunch
 from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 from .mel import _dot, _planes, _store_mels, dot_precision, log_mode, mel_blocks, memoized, whisper_finish
+from .mel import version as tensor_version
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
 
@@ -594,7 +595,7 @@ def _filters(filters: torch.Tensor, n_fft: int, m_tot: int):
         fb[ok, : filters.shape[1]] = filters.double()[k[ok]]
         return _planes(fb)
 
-    return memoized(_FB_CACHE, (id(filters), filters._version, n_fft, m_tot), (filters,), build)
+    return memoized(_FB_CACHE, (id(filters), tensor_version(filters), n_fft, m_tot), (filters,), build)
 
 
 #: Launch configs per (n_fft, stage precision) (frames per program, warps, stages; else

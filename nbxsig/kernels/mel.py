@@ -533,11 +533,20 @@ def _planes(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 _CACHE_SIZE = 8
 
 
+def version(t: torch.Tensor) -> int | None:
+    """``t._version`` for a cache key; None for an inference tensor (made under
+    ``torch.inference_mode``), which has no version counter: torch raises on reading it."""
+    return None if t.is_inference() else t._version
+
+
 def memoized(cache: OrderedDict, key: tuple, owners: tuple, build):
     """``build()``, kept in the LRU ``cache`` under ``key`` (at most ``_CACHE_SIZE`` entries). The
     entry also holds the ``owners`` -- the tensors it was built from -- and is served only to those
     same objects, so it can never answer for a different tensor that reused an address; the key
-    holds their ``id`` and ``_version`` (in-place edits)."""
+    holds their ``id`` and :func:`version` (in-place edits). Owners that are inference tensors track
+    no version, so an in-place edit of one could not be seen: their operands are built anew."""
+    if any(owner.is_inference() for owner in owners):
+        return build()
     hit = cache.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], owners, strict=True)):
         cache.move_to_end(key)
@@ -574,7 +583,7 @@ def _packed(window: torch.Tensor, filters: torch.Tensor, n_fft: int, scale: floa
         fb = _filter_planes(filters, 1.0, f_pad, m_tot)
         return wa.float(), wb.float(), _planes(planes[0]), _planes(planes[1]), fb
 
-    key = (id(window), window._version, id(filters), filters._version, n_fft, scale, k_pad, f_pad, m_tot)
+    key = (id(window), version(window), id(filters), version(filters), n_fft, scale, k_pad, f_pad, m_tot)
     return memoized(_PACK_CACHE, key, (window, filters), build)
 
 
@@ -650,7 +659,7 @@ def project(
         planes = _filter_planes(filters, factor, f_pad, m_tot)
         return (*planes, _filter_bands(planes[0], block_f, block_m))
 
-    key = (id(filters), filters._version, factor, f_pad, m_tot, block_f, block_m)
+    key = (id(filters), version(filters), factor, f_pad, m_tot, block_f, block_m)
     fb, fb_hi, fb_lo, bands = memoized(_PROJECT_CACHE, key, (filters,), build)
     out = empty_output((batch, n_mels, n_frames), dtype=torch.float32, device=device)
     if n_frames <= 0:
@@ -833,8 +842,14 @@ def _unfused(
             power=power, _row_align=16 if precision in ALIGNED_SPECTROGRAM else 1,
         )  # fmt: skip
     else:
+        # A float32 window made outside inference mode: nbxsig.stft keys its plans on the window's
+        # version, which an inference tensor (a call under torch.inference_mode) does not have.
+        with torch.inference_mode(False):
+            window32 = window.float()
+            if window32.is_inference():
+                window32 = window32.clone()
         spec = nstft.spectrogram(
-            x, n_fft, hop_length, window=window.float(), power=power, center=center, pad_mode=pad_mode,
+            x, n_fft, hop_length, window=window32, power=power, center=center, pad_mode=pad_mode,
             backend="triton",
         )  # fmt: skip
     if drop_last:
@@ -866,13 +881,20 @@ class _FusedMel(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, window, filters = ctx.saved_tensors
+        need_x, need_window = ctx.needs_input_grad[:2]
         opts = {k: v for k, v in ctx.opts.items() if not k.startswith("_")}
         with torch.enable_grad():
             # Recompute the torch twin in fp32 (at least) under autograd: no spectrum was stored.
-            xd = x.detach().to(torch.promote_types(x.dtype, torch.float32)).requires_grad_(True)
-            out = ref.mel_spectrogram(xd, window=window, filters=filters, **opts)
-            (gx,) = torch.autograd.grad(out, xd, grad.to(out.dtype))
-        return gx.to(x.dtype), None, None, None
+            # The window's gradient too where the caller's window requires one (as on the torch
+            # backend; it was dropped silently).
+            xd = x.detach().to(torch.promote_types(x.dtype, torch.float32)).requires_grad_(need_x)
+            wd = window.detach().requires_grad_(need_window)
+            out = ref.mel_spectrogram(xd, window=wd, filters=filters, **opts)
+            inputs = [t for t, need in ((xd, need_x), (wd, need_window)) if need]
+            grads = list(torch.autograd.grad(out, inputs, grad.to(out.dtype)))
+        gx = grads.pop(0).to(x.dtype) if need_x else None
+        gw = grads.pop(0).to(window.dtype) if need_window else None
+        return gx, gw, None, None
 
 
 def mel_spectrogram(
@@ -910,6 +932,6 @@ def mel_spectrogram(
         _config=_config,
         _path=_path,
     )
-    if torch.is_grad_enabled() and x.requires_grad:
+    if torch.is_grad_enabled() and (x.requires_grad or window.requires_grad):
         return _FusedMel.apply(x, window, filters, opts)
     return _run(x, window=window, filters=filters, **opts)
