@@ -2,9 +2,16 @@
 gammatone banks, ERB spacing, Gabor kernels and the small image kernels (Gaussian, Sobel, Scharr,
 Laplacian, box) with kornia's conventions.
 
-Everything here is computed with numpy in float64 and returned as a torch tensor (float64 unless
-``dtype`` says otherwise), except :func:`get_window`, which returns the numpy array. scipy is a test-only
-dependency: the formulas are written out here and the tests check them against scipy to ~1e-15.
+Everything here is computed in float64 on the CPU and returned as a torch tensor (float64 unless
+``dtype`` says otherwise, on ``device``), except :func:`get_window`, which returns the numpy array. scipy is
+a test-only dependency: the formulas are written out here and the tests check them against scipy to ~1e-15.
+
+Autograd: the designs whose taps are closed-form expressions of a parameter are written in torch and
+differentiable with respect to it when it is given as a tensor that requires grad -- the cutoffs of
+:func:`firwin` and the ``*_taps`` helpers, ``center_freqs`` of :func:`gammatone_bank`, ``sigma`` of the
+Gaussian kernels, and every real parameter of :func:`gabor_kernels`. Parameters that are constants of the
+design (sampling rates, transition widths, window parameters, :func:`erb_space`'s limits) refuse a tensor
+that requires grad with a ParameterValueError rather than cut it from the graph.
 
 Example:
     >>> import nbxsig.filters as nf
@@ -63,6 +70,71 @@ def _to_torch(a: np.ndarray, dtype: torch.dtype, device: torch.device | str | No
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(device=device, dtype=dtype)
 
 
+def _detached(value: Any) -> Any:
+    """``value`` with its tensors (itself, or the items of a list/tuple) detached and on the CPU: what is
+    validated and read as numbers. numpy cannot read a tensor that requires grad (a RuntimeError)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return [v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in value]
+    return value
+
+
+def _requires_grad(value: Any) -> bool:
+    """Whether ``value`` is, or (a list/tuple) holds, a tensor that requires grad."""
+    if isinstance(value, torch.Tensor):
+        return value.requires_grad
+    return isinstance(value, (list, tuple)) and any(
+        isinstance(v, torch.Tensor) and v.requires_grad for v in value
+    )
+
+
+def _grad_tensor(value: Any) -> torch.Tensor:
+    """``value`` (checked by :func:`_real_array`) as a float64 CPU tensor that keeps its autograd graph."""
+    if isinstance(value, torch.Tensor):
+        return value.to("cpu", torch.float64)
+    if isinstance(value, (list, tuple)):
+        return torch.stack([_grad_tensor(v) for v in value])
+    return torch.tensor(float(value), dtype=torch.float64)
+
+
+def _param_array(name: str, value: Any, allowed: str) -> torch.Tensor:
+    """A parameter array (a number, a sequence of numbers and/or tensors, or a tensor) as a float64 CPU
+    tensor, checked as :func:`_real_array` checks it; differentiable when it holds a tensor that requires
+    grad (the design is then written in torch and carries the gradient)."""
+    a = _real_array(name, _detached(value), allowed)
+    if not _requires_grad(value):
+        return torch.from_numpy(a)
+    return _grad_tensor(value).reshape(a.shape)
+
+
+def _param_scalar(name: str, value: Any, **limits: Any) -> torch.Tensor:
+    """A differentiable real parameter: a number or a one-element real tensor (gradients flow when it
+    requires grad), checked by ``check_float(name, value, **limits)``, as a 0-d float64 CPU tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.is_complex() or value.dtype == torch.bool:
+            raise bad_type(name, value, "a real number or a one-element real tensor")
+        if value.numel() != 1:
+            raise bad_value(name, value, "a real number or a one-element real tensor")
+        check_float(name, value.detach().cpu().double().item(), **limits)
+        return value.to("cpu", torch.float64).reshape(())
+    return torch.tensor(check_float(name, value, **limits), dtype=torch.float64)
+
+
+def _constant(name: str, value: Any, why: str, **limits: Any) -> float:
+    """A real parameter the design cannot differentiate: ``check_float(name, value, **limits)``, with a
+    tensor that requires grad refused by name (as :func:`nbxsig.filters.gaussian_blur2d` refuses such a
+    sigma) rather than read as a number and cut from the graph."""
+    if isinstance(value, torch.Tensor) and value.requires_grad:
+        raise bad_value(
+            name,
+            value,
+            "a real number, not a tensor that requires grad",
+            context=f"({why}, so no gradient could reach it; pass a float for a fixed value)",
+        )
+    return check_float(name, value, **limits)
+
+
 def _real_array(name: str, value: Any, allowed: str) -> np.ndarray:
     """``value`` (a number, a sequence of numbers or a tensor) as a float64 array. Strings are refused rather
     than parsed (``np.asarray(["1.5"], dtype=float)`` would read them), and a ragged or non-numeric sequence
@@ -99,14 +171,16 @@ def get_window(window: str | tuple[str, float], numtaps: int) -> np.ndarray:
         float64 numpy array ``(numtaps,)``.
 
     Raises:
-        ParameterValueError / ParameterTypeError: unknown window, missing parameter, bad length.
+        ParameterValueError / ParameterTypeError: unknown window, missing parameter (or a tensor that
+        requires grad: the window is numpy), a gaussian std <= 0, bad length.
     """
     m = check_int("numtaps", numtaps, min_value=1)
     param: float | None = None
     if isinstance(window, tuple):
         if len(window) != 2 or not isinstance(window[0], str):
             raise bad_value("window", window, "a name or a (name, parameter) tuple such as ('kaiser', 8.6)")
-        name, param = window[0], check_float("window parameter", window[1])
+        name = window[0]
+        param = _constant("window parameter", window[1], "the window is computed with numpy")
     elif isinstance(window, str):
         name = window
     else:
@@ -114,6 +188,9 @@ def get_window(window: str | tuple[str, float], numtaps: int) -> np.ndarray:
     name = check_choice("window", name.lower(), WINDOWS)
     if name in ("kaiser", "gaussian") and param is None:
         raise bad_value("window", window, f"a tuple ({name!r}, parameter): {name} needs its parameter")
+    if name == "gaussian" and param <= 0:
+        # exp(-n² / 2σ²) at σ = 0 is 0/0 = NaN at the centre (scipy returns it, with a warning).
+        raise bad_value("window parameter", param, "> 0 for 'gaussian' (its standard deviation in samples)")
     if m == 1:
         return np.ones(1)
     n = np.arange(m, dtype=np.float64)
@@ -139,6 +216,10 @@ def get_window(window: str | tuple[str, float], numtaps: int) -> np.ndarray:
     return np.exp(-(n**2) / (2 * param * param))
 
 
+# Why a sampling rate refuses a tensor that requires grad.
+_FIXED_FS = "the sampling rate is a constant of the design: the taps are differentiable in the cutoffs only"
+
+
 def _kaiser_beta(atten_db: float) -> float:
     if atten_db > 50:
         return 0.1102 * (atten_db - 8.7)
@@ -149,7 +230,7 @@ def _kaiser_beta(atten_db: float) -> float:
 
 def firwin(
     numtaps: int,
-    cutoff: float | Sequence[float],
+    cutoff: float | Sequence[float] | torch.Tensor,
     *,
     width: float | None = None,
     window: str | tuple[str, float] = "hamming",
@@ -163,13 +244,16 @@ def firwin(
 
     Args:
         numtaps: filter length >= 1 (odd when the response must pass Nyquist).
-        cutoff: band edge(s) in the units of ``fs``, strictly increasing, in ``(0, fs/2)``.
+        cutoff: band edge(s) in the units of ``fs``, strictly increasing, in ``(0, fs/2)``: a number, a
+            sequence (of numbers and/or one-element tensors) or a tensor. The taps are differentiable with
+            respect to the edges given as tensors that require grad.
         width: transition width (units of ``fs``); when given, a Kaiser window with the matching
             attenuation replaces ``window``.
         window: see :func:`get_window`. Default "hamming".
         pass_zero: True/"lowpass"/"bandstop" (DC in the passband) or False/"highpass"/"bandpass".
         scale: normalise the gain to 1 at DC, Nyquist or the first passband's centre.
-        fs: sampling rate. Default 2.0 (cutoffs as fractions of Nyquist).
+        fs: sampling rate. Default 2.0 (cutoffs as fractions of Nyquist). A number: ``fs`` and ``width``
+            refuse a tensor that requires grad.
         dtype, device: of the returned taps (computed in float64).
 
     Returns:
@@ -177,25 +261,30 @@ def firwin(
 
     Raises:
         ParameterValueError / ParameterTypeError: bad lengths, cutoffs outside ``(0, fs/2)``, an even
-        ``numtaps`` with a passband at Nyquist, unknown window or ``pass_zero``.
+        ``numtaps`` with a passband at Nyquist, unknown window or ``pass_zero``, an ``fs`` or ``width`` that
+        is a tensor requiring grad.
 
     Example:
         >>> h = firwin(31, 0.3)                       # lowpass at 0.3 × Nyquist
         >>> h = firwin(101, [500.0, 2000.0], pass_zero=False, fs=16000.0)
     """
     numtaps = check_int("numtaps", numtaps, min_value=1)
-    fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
+    fs = _constant("fs", fs, _FIXED_FS, min_value=0.0, min_inclusive=False)
     nyq = 0.5 * fs
-    edges = np.atleast_1d(_real_array("cutoff", cutoff, "a frequency or a 1-D sequence of frequencies"))
-    if edges.ndim != 1 or edges.size == 0:
+    edges = _param_array("cutoff", cutoff, "a frequency or a 1-D sequence of frequencies")
+    edges = edges.reshape(1) if edges.dim() == 0 else edges
+    if edges.dim() != 1 or edges.numel() == 0:
         raise bad_value("cutoff", cutoff, "one frequency or a 1-D sequence of frequencies")
-    if not np.all(np.isfinite(edges)) or edges.min() <= 0 or edges.max() >= nyq:
+    values = edges.detach()
+    if not bool(values.isfinite().all()) or values.min() <= 0 or values.max() >= nyq:
         raise bad_value("cutoff", cutoff, f"frequencies in (0, fs/2) = (0, {nyq:g})")
-    if np.any(np.diff(edges) <= 0):
+    if bool((values.diff() <= 0).any()):
         raise bad_value("cutoff", cutoff, "strictly increasing frequencies")
     edges = edges / nyq
     if width is not None:
-        width = check_float("width", width, min_value=0.0, min_inclusive=False)
+        width = _constant(
+            "width", width, "it sets the Kaiser window's beta", min_value=0.0, min_inclusive=False
+        )
         atten = 2.285 * (numtaps - 1) * np.pi * (width / nyq) + 7.95
         window = ("kaiser", _kaiser_beta(atten))
     modes = {"lowpass": (True, 1), "bandstop": (True, 2), "highpass": (False, 1), "bandpass": (False, 2)}
@@ -205,7 +294,7 @@ def firwin(
                 "pass_zero", pass_zero, "True, False, 'lowpass', 'highpass', 'bandpass' or 'bandstop'"
             )
         dc, need = modes[pass_zero]
-        if (need == 1 and edges.size != 1) or (need == 2 and edges.size < 2):
+        if (need == 1 and edges.numel() != 1) or (need == 2 and edges.numel() < 2):
             wanted = "exactly one cutoff" if need == 1 else "at least two cutoffs"
             raise bad_value("cutoff", cutoff, wanted, context=f"for pass_zero={pass_zero!r}")
         pass_zero = dc
@@ -213,24 +302,27 @@ def firwin(
         raise bad_value(
             "pass_zero", pass_zero, "True, False, 'lowpass', 'highpass', 'bandpass' or 'bandstop'"
         )
-    pass_nyquist = (edges.size % 2 == 0) == pass_zero
+    pass_nyquist = (edges.numel() % 2 == 0) == pass_zero
     if pass_nyquist and numtaps % 2 == 0:
         raise bad_value(
             "numtaps", numtaps, "odd", context="(an even-length filter has zero response at Nyquist)"
         )
-    edges = np.concatenate([np.zeros(int(pass_zero)), edges, np.ones(int(pass_nyquist))])
+    f64 = torch.float64
+    edges = torch.cat(
+        [torch.zeros(int(pass_zero), dtype=f64), edges, torch.ones(int(pass_nyquist), dtype=f64)]
+    )
     bands = edges.reshape(-1, 2)
-    m = np.arange(numtaps, dtype=np.float64) - 0.5 * (numtaps - 1)
-    h = np.zeros(numtaps)
+    m = torch.arange(numtaps, dtype=f64) - 0.5 * (numtaps - 1)
+    h = torch.zeros(numtaps, dtype=f64)
     for left, right in bands:
-        h += right * np.sinc(right * m)
-        h -= left * np.sinc(left * m)
-    h *= get_window(window, numtaps)
+        h = h + right * torch.sinc(right * m)
+        h = h - left * torch.sinc(left * m)
+    h = h * torch.from_numpy(get_window(window, numtaps))
     if scale:
         left, right = bands[0]
         f = 0.0 if left == 0 else (1.0 if right == 1 else 0.5 * (left + right))
-        h /= np.sum(h * np.cos(np.pi * m * f))
-    return _to_torch(h, dtype, device)
+        h = h / torch.sum(h * torch.cos(math.pi * m * f))
+    return h.to(device=device, dtype=dtype)
 
 
 def _band_taps(
@@ -245,7 +337,7 @@ def _band_taps(
     pass_zero: bool = True,
 ) -> torch.Tensor:
     """The ``*_taps`` helpers' shared body: check ``fs`` and ``numtaps``, then design with :func:`firwin`."""
-    fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
+    fs = _constant("fs", fs, _FIXED_FS, min_value=0.0, min_inclusive=False)
     numtaps = check_int("numtaps", numtaps, min_value=1)
     return firwin(
         numtaps, cutoff, fs=fs, window=window, width=width_hz, pass_zero=pass_zero, dtype=dtype, device=device
@@ -263,7 +355,8 @@ def lowpass_taps(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Lowpass FIR taps ``(numtaps,)`` with cutoff ``cutoff_hz`` (Hz) at sampling rate ``fs`` (Hz):
-    ``firwin(numtaps, cutoff_hz, fs=fs, window=window, width=width_hz)``; unit gain at DC."""
+    ``firwin(numtaps, cutoff_hz, fs=fs, window=window, width=width_hz)``; unit gain at DC. Differentiable with
+    respect to a ``cutoff_hz`` (the band helpers: ``low_hz``, ``high_hz``) that is a tensor requiring grad."""
     return _band_taps(cutoff_hz, fs, numtaps, window, width_hz, dtype, device)
 
 
@@ -324,10 +417,12 @@ def erb_space(
     (``EAR_Q = 9.26449``, ``MIN_BW = 24.7`` Hz, the constants of ``scipy.signal.gammatone``).
 
     Raises:
-        ParameterValueError: ``f_min < 0``, ``f_max <= f_min`` or ``n < 1``.
+        ParameterValueError: ``f_min < 0``, ``f_max <= f_min`` or ``n < 1``; a limit that is a tensor
+        requiring grad (the spacing is computed with numpy: no gradient could reach it).
     """
-    f_min = check_float("f_min", f_min, min_value=0.0)
-    f_max = check_float("f_max", f_max)
+    why = "erb_space is computed with numpy"
+    f_min = _constant("f_min", f_min, why, min_value=0.0)
+    f_max = _constant("f_max", f_max, why)
     if f_max <= f_min:
         raise bad_value("f_max", f_max, f"greater than f_min={f_min:g}")
     n = check_int("n", n, min_value=1)
@@ -355,7 +450,8 @@ def gammatone_bank(
     ``s = 2 (2π b)^order / ((order-1)! fs)``.
 
     Args:
-        center_freqs: centre frequencies in Hz, each in ``(0, fs/2)``: one number or a 1-D sequence/tensor.
+        center_freqs: centre frequencies in Hz, each in ``(0, fs/2)``: one number or a 1-D sequence/tensor;
+            the bank is differentiable with respect to a tensor that requires grad (``fs`` refuses one).
         fs: sampling rate in Hz.
         numtaps: taps per filter.
         order: filter order 1..24. Default 4.
@@ -363,24 +459,36 @@ def gammatone_bank(
     Returns:
         Tensor ``(len(center_freqs), numtaps)``.
     """
-    fs = check_float("fs", fs, min_value=0.0, min_inclusive=False)
+    fs = _constant(
+        "fs",
+        fs,
+        "the bank is differentiable with respect to center_freqs only",
+        min_value=0.0,
+        min_inclusive=False,
+    )
     numtaps = check_int("numtaps", numtaps, min_value=1)
     order = check_int("order", order, min_value=1, max_value=24)
-    freqs = _real_array("center_freqs", center_freqs, "a frequency or a 1-D sequence of frequencies in Hz")
-    if freqs.ndim > 1:
+    freqs = _param_array("center_freqs", center_freqs, "a frequency or a 1-D sequence of frequencies in Hz")
+    if freqs.dim() > 1:
         # One row per frequency: flattening a 2-D grid would hide which row is which.
         raise bad_value("center_freqs", center_freqs, "a frequency or a 1-D sequence of frequencies in Hz")
     freqs = freqs.reshape(-1)
-    if freqs.size == 0 or not np.all(np.isfinite(freqs)) or freqs.min() <= 0 or freqs.max() >= fs / 2:
+    values = freqs.detach()
+    if (
+        values.numel() == 0
+        or not bool(values.isfinite().all())
+        or values.min() <= 0
+        or values.max() >= fs / 2
+    ):
         raise bad_value(
             "center_freqs", center_freqs, f"a non-empty list of frequencies in (0, fs/2) = (0, {fs / 2:g})"
         )
     f = freqs[:, None]
-    t = np.arange(numtaps, dtype=np.float64)[None, :] / fs
+    t = torch.arange(numtaps, dtype=torch.float64)[None, :] / fs
     bw = 1.019 * (f / EAR_Q + MIN_BW)
-    b = t ** (order - 1) * np.exp(-2 * np.pi * bw * t) * np.cos(2 * np.pi * f * t)
-    s = 2 * (2 * np.pi * bw) ** order / math.factorial(order - 1) / fs
-    return _to_torch(b * s, dtype, device)
+    b = t ** (order - 1) * torch.exp(-2 * math.pi * bw * t) * torch.cos(2 * math.pi * f * t)
+    s = 2 * (2 * math.pi * bw) ** order / math.factorial(order - 1) / fs
+    return (b * s).to(device=device, dtype=dtype)
 
 
 def _pair(name: str, value: Any, *, odd: bool = False) -> tuple[int, int]:
@@ -401,12 +509,23 @@ def gaussian_kernel1d(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Normalised sampled Gaussian ``(kernel_size,)`` as kornia's ``get_gaussian_kernel1d``:
-    ``g[i] ∝ exp(-x_i² / 2σ²)`` with ``x_i = i - kernel_size//2`` (+0.5 when the size is even), sum 1."""
+    ``g[i] ∝ exp(-x_i² / 2σ²)`` with ``x_i = i - kernel_size//2`` (+0.5 when the size is even), sum 1.
+
+    ``sigma`` (pixels, > 0) is a number or a one-element tensor; the taps are differentiable with respect to
+    a sigma that requires grad. A sigma too small for any tap but the centre ones to be representable gives
+    the limit, a unit impulse (split between the two centre taps for an even size), as kornia does."""
     k = check_int("kernel_size", kernel_size, min_value=1)
-    sigma = check_float("sigma", sigma, min_value=0.0, min_inclusive=False)
-    x = np.arange(k, dtype=np.float64) - k // 2 + (0.5 if k % 2 == 0 else 0.0)
-    g = np.exp(-(x**2) / (2 * sigma * sigma))
-    return _to_torch(g / g.sum(), dtype, device)
+    sigma = _param_scalar("sigma", sigma, min_value=0.0, min_inclusive=False)
+    x = torch.arange(k, dtype=torch.float64) - k // 2 + (0.5 if k % 2 == 0 else 0.0)
+    # Distances from the centre taps (x² - min x², which cancels in the normalisation): the centre taps
+    # weigh exp(0) = 1, so a small sigma cannot underflow every tap to 0 and return 0/0 = NaN (an even
+    # size at sigma = 0.01 did). Where 2σ² itself underflows (sigma < ~1e-162) the limit is selected.
+    dist = x**2 - (x**2).min()
+    denominator = 2 * sigma * sigma
+    impulse = denominator == 0
+    g = torch.exp(-dist / torch.where(impulse, 1.0, denominator))
+    g = torch.where(impulse, (dist == 0).to(g.dtype), g)
+    return (g / g.sum()).to(device=device, dtype=dtype)
 
 
 def gaussian_kernel2d(
@@ -418,17 +537,18 @@ def gaussian_kernel2d(
 ) -> torch.Tensor:
     """Separable Gaussian ``(ky, kx)`` = outer product of :func:`gaussian_kernel1d` along y and x;
     ``kernel_size`` and ``sigma`` are ``(y, x)`` pairs or one value for both (``sigma``'s pair may be a
-    tuple, a list, a 1-D array or a tensor of length 2)."""
+    tuple, a list, a 1-D array or a tensor of length 2; differentiable when it holds a tensor that requires
+    grad)."""
     ky, kx = _pair("kernel_size", kernel_size)
     if isinstance(sigma, numbers.Real):
         sy, sx = sigma, sigma
     else:
         # Any 1-D pair (tuple, list, array, tensor), or a 0-d array/tensor as one value for both.
         allowed = "a number or a pair (sy, sx) of numbers"
-        s = _real_array("sigma", sigma, allowed)
+        s = _param_array("sigma", sigma, allowed)
         if s.shape not in ((), (2,)):
             raise bad_value("sigma", sigma, allowed)
-        sy, sx = np.broadcast_to(s, (2,))
+        sy, sx = s.expand(2)
     gy = gaussian_kernel1d(ky, sy)
     gx = gaussian_kernel1d(kx, sx)
     return (gy[:, None] * gx[None, :]).to(device=device, dtype=dtype)
@@ -507,6 +627,9 @@ def gabor_kernels(
     ``x' = x cosθ + y sinθ``, ``y' = -x sinθ + y cosθ`` and
     ``g = exp(-(x'² + γ² y'²) / 2σ²) · cos(2π x'/λ + ψ)``.
 
+    Every real parameter may be a tensor (one element; ``thetas`` 1-D) that requires grad: the kernels are
+    differentiable with respect to it.
+
     Args:
         kernel_size: odd size or ``(ky, kx)``.
         sigma: envelope standard deviation in pixels (> 0).
@@ -519,17 +642,20 @@ def gabor_kernels(
         Tensor ``(len(thetas), ky, kx)``.
     """
     ky, kx = _pair("kernel_size", kernel_size, odd=True)
-    sigma = check_float("sigma", sigma, min_value=0.0, min_inclusive=False)
-    wavelength = check_float("wavelength", wavelength, min_value=0.0, min_inclusive=False)
-    gamma = check_float("gamma", gamma)
-    psi = check_float("psi", psi)
-    th = np.atleast_1d(_real_array("thetas", thetas, "a non-empty sequence of finite angles in radians"))
-    if th.ndim != 1 or th.size == 0 or not np.all(np.isfinite(th)):
+    sigma = _param_scalar("sigma", sigma, min_value=0.0, min_inclusive=False)
+    wavelength = _param_scalar("wavelength", wavelength, min_value=0.0, min_inclusive=False)
+    gamma = _param_scalar("gamma", gamma)
+    psi = _param_scalar("psi", psi)
+    th = _param_array("thetas", thetas, "a non-empty sequence of finite angles in radians")
+    th = th.reshape(1) if th.dim() == 0 else th
+    if th.dim() != 1 or th.numel() == 0 or not bool(th.detach().isfinite().all()):
         raise bad_value("thetas", thetas, "a non-empty sequence of finite angles in radians")
-    y = (np.arange(ky, dtype=np.float64) - ky // 2)[None, :, None]
-    x = (np.arange(kx, dtype=np.float64) - kx // 2)[None, None, :]
-    c, s = np.cos(th)[:, None, None], np.sin(th)[:, None, None]
+    y = (torch.arange(ky, dtype=torch.float64) - ky // 2)[None, :, None]
+    x = (torch.arange(kx, dtype=torch.float64) - kx // 2)[None, None, :]
+    c, s = torch.cos(th)[:, None, None], torch.sin(th)[:, None, None]
     xr = x * c + y * s
     yr = -x * s + y * c
-    g = np.exp(-(xr**2 + gamma**2 * yr**2) / (2 * sigma * sigma)) * np.cos(2 * np.pi * xr / wavelength + psi)
-    return _to_torch(g, dtype, device)
+    g = torch.exp(-(xr**2 + gamma**2 * yr**2) / (2 * sigma * sigma)) * torch.cos(
+        2 * math.pi * xr / wavelength + psi
+    )
+    return g.to(device=device, dtype=dtype)

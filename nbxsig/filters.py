@@ -56,7 +56,15 @@ from .filter_design import (
     scharr_kernels,
     sobel_kernels,
 )
-from .reference.depthwise import BOUNDARIES, is_channels_last, mark_shared_taps, sinc_resample_kernel
+from .reference.depthwise import (
+    BOUNDARIES,
+    CompactBank,
+    compact_resample_bank,
+    is_channels_last,
+    mark_shared_taps,
+    resample_width,
+    sinc_resample_kernel,
+)
 
 __all__ = [
     "BOUNDARIES",
@@ -629,28 +637,96 @@ def unsharp_mask(
 # resampling
 
 
-@lru_cache(maxsize=32)
+# torch's path applies torchaudio's full bank ``(new, 2·width + orig)`` through conv1d (torchaudio's values,
+# bit for bit) up to this many taps: 8 MiB in float64, above every common audio pair (11025 → 16000, the
+# largest, has 291k). Beyond it both backends use the compact bank (only each phase's window): for large
+# coprime rates the full bank is mostly zeros, 44100 → 44101 would take 15.5 GB for 617k useful taps.
+_FULL_BANK_MAX = 2**20
+# The compact bank's taps (``new · J``) are limited to 128 MiB in float64: rates beyond (reduced coprime
+# pairs above ~1.4 MHz, or a rolloff or lowpass_filter_width that widens the window as much) are refused.
+_COMPACT_BANK_MAX = 2**24
+
+
+def _compact_taps_estimate(orig: int, new: int, lowpass_filter_width: int, rolloff: float) -> float:
+    """The columns :func:`compact_resample_bank` examines, ``new · (2·ceil(half) + 7)`` at most with ``half``
+    the window's half-length in input samples: an upper bound on its taps ``new · J``, ``J <= 2·half + 1``.
+    In float arithmetic that cannot overflow (an infinite estimate is refused)."""
+    # J >= 2·orig·lowpass_filter_width / min(orig, new) >= 2·lowpass_filter_width and new·J >= 2·orig:
+    # beyond the limit on integers alone, before any conversion to float (10**400 would overflow).
+    if new > _COMPACT_BANK_MAX or orig > _COMPACT_BANK_MAX or lowpass_filter_width > _COMPACT_BANK_MAX:
+        return math.inf
+    half = lowpass_filter_width * orig / (min(orig, new) * rolloff)  # inf for a subnormal rolloff
+    return new * (2.0 * half + 9.0)
+
+
+def _check_bank_size(rates: tuple[int, int], lowpass_filter_width: int, rolloff: float) -> None:
+    g = math.gcd(*rates)
+    orig, new = rates[0] // g, rates[1] // g
+    if orig == new:
+        return
+    estimate = _compact_taps_estimate(orig, new, lowpass_filter_width, rolloff)
+    if estimate > _COMPACT_BANK_MAX:
+        per_phase = estimate / new if math.isfinite(estimate) else math.inf
+        raise bad_value(
+            "(orig_freq, new_freq)",
+            rates,
+            f"rates whose polyphase bank fits in {_COMPACT_BANK_MAX} taps",
+            context=(
+                f"(reduced by their gcd to {orig} → {new}, with lowpass_filter_width={lowpass_filter_width} "
+                f"and rolloff={rolloff:g} it would hold {new} phases × ~{per_phase:.3g} taps; pick rates "
+                "with a larger common divisor, a smaller lowpass_filter_width or a larger rolloff)"
+            ),
+        )
+
+
 def _polyphase(
     orig: int, new: int, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
-) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]:
-    """torchaudio's bank ``(new, K)`` and ``width``, plus the compact form the kernel reads: per phase only
-    the taps inside the window (outside it torchaudio's taps are < 1e-15), as ``(new, J)`` and offsets."""
-    kernel, width = sinc_resample_kernel(
+) -> tuple[torch.Tensor | CompactBank, int, torch.Tensor, torch.Tensor]:
+    """``(kernel, width, compact, offsets)`` for reduced rates: ``kernel`` is what the torch path applies
+    (torchaudio's full bank ``(new, K)`` when it has at most ``_FULL_BANK_MAX`` taps, else the
+    :class:`CompactBank`); ``compact`` ``(new, J)`` and ``offsets`` are the per-phase windows the Triton
+    kernels read. Built directly in ``O(new · J)`` memory; :func:`_resample_args` has checked the size."""
+    width = resample_width(orig, new, lowpass_filter_width, rolloff)
+    if new * (2 * width + orig) <= _FULL_BANK_MAX:
+        return _polyphase_small(orig, new, lowpass_filter_width, rolloff, method, beta)
+    return _polyphase_large(orig, new, lowpass_filter_width, rolloff, method, beta)
+
+
+def _build_polyphase(
+    orig: int,
+    new: int,
+    lowpass_filter_width: int,
+    rolloff: float,
+    method: str,
+    beta: float | None,
+    *,
+    full: bool,
+) -> tuple[torch.Tensor | CompactBank, int, torch.Tensor, torch.Tensor]:
+    bank = compact_resample_bank(
         orig, new, lowpass_filter_width=lowpass_filter_width, rolloff=rolloff, method=method, beta=beta
     )
-    k = kernel.shape[1]
-    base = min(orig, new) * rolloff
-    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, :] / orig
-    t = (torch.arange(0, -new, -1, dtype=torch.float64)[:, None] / new + idx) * base
-    inside = t.abs() < lowpass_filter_width
-    pos = torch.arange(k)
-    first = torch.where(inside, pos, k).min(1).values.clamp(max=k - 1)
-    last = torch.where(inside, pos, -1).max(1).values.clamp(min=0)
-    j = int((last - first).max().item()) + 1
-    cols = first[:, None] + torch.arange(j)[None, :]
-    compact = torch.where(cols < k, kernel.gather(1, cols.clamp(max=k - 1)), torch.zeros(()))
-    offsets = (first - width).to(torch.int32)
-    return kernel, width, compact, offsets
+    kernel: torch.Tensor | CompactBank = bank
+    if full:
+        kernel, _ = sinc_resample_kernel(
+            orig, new, lowpass_filter_width=lowpass_filter_width, rolloff=rolloff, method=method, beta=beta
+        )
+    return kernel, bank.width, bank.taps, bank.offsets
+
+
+# Two caches, so that what is kept stays bounded: 32 rate pairs of at most 8 MiB (the full bank's limit,
+# plus its compact form), and the last two of the large compact banks (up to 128 MiB each).
+@lru_cache(maxsize=32)
+def _polyphase_small(
+    orig: int, new: int, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
+) -> tuple[torch.Tensor | CompactBank, int, torch.Tensor, torch.Tensor]:
+    return _build_polyphase(orig, new, lowpass_filter_width, rolloff, method, beta, full=True)
+
+
+@lru_cache(maxsize=2)
+def _polyphase_large(
+    orig: int, new: int, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
+) -> tuple[torch.Tensor | CompactBank, int, torch.Tensor, torch.Tensor]:
+    return _build_polyphase(orig, new, lowpass_filter_width, rolloff, method, beta, full=False)
 
 
 @lru_cache(maxsize=64)
@@ -691,6 +767,7 @@ def _resample_args(
     check_choice("resampling_method", resampling_method, ("sinc_interp_hann", "sinc_interp_kaiser"))
     if beta is not None:
         beta = check_float("beta", beta, min_value=0.0)
+    _check_bank_size((rates[0], rates[1]), lowpass_filter_width, rolloff)
     return (rates[0], rates[1]), lowpass_filter_width, rolloff, beta
 
 
@@ -742,6 +819,8 @@ def resample(
     if chosen == "triton":
         # The kernel layer caches its device form of the (cached, host) compact bank.
         extra = {"kernel": kernel, "compact": compact, "offsets": offsets}
+    elif isinstance(kernel, CompactBank):
+        extra = {"kernel": kernel.to(x.device)}  # the bank keeps its device copies
     else:
         extra = {"kernel": _on_device(kernel, x.device)}
     y = _RESAMPLE(x2, orig=orig, new=new, width=width, backend=chosen, **extra)

@@ -268,3 +268,149 @@ def test_design_errors(call, error, message):
     with pytest.raises(error, match=None) as info:
         call()
     assert message in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# autograd through the design parameters
+
+
+def _grad(value, dtype=torch.float64):
+    return torch.tensor(value, dtype=dtype, requires_grad=True)
+
+
+GRAD_CASES = {
+    "firwin-lowpass": (lambda c: nf.firwin(31, c, scale=False), [0.3]),
+    "firwin-bandpass": (lambda c: nf.firwin(31, c, pass_zero=False), [[0.2, 0.5]]),
+    "firwin-bandstop-kaiser": (
+        lambda c: nf.firwin(31, c, pass_zero="bandstop", window=("kaiser", 8.6)),
+        [[0.25, 0.6]],
+    ),
+    "firwin-width": (lambda c: nf.firwin(40, c, width=0.05, fs=2.0), [0.4]),
+    "lowpass_taps": (lambda c: nf.lowpass_taps(c, fs=16000.0, numtaps=63), [1000.0]),
+    "highpass_taps": (lambda c: nf.highpass_taps(c, fs=16000.0, numtaps=63), [2000.0]),
+    # One edge a tensor, the other a number: the list is differentiable in the tensor.
+    "bandpass_taps-low": (lambda lo: nf.bandpass_taps(lo, 3400.0, fs=16000.0, numtaps=64), [300.0]),
+    "bandstop_taps": (lambda lo, hi: nf.bandstop_taps(lo, hi, fs=16000.0, numtaps=65), [300.0, 3400.0]),
+    "gammatone_bank": (lambda f: nf.gammatone_bank(f, fs=16000.0, numtaps=32), [[440.0, 1000.0]]),
+    "gaussian_kernel1d": (lambda s: nf.gaussian_kernel1d(5, s), [1.7]),
+    "gaussian_kernel1d-even": (lambda s: nf.gaussian_kernel1d(4, s), [0.9]),
+    "gaussian_kernel2d-tensor": (lambda s: nf.gaussian_kernel2d((5, 3), s), [[1.7, 0.8]]),
+    "gaussian_kernel2d-pair": (lambda sy, sx: nf.gaussian_kernel2d((5, 3), (sy, sx)), [1.7, 0.8]),
+    "gaussian_kernel2d-one": (lambda s: nf.gaussian_kernel2d(5, s), [1.2]),
+    "gabor_kernels": (
+        lambda sigma, thetas, wavelength, gamma, psi: nf.gabor_kernels(
+            5, sigma=sigma, thetas=thetas, wavelength=wavelength, gamma=gamma, psi=psi
+        ),
+        [2.0, [0.0, 1.0], 4.0, 0.5, 0.3],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(GRAD_CASES))
+def test_design_is_differentiable_in_its_parameters(case):
+    """A parameter given as a tensor that requires grad stays in the graph (it used to be read as numbers
+    and detached: the taps came back without a graph and the parameter got no gradient): float64
+    gradcheck, and the values are those of the same design from plain numbers."""
+    fn, values = GRAD_CASES[case]
+    params = [_grad(v) for v in values]
+    out = fn(*params)
+    assert out.requires_grad
+    assert torch.autograd.gradcheck(fn, params)
+    assert_close(out.detach(), fn(*values), atol=1e-15, rtol=1e-14)
+
+
+def test_lowpass_scale_removes_the_dc_gradient():
+    # With scale=True the taps sum to 1 whatever the cutoff: the DC gain's gradient is zero, but the taps'
+    # is not.
+    c = _grad(1000.0)
+    taps = nf.lowpass_taps(c, fs=16000.0, numtaps=63)
+    (dc,) = torch.autograd.grad(taps.sum(), c, retain_graph=True)
+    (one,) = torch.autograd.grad(taps[31], c)
+    assert abs(dc.item()) < 1e-15 and abs(one.item()) > 1e-6
+
+
+def test_gradient_descent_finds_a_cutoff():
+    """What a learnable front end does: fit the cutoff of a lowpass to a target design by gradient descent
+    (Adam on the taps' squared error), from 1400 Hz to the target's 1000 Hz."""
+    target = nf.lowpass_taps(1000.0, fs=16000.0, numtaps=63)
+    cutoff = _grad(1400.0)
+    opt = torch.optim.Adam([cutoff], lr=10.0)
+    for _ in range(200):
+        opt.zero_grad()
+        loss = (nf.lowpass_taps(cutoff, fs=16000.0, numtaps=63) - target).pow(2).sum()
+        loss.backward()
+        opt.step()
+    assert abs(cutoff.item() - 1000.0) < 2.0
+
+
+def test_differentiable_design_keeps_device_and_dtype():
+    s = _grad(1.5, torch.float32)
+    g = nf.gaussian_kernel1d(7, s, dtype=torch.float32)
+    assert g.dtype == torch.float32 and g.device.type == "cpu"
+    g[3].backward()
+    assert s.grad is not None and s.grad.item() < 0  # a wider Gaussian has a lower peak
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda g: nf.firwin(31, 0.3, fs=g(2.0)), "fs"),
+        (lambda g: nf.firwin(31, 0.3, width=g(0.05)), "width"),
+        (lambda g: nf.firwin(31, 0.3, window=("kaiser", g(8.0))), "window parameter"),
+        (lambda g: nf.get_window(("gaussian", g(2.0)), 7), "window parameter"),
+        (lambda g: nf.lowpass_taps(1000.0, fs=g(16000.0), numtaps=31), "fs"),
+        (lambda g: nf.bandpass_taps(300.0, 3400.0, fs=g(16000.0), numtaps=31), "fs"),
+        (lambda g: nf.highpass_taps(1000.0, fs=16000.0, numtaps=31, width_hz=g(300.0)), "width"),
+        (lambda g: nf.gammatone_bank([440.0], fs=g(16000.0), numtaps=8), "fs"),
+        (lambda g: nf.erb_space(g(50.0), 8000.0, 4), "f_min"),
+        (lambda g: nf.erb_space(50.0, g(8000.0), 4), "f_max"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_design_constants_refuse_a_tensor_that_requires_grad(call, name):
+    """Parameters the design cannot differentiate refuse a tensor that requires grad, as gaussian_blur2d
+    refuses such a sigma, instead of reading its value and cutting it from the graph."""
+    with pytest.raises(ParameterValueError) as info:
+        call(_grad)
+    assert f"{name} must be a real number, not a tensor that requires grad" in str(info.value)
+    assert "no gradient could reach it" in str(info.value)
+
+
+def test_design_parameter_tensors_are_checked():
+    with pytest.raises(ParameterValueError, match="sigma must be a real number or a one-element real tensor"):
+        nf.gaussian_kernel1d(5, _grad([1.0, 2.0]))
+    with pytest.raises(ParameterTypeError, match="sigma must be a real number or a one-element real tensor"):
+        nf.gaussian_kernel1d(5, torch.tensor(1.0 + 0j))
+    with pytest.raises(ParameterValueError, match="sigma must be a finite number > 0"):
+        nf.gaussian_kernel1d(5, _grad(-1.0))
+    with pytest.raises(ParameterValueError, match="cutoff must be strictly increasing"):
+        nf.firwin(31, [_grad(0.5), 0.2], pass_zero=False)
+    with pytest.raises(ParameterValueError, match="thetas must be a non-empty sequence"):
+        nf.gabor_kernels(5, sigma=1.0, thetas=_grad([[0.0, 1.0]]), wavelength=3.0)
+    # A one-element tensor that does not require grad is a number like any other.
+    assert torch.equal(nf.gaussian_kernel1d(5, torch.tensor(1.5)), nf.gaussian_kernel1d(5, 1.5))
+
+
+@pytest.mark.parametrize(("k", "sigma"), [(4, 0.01), (6, 0.05), (5, 1e-170), (4, 1e-170), (4, 0.3)])
+def test_gaussian_kernel_small_sigma_is_kornias_impulse_limit(k, sigma):
+    """An even size at sigma = 0.01 underflowed every tap to 0 and returned 0/0 = NaN (and so did
+    gaussian_blur2d); kornia returns the limit, the centre taps' impulse, and so do we now."""
+    kornia = pytest.importorskip("kornia")
+    ours = nf.gaussian_kernel1d(k, sigma)
+    assert torch.isfinite(ours).all() and ours.sum().item() == pytest.approx(1.0, abs=1e-15)
+    assert_close(ours, kornia.filters.kernels.gaussian(k, sigma, dtype=torch.float64).reshape(-1), atol=1e-15)
+    s = _grad(sigma)
+    nf.gaussian_kernel1d(k, s)[k // 2].backward()
+    assert torch.isfinite(s.grad)
+    img = torch.rand(1, 2, 9, 9, dtype=torch.float64)
+    assert torch.isfinite(nf.gaussian_blur2d(img, (k, 3), (sigma, 1.0), backend="torch")).all()
+
+
+def test_gaussian_window_needs_a_positive_std():
+    # std = 0 made a NaN centre tap (scipy returns it with a warning): refused, also through firwin.
+    for call in (
+        lambda: nf.get_window(("gaussian", 0.0), 5),
+        lambda: nf.firwin(31, 0.3, window=("gaussian", 0)),
+    ):
+        with pytest.raises(ParameterValueError, match="window parameter must be > 0 for 'gaussian'"):
+            call()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 import nbxsig.filters as nf
 from nbxsig.errors import ParameterTypeError, ParameterValueError
+from nbxsig.reference import depthwise as rd
 from nbxsig.testing import assert_close, random_tensor
 
 RATES = [(16000, 44100), (44100, 16000), (8000, 16000), (48000, 22050), (44100, 16000)]
@@ -153,9 +156,190 @@ def test_errors(kwargs, error, message):
     assert message in str(info.value)
 
 
+def _direct_resample(
+    x, orig, new, outputs, *, lowpass_filter_width=6, rolloff=0.99, method="sinc_interp_hann"
+):
+    """torchaudio's definition evaluated directly in float64 at the output indices ``outputs``:
+    ``y[j] = Σ_i x[i] · h(i/orig - j/new)`` over the whole signal (``x`` (B, L), rates reduced), with ``h``
+    the windowed sinc of ``_get_sinc_resample_kernel`` (clamped to ±lowpass_filter_width zero crossings,
+    scaled by base/orig). No bank is built."""
+    g = math.gcd(orig, new)
+    orig, new = orig // g, new // g
+    base = min(orig, new) * rolloff
+    i = torch.arange(x.shape[-1], dtype=torch.float64)
+    out = []
+    for j in outputs:
+        t = ((i / orig - j / new) * base).clamp(-lowpass_filter_width, lowpass_filter_width)
+        if method == "sinc_interp_hann":
+            window = torch.cos(t * math.pi / lowpass_filter_width / 2) ** 2
+        else:
+            beta = torch.tensor(14.769656459379492, dtype=torch.float32)  # torchaudio's float32 beta
+            window = torch.i0(beta * torch.sqrt(1 - (t / lowpass_filter_width) ** 2)) / torch.i0(beta)
+        sinc = torch.where(t == 0, 1.0, torch.sin(math.pi * t) / (math.pi * t))
+        out.append((x.double() * (sinc * window * base / orig)).sum(-1))
+    return torch.stack(out, -1)
+
+
+def _clear_bank_caches():
+    nf._polyphase_small.cache_clear()
+    nf._polyphase_large.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("rates", "method"),
+    [
+        ((44100, 44101), "sinc_interp_hann"),
+        ((48000, 47999), "sinc_interp_hann"),
+        ((44101, 44100), "sinc_interp_kaiser"),
+    ],
+    ids=str,
+)
+def test_large_coprime_rates_use_the_compact_bank(rates, method, generator, monkeypatch):
+    """44100 → 44101 reduces to 44101 phases: torchaudio's full bank (new, 2·width + orig) would be
+    44101 × 44114 float64, 15.5 GB. Only the per-phase windows (new, ~13) may be built, on both backends,
+    and the result is torchaudio's definition (evaluated directly, without a bank)."""
+
+    def no_full_bank(*args, **kwargs):
+        raise AssertionError(f"the full polyphase bank was built for {args}")
+
+    monkeypatch.setattr(nf, "sinc_resample_kernel", no_full_bank)
+    _clear_bank_caches()
+    x = random_tensor((2, 1200), generator=generator, dtype=torch.float64)
+    y = nf.resample(x, *rates, resampling_method=method, backend="torch")
+    n_out = -(-rates[1] * 1200 // rates[0])
+    assert y.shape == (2, n_out)
+    # Both edges (the zero padding), the middle, and every phase's neighbourhood near the end.
+    picks = [0, 1, 2, 7, 600, 601, n_out // 2, n_out - 3, n_out - 2, n_out - 1]
+    ref = _direct_resample(x, *rates, picks, method=method)
+    assert_close(y[:, picks], ref)
+    # The cached banks are the compact ones: a few MB, not GB.
+    kernel, _, compact, offsets = nf._polyphase(*rates, 6, 0.99, method, None)
+    assert isinstance(kernel, rd.CompactBank) and kernel.taps is compact
+    assert compact.shape[0] == rates[1] and compact.shape[1] <= 16
+    assert compact.nbytes + offsets.nbytes < 8 * 2**20
+    # The Triton kernel reads the same compact bank (the per-output form: the interpreter runs it fast).
+    from nbxsig.kernels import depthwise as dk
+
+    monkeypatch.setattr(dk, "_RESAMPLE_TILE", None)
+    yt = nf.resample(x.float(), *rates, resampling_method=method, backend="triton")
+    assert_close(yt, y, dtype=torch.float32, atol=1e-5)
+
+
+def test_compact_bank_is_torchaudios_bank_gathered():
+    """The directly built windows are exactly the full bank's columns first[p] .. first[p] + J - 1 (same
+    float64 operations on the same positions), for both methods and unbalanced ratios."""
+    for orig, new in [(160, 441), (441, 160), (48, 1), (1000, 1013), (7, 300), (1, 2)]:
+        for method, lpw, rolloff, beta in [
+            ("sinc_interp_hann", 6, 0.99, None),
+            ("sinc_interp_kaiser", 4, 0.9, 8.0),
+        ]:
+            kw = dict(lowpass_filter_width=lpw, rolloff=rolloff, method=method, beta=beta)
+            full, width = rd.sinc_resample_kernel(orig, new, **kw)
+            bank = rd.compact_resample_bank(orig, new, **kw)
+            assert bank.width == width
+            cols = (bank.offsets.long() + width)[:, None] + torch.arange(bank.taps.shape[1])
+            k = full.shape[1]
+            gathered = torch.where(cols < k, full.gather(1, cols.clamp(max=k - 1)), 0.0)
+            assert torch.equal(bank.taps, gathered), (orig, new, method)
+            # Outside the kept columns the full bank holds only the window's end (< 1e-15).
+            outside = torch.ones_like(full, dtype=torch.bool).scatter_(1, cols.clamp(max=k - 1), False)
+            if outside.any():
+                assert full[outside].abs().max().item() < 1e-15
+
+
+@pytest.mark.parametrize("rates", [(44100, 16000), (16000, 44100), (1000, 1013)], ids=_ids)
+def test_compact_torch_path_is_torchaudio(rates, generator, AF, monkeypatch):
+    """The torch path on the compact bank (forced at ordinary rates, with the gather split into several
+    chunks) gives torchaudio's values and gradients."""
+    monkeypatch.setattr(nf, "_FULL_BANK_MAX", 0)
+    monkeypatch.setattr(rd, "_GATHER_ELEMENTS", 500)
+    _clear_bank_caches()
+    try:
+        x = random_tensor((2, 3, 301), generator=generator, dtype=torch.float64)
+        orig, new = (r // math.gcd(*rates) for r in rates)
+        assert isinstance(nf._polyphase(orig, new, 6, 0.99, "sinc_interp_hann", None)[0], rd.CompactBank)
+        xr = x.clone().requires_grad_()
+        y = nf.resample(xr, *rates, backend="torch")
+        ref_x = x.clone().requires_grad_()
+        ref = AF.resample(ref_x, *rates)
+        assert y.shape == ref.shape
+        assert_close(y, ref, atol=1e-12, rtol=1e-9)
+        g = random_tensor(y.shape, generator=generator, dtype=torch.float64)
+        y.backward(g)
+        ref.backward(g)
+        assert_close(xr.grad, ref_x.grad, atol=1e-12, rtol=1e-9)
+    finally:
+        _clear_bank_caches()  # the banks built under the patched limit must not serve later tests
+
+
+def test_triton_gradient_on_the_compact_bank(generator, device, monkeypatch):
+    """The Triton path's backward runs the torch reference on the bank it was given: the compact one."""
+    monkeypatch.setattr(nf, "_FULL_BANK_MAX", 0)
+    _clear_bank_caches()
+    try:
+        x = random_tensor((2, 120), generator=generator, dtype=torch.float64)
+        g = random_tensor((2, 44), generator=generator, dtype=torch.float64)
+        xr = x.clone().requires_grad_()
+        nf.resample(xr, 44100, 16000, backend="torch").backward(g)
+        xt = x.float().to(device).requires_grad_()
+        nf.resample(xt, 44100, 16000, backend="triton").backward(g.float().to(device))
+        assert_close(xt.grad, xr.grad, dtype=torch.float32, atol=1e-5)
+    finally:
+        _clear_bank_caches()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"orig_freq": 10**7, "new_freq": 10**7 + 1},
+        {"orig_freq": 2**40 + 1, "new_freq": 3},
+        {"orig_freq": 44100, "new_freq": 16000, "rolloff": 1e-9},
+        {"orig_freq": 44100, "new_freq": 16000, "rolloff": 5e-324},
+        {"orig_freq": 44100, "new_freq": 16000, "lowpass_filter_width": 10**400},
+    ],
+    ids=lambda kw: "-".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in kw.items())[
+        :60
+    ],
+)
+def test_banks_too_large_are_refused_before_anything_is_built(kwargs, monkeypatch):
+    def nothing_built(*args, **kw):
+        raise AssertionError("a bank was built")
+
+    monkeypatch.setattr(nf, "compact_resample_bank", nothing_built)
+    monkeypatch.setattr(nf, "sinc_resample_kernel", nothing_built)
+    _clear_bank_caches()
+    message = "(orig_freq, new_freq) must be rates whose polyphase bank fits in 16777216 taps"
+    args = {"orig_freq": 16000, "new_freq": 8000, **kwargs}
+    with pytest.raises(ParameterValueError) as info:
+        nf.resample(torch.randn(100), **args)
+    assert message in str(info.value) and "phases" in str(info.value)
+    # The module checks when it is built, not at its first call.
+    with pytest.raises(ParameterValueError, match="polyphase bank fits"):
+        nf.Resample(**args)
+
+
+def test_bank_caches_are_bounded():
+    """What the caches keep stays bounded: 32 full banks of at most 8 MiB, two large compact ones."""
+    assert nf._polyphase_small.cache_info().maxsize == 32 and nf._FULL_BANK_MAX * 8 <= 8 * 2**20
+    assert nf._polyphase_large.cache_info().maxsize == 2 and nf._COMPACT_BANK_MAX * 8 <= 128 * 2**20
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rates", [(44100, 16000), (16000, 44100), (48000, 22050)], ids=_ids)
 def test_gpu_resample_bench_shape(rates, generator, cuda_device):
     x = random_tensor((8, rates[0] * 2), generator=generator).to(cuda_device)
     ref = nf.resample(x.double(), *rates, backend="torch")  # == torchaudio (checked on the CPU above)
     assert_close(nf.resample(x, *rates, backend="triton"), ref, atol=1e-5, rtol=1e-4, rel_error=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rates", [(44100, 44101), (48000, 47999)], ids=_ids)
+def test_gpu_large_coprime_rates(rates, generator, cuda_device):
+    """The compact bank on the GPU: the torch path's gather in float64 against the directly evaluated
+    definition, and the default tensor-core kernel (44101 phases in blocks of 32) against it."""
+    x = random_tensor((4, 2 * rates[0]), generator=generator)
+    y64 = nf.resample(x.double().to(cuda_device), *rates, backend="torch")
+    picks = [0, 1, 1000, y64.shape[-1] // 2, y64.shape[-1] - 1]
+    assert_close(y64[:, picks].cpu(), _direct_resample(x, *rates, picks))
+    y = nf.resample(x.to(cuda_device), *rates, backend="triton")
+    assert_close(y, y64, dtype=torch.float32, atol=1e-5, rtol=1e-4, rel_error=1e-5)

@@ -10,6 +10,7 @@ once, like the kernels.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -151,15 +152,11 @@ def depthwise_conv1d(
 # Resampling (torchaudio.functional.resample)
 
 
-def sinc_resample_kernel(
-    orig: int, new: int, *, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
-) -> tuple[torch.Tensor, int]:
-    """torchaudio's polyphase bank ``(new, 2·width + orig)`` in float64 (``orig``, ``new`` reduced by their
-    gcd) and ``width``; phase ``p`` computes output ``l·new + p`` from ``x[l·orig - width + k]``."""
-    base = min(orig, new) * rolloff
-    width = math.ceil(lowpass_filter_width * orig / base)
-    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, :] / orig
-    t = torch.arange(0, -new, -1, dtype=torch.float64)[:, None] / new + idx
+def _sinc_taps(
+    t: torch.Tensor, *, orig: int, base: float, lowpass_filter_width: int, method: str, beta: float | None
+) -> torch.Tensor:
+    """torchaudio's windowed sinc at ``t = i/orig - j/new`` (input sample ``i``, output ``j``; float64),
+    with its operations in its order, so that a tap has the same value wherever it is evaluated."""
     t = (t * base).clamp(-lowpass_filter_width, lowpass_filter_width)
     if method == "sinc_interp_hann":
         window = torch.cos(t * math.pi / lowpass_filter_width / 2) ** 2
@@ -170,13 +167,144 @@ def sinc_resample_kernel(
         window = torch.i0(b * torch.sqrt(1 - (t / lowpass_filter_width) ** 2)) / torch.i0(b)
     t = t * math.pi
     kernel = torch.where(t == 0, torch.ones_like(t), torch.sin(t) / t)
-    return kernel * window * (base / orig), width
+    return kernel * window * (base / orig)
 
 
-def resample(x: torch.Tensor, *, orig: int, new: int, kernel: torch.Tensor, width: int) -> torch.Tensor:
-    """Apply the bank from :func:`sinc_resample_kernel` as torchaudio does:
+def _tap_positions(orig: int, new: int, width: int, cols: torch.Tensor) -> torch.Tensor:
+    """``t`` of phase ``p``'s column ``cols[p, c]`` in torchaudio's bank (float64, computed as torchaudio
+    computes its whole grid: ``-p/new + (k - width)/orig``, so a subset of the grid is bit-identical)."""
+    phase = torch.arange(0, -new, -1, dtype=torch.float64)[:, None] / new
+    return phase + (cols - width).to(torch.float64) / orig
+
+
+def resample_width(orig: int, new: int, lowpass_filter_width: int, rolloff: float) -> int:
+    """torchaudio's ``width``: taps on each side of the polyphase filters (reduced rates)."""
+    return math.ceil(lowpass_filter_width * orig / (min(orig, new) * rolloff))
+
+
+def sinc_resample_kernel(
+    orig: int, new: int, *, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
+) -> tuple[torch.Tensor, int]:
+    """torchaudio's polyphase bank ``(new, 2·width + orig)`` in float64 (``orig``, ``new`` reduced by their
+    gcd) and ``width``; phase ``p`` computes output ``l·new + p`` from ``x[l·orig - width + k]``.
+
+    ``new · (2·width + orig)`` taps: for large coprime rates (44100 → 44101: 15.5 GB) use
+    :func:`compact_resample_bank`, which holds only the taps inside each phase's window."""
+    base = min(orig, new) * rolloff
+    width = resample_width(orig, new, lowpass_filter_width, rolloff)
+    cols = torch.arange(2 * width + orig)[None, :]
+    t = _tap_positions(orig, new, width, cols)
+    taps = _sinc_taps(
+        t, orig=orig, base=base, lowpass_filter_width=lowpass_filter_width, method=method, beta=beta
+    )
+    return taps, width
+
+
+def compact_resample_bank(
+    orig: int, new: int, *, lowpass_filter_width: int, rolloff: float, method: str, beta: float | None
+) -> CompactBank:
+    """The taps of :func:`sinc_resample_kernel` that lie inside each phase's window, computed directly in
+    ``O(new · J)`` memory, ``J ≈ 2·lowpass_filter_width·orig / (min(orig, new)·rolloff)``.
+
+    Phase ``p``'s window (``|t·base| < lowpass_filter_width``) covers the bank's columns ``first[p] ..
+    last[p]``; ``J = max(last - first) + 1`` columns from ``first[p]`` are kept (beyond ``last[p]`` they are
+    torchaudio's values too, ``< 1e-15`` -- the window's end). The taps equal the bank's gathered
+    columns (same float64 operations on the same positions), without the ``new · (2·width + orig)`` grid.
+    """
+    base = min(orig, new) * rolloff
+    width = resample_width(orig, new, lowpass_filter_width, rolloff)
+    k = 2 * width + orig
+    half = lowpass_filter_width * orig / base  # the window's half-length in input samples
+    # Candidate columns around each phase's centre ``width + p·orig/new``, with 3 columns of margin each
+    # side: the window is found by the exact test below, the margin only has to contain it.
+    reach = math.ceil(half) + 3
+    centre = width + torch.arange(new) * orig // new
+    lo = (centre - reach).clamp(min=0)
+    cand = lo[:, None] + torch.arange(2 * reach + 1)[None, :]
+    inside = (_tap_positions(orig, new, width, cand) * base).abs() < lowpass_filter_width
+    inside &= cand < k
+    big = torch.iinfo(torch.int64).max
+    first = torch.where(inside, cand, big).min(1).values
+    last = torch.where(inside, cand, -1).max(1).values
+    j = int((last - first).max().item()) + 1
+    cols = first[:, None] + torch.arange(j)[None, :]
+    taps = _sinc_taps(
+        _tap_positions(orig, new, width, cols),
+        orig=orig,
+        base=base,
+        lowpass_filter_width=lowpass_filter_width,
+        method=method,
+        beta=beta,
+    )
+    taps = torch.where(cols < k, taps, torch.zeros(()))
+    return CompactBank(taps=taps, offsets=(first - width).to(torch.int32), width=width)
+
+
+@dataclass(frozen=True, eq=False)
+class CompactBank:
+    """A polyphase bank as per-phase windows: output ``l·new + p`` is
+    ``Σ_j taps[p, j] · x[l·orig + offsets[p] + j]`` (zeros outside the signal).
+
+    ``taps`` ``(new, J)`` float64, ``offsets`` ``(new,)`` int32, ``width`` torchaudio's. Passed as the
+    ``kernel`` of :func:`resample` in place of torchaudio's full bank when that one would be too large;
+    :meth:`to` gives (and keeps) its copy on a device, so the copies live as long as the bank does.
+    Hashed and compared by identity (it is a cache key).
+    """
+
+    taps: torch.Tensor
+    offsets: torch.Tensor
+    width: int
+    _copies: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.taps.shape)  # type: ignore[return-value]
+
+    def to(self, device: torch.device | str) -> CompactBank:
+        device = torch.device(device)
+        if device == self.taps.device:
+            return self
+        copy = self._copies.get(device)
+        if copy is None:
+            copy = CompactBank(taps=self.taps.to(device), offsets=self.offsets.to(device), width=self.width)
+            self._copies[device] = copy
+        return copy
+
+
+# Elements of one (B, chunk, J) gather in the compact path: bounds its memory whatever the signal's length.
+_GATHER_ELEMENTS = 2**22
+
+
+def _resample_compact(x: torch.Tensor, *, orig: int, new: int, bank: CompactBank) -> torch.Tensor:
+    """:func:`resample` on a :class:`CompactBank`, ``x`` (B, L) in the compute dtype: each output gathers its
+    ``J`` inputs from the zero-padded signal (torchaudio pads ``width`` before, ``width + orig`` after, which
+    covers every window). Autograd flows through the gather."""
+    b, length = x.shape
+    width, (_, j) = bank.width, bank.shape
+    xp = F.pad(x, (width, width + orig))
+    lo = -(-new * length // orig)
+    o = torch.arange(lo, device=x.device)
+    phase = o % new
+    start = (o // new) * orig + bank.offsets.to(torch.int64)[phase] + width
+    taps = bank.taps.to(x.dtype)
+    step = max(1, _GATHER_ELEMENTS // max(1, b * j))
+    cols = torch.arange(j, device=x.device)
+    pieces = []
+    for s in range(0, lo, step):
+        idx = (start[s : s + step, None] + cols).clamp(max=xp.shape[1] - 1)  # beyond the bank: zero taps
+        pieces.append((xp[:, idx] * taps[phase[s : s + step]]).sum(-1))
+    return torch.cat(pieces, dim=1) if pieces else x.new_zeros((b, 0))
+
+
+def resample(
+    x: torch.Tensor, *, orig: int, new: int, kernel: torch.Tensor | CompactBank, width: int
+) -> torch.Tensor:
+    """Apply the bank from :func:`sinc_resample_kernel` as torchaudio does (``F.conv1d`` with stride
+    ``orig``: the same values), or a :class:`CompactBank` by gathering each output's window:
     ``x`` (B, L) → (B, ceil(new·L/orig))."""
     dtype = compute_dtype(x.dtype)
+    if isinstance(kernel, CompactBank):
+        return _resample_compact(x.to(dtype), orig=orig, new=new, bank=kernel.to(x.device)).to(x.dtype)
     b, length = x.shape
     xp = F.pad(x.to(dtype), (width, width + orig))
     y = F.conv1d(xp[:, None], kernel.to(dtype)[:, None], stride=orig)
