@@ -32,7 +32,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._dispatch import ENV_VAR, Backend, Op, choose_backend, interpreter_enabled, triton_installed
+from ._dispatch import (
+    ENV_VAR,
+    Backend,
+    Op,
+    check_backend,
+    choose_backend,
+    interpreter_enabled,
+    triton_installed,
+)
 from ._validate import (
     COMPLEX_DTYPES,
     FLOATING_DTYPES,
@@ -50,7 +58,14 @@ __all__ = ["ISTFT", "STFT", "StreamingISTFT", "StreamingSTFT", "istft", "spectro
 PAD_MODES = ("reflect", "constant", "replicate", "circular")
 
 _STFT = Op("stft", torch_impl="nbxsig.reference.stft:stft", triton_impl="nbxsig.kernels.stft:stft")
-_ISTFT = Op("istft", torch_impl="nbxsig.reference.stft:istft", triton_impl="nbxsig.kernels.stft:istft")
+# istft's kernels read complex64 as its real layout; the dispatch sees the caller's dtype, so that a
+# refusal names it (complex128, not the float64 of its real view).
+_ISTFT = Op(
+    "istft",
+    torch_impl="nbxsig.reference.stft:istft",
+    triton_impl="nbxsig.kernels.stft:istft",
+    triton_dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.complex64),
+)
 
 
 @dataclass(frozen=True)
@@ -193,7 +208,8 @@ def stft(
         backend: None (auto), "triton" or "torch".
 
     Returns:
-        complex64 (complex128 for float64 input) ``(..., F, T)`` or its real layout ``(..., F, T, 2)``,
+        complex64 (complex128 where the input or the window is 64-bit, as torch promotes them)
+        ``(..., F, T)`` or its real layout ``(..., F, T, 2)``,
         ``F = n_fft//2 + 1`` (onesided) or ``n_fft``, ``T = 1 + (L + 2·pad - n_fft) // hop``.
 
     Shape:
@@ -339,7 +355,8 @@ def istft(
         strict_nola: raise where the window envelope vanishes, as torch does.
 
     Returns:
-        ``(..., length)`` float32 (float64 for float64/complex128 input), complex when ``return_complex``.
+        ``(..., length)`` float32 (float64 where the input or the window is 64-bit), complex when
+        ``return_complex``.
 
     Raises:
         ParameterTypeError / ParameterValueError: bad input dtype or layout, frequency size not
@@ -390,7 +407,7 @@ def istft(
     elif strict_nola:
         blocker = "strict_nola=True"
     chosen = _resolve(
-        _ISTFT, backend, device=spec.device, dtype=spec.dtype, numel=spec.numel(), blocker=blocker
+        _ISTFT, backend, device=spec.device, dtype=input.dtype, numel=spec.numel(), blocker=blocker
     )
     kwargs = dict(
         n_fft=n_fft, hop=frame.hop, window=frame.window, center=center, normalized=normalized,
@@ -445,7 +462,8 @@ def _lookup_plan(plans: dict, input: object, window: object, *scalars: object) -
 
 def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
     """What decides every check and choice :func:`istft` / :func:`stft` make for a call, or None
-    for a call that is not planned (not plain tensors, a window that requires grad, an input or
+    for a call that is not planned (not plain tensors, a window that requires grad or was made under
+    ``torch.inference_mode`` -- it has no version counter to key on --, an input or
     window with the lazy negation bit -- the dispatch resolves it --, an input with the lazy
     conjugate bit -- the checks resolve it into a copy, a planned launch would read it unconjugated
     --, a window that is not contiguous -- the checks copy it, and a plan would keep that copy across a
@@ -461,7 +479,7 @@ def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
     elif (
         type(window) is torch.Tensor
         and window.is_contiguous()
-        and not (window.requires_grad or window.is_neg())
+        and not (window.requires_grad or window.is_neg() or window.is_inference())
     ):
         win = (id(window), window._version, window.data_ptr(), window.shape, window.dtype, window.device)
     else:
@@ -534,7 +552,8 @@ def spectrogram(
         other arguments: as :func:`stft`.
 
     Returns:
-        float32 (float64 for float64 input) ``(..., F, T)``; complex when ``power`` is None.
+        float32 (float64 where the input or the window is 64-bit) ``(..., F, T)``; complex when ``power``
+        is None.
 
     Raises:
         as :func:`stft`; ParameterValueError for ``power`` <= 0.
@@ -551,10 +570,21 @@ def spectrogram(
 
 
 def _module_window(
-    n_fft: object, hop_length: object, win_length: object, window: torch.Tensor | None, *, fn: str
+    n_fft: object,
+    hop_length: object,
+    win_length: object,
+    window: torch.Tensor | None,
+    *,
+    fn: str,
+    backend: object,
+    flags: dict[str, object],
 ) -> torch.Tensor | None:
-    """Validate an :class:`STFT`/:class:`ISTFT` module's framing arguments once, at construction (so
-    a bad configuration fails there, not at the first call); return the window buffer (a copy)."""
+    """Validate an :class:`STFT`/:class:`ISTFT` module's arguments once, at construction (so a bad
+    configuration fails there, not at the first call); return the window buffer (a copy)."""
+    check_backend(backend)
+    for name, value in flags.items():
+        if value is not None or name != "onesided":  # onesided=None: decided by the data
+            check_bool(name, value)
     _frame_params(
         n_fft,
         hop_length,
@@ -591,7 +621,10 @@ class STFT(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
-        window_buffer = _module_window(n_fft, hop_length, win_length, window, fn="stft")
+        flags = dict(center=center, normalized=normalized, onesided=onesided, return_complex=return_complex)
+        window_buffer = _module_window(
+            n_fft, hop_length, win_length, window, fn="stft", backend=backend, flags=flags
+        )
         check_choice("pad_mode", pad_mode, PAD_MODES)
         self.n_fft, self.hop_length, self.win_length = n_fft, hop_length, win_length
         self.center, self.pad_mode, self.normalized = center, pad_mode, normalized
@@ -637,7 +670,13 @@ class ISTFT(nn.Module):
         strict_nola: bool = False,
     ) -> None:
         super().__init__()
-        window_buffer = _module_window(n_fft, hop_length, win_length, window, fn="istft")
+        flags = dict(
+            center=center, normalized=normalized, onesided=onesided, return_complex=return_complex,
+            strict_nola=strict_nola,
+        )  # fmt: skip
+        window_buffer = _module_window(
+            n_fft, hop_length, win_length, window, fn="istft", backend=backend, flags=flags
+        )
         self.n_fft, self.hop_length, self.win_length = n_fft, hop_length, win_length
         self.center, self.normalized, self.onesided = center, normalized, onesided
         self.return_complex, self.backend, self.strict_nola = return_complex, backend, strict_nola

@@ -38,7 +38,7 @@ from .errors import ParameterValueError, bad_value
 from .reference import mel as _ref
 from .reference.stft import compute_dtype
 
-__all__ = ["StreamingISTFT", "StreamingMelSpectrogram", "StreamingSTFT"]
+__all__ = ["StreamingISTFT", "StreamingMelSpectrogram", "StreamingSTFT", "default_hop_length"]
 
 _ISTFT_PUSH = Op(
     "streaming_istft",
@@ -119,7 +119,10 @@ class _Framer:
         self.history = torch.cat((self.history, x), dim=1)[:, -(self.pad + 1) :]
         buf = torch.cat((self.buffer, x), dim=1)
         if not self.started:
-            if self.n_raw <= self.pad and self.pad_mode == "reflect":
+            # Reflect padding reads the pad samples after the first one, replicate the first one: until
+            # they have arrived the raw samples wait (an empty first chunk has nothing to replicate).
+            needed = {"reflect": self.pad + 1, "replicate": 1}.get(self.pad_mode, 0)
+            if self.n_raw < needed:
                 self.buffer = buf  # raw samples, left padding still to come
                 return buf[:, :0], 0
             buf = torch.cat((self._left_pad(buf), buf), dim=1)
@@ -135,6 +138,11 @@ class _Framer:
                 raise ParameterValueError(
                     f"a stream must be longer than n_fft // 2 = {self.pad} samples for center=True with "
                     f"pad_mode='reflect', got {self.n_raw}"
+                )
+            if self.n_raw == 0:  # as torch.stft refuses an empty signal (replicate has nothing to copy)
+                raise ParameterValueError(
+                    "a stream must have at least one sample for center=True with "
+                    f"pad_mode={self.pad_mode!r}, got 0 (every push was empty)"
                 )
             if not self.started:
                 buf = torch.cat((self._left_pad(buf), buf), dim=1)
@@ -459,8 +467,16 @@ class StreamingISTFT:
             raise bad_value(
                 "spec", spec, f"a complex (B, {n_freq}, frames) or real (B, {n_freq}, frames, 2) tensor"
             )
-        if self._history is not None and (x.shape[0] != self._history[0].shape[0]):
-            raise bad_value("spec", spec, f"{self._history[0].shape[0]} streams (as in the first push)")
+        if self._history is not None and (
+            x.shape[0] != self._history[0].shape[0] or x.device != self._history[0].device
+        ):
+            history = self._history[0]
+            raise bad_value(
+                "spec",
+                spec,
+                f"{history.shape[0]} streams on {history.device} (as in the first push; reset() to "
+                "start over)",
+            )
         # The stream's precision, fixed by its first push: float64 for complex128/float64 spectra (as
         # torch.istft computes them), else float32 (what the Triton push takes).
         return x.to(compute_dtype(x.dtype) if self._history is None else self._history[0].dtype)
@@ -521,8 +537,10 @@ class StreamingISTFT:
         return out[0] if squeeze else out
 
     def state_dict(self) -> dict[str, Any]:
+        # A copy: the pushes write the history buffers in place (two of them, alternately), so the live
+        # one would change under the caller two pushes later.
         return {
-            "history": None if self._history is None else self._history[0],
+            "history": None if self._history is None else self._history[0].clone(),
             "frames": self.frames,
             "squeeze": self._squeeze,
         }

@@ -239,6 +239,24 @@ def test_short_window_plan_sees_data_assignment(monkeypatch, generator):
     assert S._STFT_PLANS and S._ISTFT_PLANS
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_inference_mode(backend, generator):
+    # The serving pattern: tensors made under torch.inference_mode have no version counter, which the
+    # Triton path's plans key on (it raised "Inference tensors do not track version counter").
+    x = random_tensor((2, 300), generator=generator)
+    w = random_tensor((32,), generator=generator, low=0.2, high=1.2)
+    ref = torch.stft(x.double(), 32, 8, window=w.double(), return_complex=True)
+    with torch.inference_mode():
+        xi, wi = x.clone(), w.clone()
+        for _ in range(2):  # the second call would find a plan
+            X = S.stft(xi, 32, 8, window=wi, return_complex=True, backend=backend)
+            y = S.istft(X, 32, 8, window=wi, length=300, backend=backend)
+            p = S.spectrogram(xi, 32, 8, window=wi, backend=backend)
+    assert_close(X, ref, dtype="float32")
+    assert_close(y, x.double(), dtype="float32")
+    assert_close(p, ref.abs() ** 2, dtype="float32")
+
+
 def test_lazily_conjugated_input_and_window(generator):
     # torch takes tensors with the lazy conjugate bit; view_as_real (and the kernels) do not.
     x = random_tensor((2, 100), generator=generator, dtype=torch.complex128)
@@ -508,6 +526,46 @@ def test_auto_backend_on_cpu_is_torch_and_window_grad_routes_to_torch(generator)
         S.stft(x.to(torch.complex64), 16, 4, backend="triton")
 
 
+@pytest.mark.parametrize("window_dtype", [torch.float64, torch.complex128], ids=str)
+def test_64_bit_window_promotes_like_torch(window_dtype, generator):
+    # torch.stft/istft promote the signal with the window: a float32 signal and a float64 window give
+    # complex128 (nbxsig computed them in float32 and returned complex64).
+    x = random_tensor((2, 60), generator=generator)
+    w = (torch.hann_window(16, dtype=torch.float64) + 0.1).to(window_dtype)
+    spec = S.stft(x, 16, 4, window=w)
+    assert spec.dtype == torch.stft(x, 16, 4, window=w, return_complex=True).dtype == torch.complex128
+    expected = torch.stft(x.double(), 16, 4, window=w, return_complex=True)
+    assert_close(spec, expected)
+    two_sided = window_dtype.is_complex
+    spec32 = expected.to(torch.complex64)
+    y = S.istft(spec32, 16, 4, window=w, length=60, return_complex=two_sided)
+    assert y.dtype == torch.istft(spec32, 16, 4, window=w, length=60, return_complex=two_sided).dtype
+    assert y.dtype == window_dtype
+    assert_close(
+        y, torch.istft(spec32.to(torch.complex128), 16, 4, window=w, length=60, return_complex=two_sided)
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: S.STFT(20, 5, center=1), "center must be a bool, got 1"),
+        (lambda: S.STFT(20, 5, onesided="yes"), "onesided must be a bool, got 'yes'"),
+        (lambda: S.STFT(20, 5, return_complex=0), "return_complex must be a bool, got 0"),
+        (lambda: S.STFT(20, 5, backend="cuda"), "backend must be None, 'triton' or 'torch'"),
+        (lambda: S.ISTFT(20, 5, normalized=1), "normalized must be a bool, got 1"),
+        (lambda: S.ISTFT(20, 5, strict_nola=None), "strict_nola must be a bool, got None"),
+        (lambda: S.ISTFT(20, 5, backend="gpu"), "backend must be None, 'triton' or 'torch'"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_modules_validate_every_argument_at_construction(make, message):
+    # They promise a bad configuration fails when built; the flags and the backend failed at the first call.
+    with pytest.raises((ParameterTypeError, ParameterValueError), match=message):
+        make()
+    assert S.STFT(20, 5, onesided=None).onesided is None
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------
@@ -587,6 +645,12 @@ SPEC = torch.ones(11, 21, dtype=torch.complex64)
             "input must be a tensor of dtype .*complex64, complex128, got .*complex32",
         ),
         (lambda: S.istft(SPEC, 20, return_complex=True), ParameterValueError, "onesided must be False"),
+        (
+            # (it named the float64 of the spectrum's real view)
+            lambda: S.istft(SPEC.to(torch.complex128), 20, backend="triton"),
+            BackendUnavailableError,
+            "its kernels take .*complex64, not complex128",
+        ),
         (
             lambda: S.istft(SPEC, 20, window=torch.ones(10)),
             ParameterValueError,

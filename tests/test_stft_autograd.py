@@ -197,3 +197,26 @@ def test_gradients_with_a_non_contiguous_window(generator, device):
     ref = spec.to(torch.complex128).requires_grad_()
     torch.istft(ref, 20, 5, window=w.cpu().double(), length=90).backward(gx.double())
     assert_close(leaf.grad, ref.grad, dtype="float32", rel_error=2e-6)
+
+
+@pytest.mark.parametrize("power", [1.0, 1.5], ids=str)
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_spectrogram_gradient_at_silence_is_zero_not_nan(power, backend, generator, device):
+    # Digital silence makes bins exactly 0; |X|^p for 1 <= p < 2 was sqrt(re² + im²)^p, whose gradient
+    # there is 0 · inf = NaN. torch's X.abs().pow(p) (torchaudio's spectrogram) gives 0.
+    if backend == "torch":
+        device = torch.device("cpu")
+    x = torch.zeros(2, 40, dtype=torch.float64)
+    x[:, 24:] = random_tensor((2, 16), generator=generator, dtype=torch.float64)
+    w = torch.hann_window(8, dtype=torch.float64)
+    ref = x.clone().requires_grad_()
+    spec = torch.stft(ref, 8, 2, window=w, pad_mode="constant", return_complex=True).abs().pow(power)
+    spec.sum().backward()
+    dtype = torch.float64 if backend == "torch" else torch.float32
+    leaf = x.to(device, dtype).requires_grad_()
+    got = S.spectrogram(
+        leaf, 8, 2, window=w.to(device, dtype), power=power, pad_mode="constant", backend=backend
+    )
+    assert_close(got, spec.detach(), dtype=dtype)
+    got.sum().backward()
+    assert_close(leaf.grad, ref.grad, dtype=dtype)

@@ -82,6 +82,22 @@ def test_streaming_stft_hop_above_n_fft_keeps_the_skip_across_short_chunks(sizes
     assert_close(got, expected, dtype="float64")
 
 
+@pytest.mark.parametrize("pad_mode", ["replicate", "reflect", "constant"])
+def test_streaming_stft_empty_first_chunks(pad_mode, generator):
+    # Empty chunks before the first sample: replicate padding copied the first sample of an empty
+    # chunk (a raw torch error); a stream that never got a sample is refused at flush, as torch.stft
+    # refuses an empty signal.
+    x = random_tensor((2, 60), generator=generator, dtype=torch.float64)
+    w = torch.hann_window(16, dtype=torch.float64)
+    expected = torch.stft(x, 16, 4, window=w, pad_mode=pad_mode, return_complex=True)
+    spans = [(0, 0), (0, 0), (0, 1), (1, 1), (1, 60)]
+    assert_close(run(StreamingSTFT(16, 4, window=w, pad_mode=pad_mode), x, spans), expected, dtype="float64")
+    stream = StreamingSTFT(16, 4, window=w, pad_mode=pad_mode)
+    stream.push(x[:, :0])
+    with pytest.raises(ParameterValueError, match=r"stream must .* got 0"):
+        stream.flush()
+
+
 @pytest.mark.parametrize(("n_fft", "win_length"), [(16, 8), (20, 12), (4, 4)], ids=str)
 def test_streaming_default_hop_is_n_fft_over_4(n_fft, win_length, generator):
     # torch.stft / torch.istft default hop_length to n_fft // 4 (not win_length // 4).
@@ -166,6 +182,30 @@ def test_streaming_istft_equals_torch_istft(n_fft, hop, center, backend, device,
     assert_close(got, expected, **STREAM_TOL)
     if center:
         assert_close(got, x[:, : got.shape[-1]], atol=1e-5, rtol=1e-5)  # perfect reconstruction
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_streaming_istft_state_dict_is_a_snapshot(backend, generator):
+    # The pushes write the history buffers in place: state_dict() returned the live one, so a state
+    # saved without a copy changed two pushes later and restored a wrong stream.
+    w = torch.hann_window(16)
+    spec = torch.stft(random_tensor((2, 200), generator=generator), 16, 4, window=w, return_complex=True)
+    stream = StreamingISTFT(16, 4, window=w, backend=backend)
+    stream.push(spec[..., :10])
+    state = stream.state_dict()
+    expected = [stream.push(spec[..., 10:20]), stream.push(spec[..., 20:30]), stream.flush()]
+    restored = StreamingISTFT(16, 4, window=w, backend=backend)
+    restored.load_state_dict(state)
+    got = [restored.push(spec[..., 10:20]), restored.push(spec[..., 20:30]), restored.flush()]
+    assert_close(torch.cat(got, -1), torch.cat(expected, -1), atol=0, rtol=0)
+
+
+def test_streaming_istft_refuses_another_device(generator):
+    # (the torch push failed inside with a raw device error)
+    stream = StreamingISTFT(16, 4, backend="torch")
+    stream.push(random_tensor((2, 9, 3), generator=generator, dtype=torch.complex64))
+    with pytest.raises(ParameterValueError, match="spec must be 2 streams on cpu"):
+        stream.push(torch.zeros(2, 9, 3, dtype=torch.complex64, device="meta"))
 
 
 def test_streaming_istft_zero_envelope_gives_zeros(generator):

@@ -842,14 +842,8 @@ def _unfused(
             power=power, _row_align=16 if precision in ALIGNED_SPECTROGRAM else 1,
         )  # fmt: skip
     else:
-        # A float32 window made outside inference mode: nbxsig.stft keys its plans on the window's
-        # version, which an inference tensor (a call under torch.inference_mode) does not have.
-        with torch.inference_mode(False):
-            window32 = window.float()
-            if window32.is_inference():
-                window32 = window32.clone()
         spec = nstft.spectrogram(
-            x, n_fft, hop_length, window=window32, power=power, center=center, pad_mode=pad_mode,
+            x, n_fft, hop_length, window=window.float(), power=power, center=center, pad_mode=pad_mode,
             backend="triton",
         )  # fmt: skip
     if drop_last:

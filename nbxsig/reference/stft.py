@@ -7,7 +7,8 @@ signal, the transform is a matmul with the real DFT basis planes (cos, -sin), an
 (ONNX-exportable). Inputs arrive validated and flattened to ``(B, L)`` / ``(B, F, T, 2)`` by
 :mod:`nbxsig.stft`; window is already zero-padded to ``n_fft`` (or None = rectangular).
 
-Computation dtype: float64 stays float64; everything else runs in float32 (fp16/bf16 upcast).
+Computation dtype: float64 where the input or the window is 64-bit (torch's type promotion); everything
+else runs in float32 (fp16/bf16 upcast).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .dft import compute_dtype, irdft_basis, rdft_basis
+from .mel import power_of
 
 #: istft divides by the window envelope only where it exceeds this (torch.istft's NOLA threshold).
 NOLA_EPS = 1e-11
@@ -35,6 +37,14 @@ def _forward_basis(n: int, onesided: bool, dtype: torch.dtype, device: torch.dev
 def _inverse_basis(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     basis = irdft_basis(n, dtype=dtype, device=device)
     return basis.reshape(2 * basis.shape[1], n)
+
+
+def _compute_dtype(data: torch.Tensor, window: torch.Tensor | None) -> torch.dtype:
+    """float64 where the data or the window is 64-bit, else float32: torch.stft/istft promote the two
+    (a float32 signal with a float64 window gives complex128)."""
+    if window is not None and window.dtype in (torch.float64, torch.complex128):
+        return torch.float64
+    return compute_dtype(data.dtype)
 
 
 def _frames(x: torch.Tensor, n_fft: int, hop: int, pad: int, pad_mode: str) -> torch.Tensor:
@@ -90,7 +100,7 @@ def stft(
 
     ``X[b, k, t] = Σ_n x_pad[b, t·hop + n] · w[n] · e^{-2πikn/N}`` (× N^-1/2 when ``normalized``).
     """
-    ctype = compute_dtype(x.dtype)
+    ctype = _compute_dtype(x, window)
     pad = n_fft // 2 if center else 0
     basis = _forward_basis(n_fft, onesided, ctype, x.device)  # (2F, N)
     n_bins = basis.shape[0] // 2
@@ -117,13 +127,10 @@ def stft(
 
 
 def power_spectrum(spec: torch.Tensor, power: float) -> torch.Tensor:
-    """``|X|^power`` of a real-layout spectrum ``(..., 2)``."""
-    mag2 = spec[..., 0] ** 2 + spec[..., 1] ** 2
-    if power == 2.0:
-        return mag2
-    if power == 1.0:
-        return mag2.sqrt()
-    return mag2 ** (power / 2)
+    """``|X|^power`` of a real-layout spectrum ``(..., 2)``, with a zero (not NaN) gradient where
+    ``|X| = 0`` -- a silent frame --, as the mel path's :func:`nbxsig.reference.mel.power_of` (torch's
+    ``X.abs()`` has that gradient at 0 as well; ``sqrt(re² + im²)`` has 0 · inf = NaN)."""
+    return power_of(spec[..., 0], spec[..., 1], power)
 
 
 def envelope(
@@ -189,7 +196,7 @@ def istft(
     division happens only where the envelope exceeds ``NOLA_EPS`` (elsewhere the sum is kept as is,
     and there it is ~0 because the window vanishes), unless ``strict_nola`` asks for torch's error.
     """
-    ctype = compute_dtype(spec.dtype)
+    ctype = _compute_dtype(spec, window)
     spec = spec.to(ctype)
     n_frames = spec.shape[2]
     if normalized:
