@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 import click
 
 from nbxsig import batch
+from nbxsig import io as nio
 
 WINDOWS = ("hann", "hamming", "blackman", "ones")
 
@@ -205,9 +209,12 @@ def _execute(
             hint = "--manifest" if opts.manifest else "-o/--output"
             raise click.BadParameter(str(exc), param_hint=hint) from None
     jobs = batch.default_jobs() if opts.jobs is None else opts.jobs
+    # A warning raised while a batch is computed (by nbxsig, torch, numpy...) becomes the CLI's own
+    # line naming the batch's files, not a raw "file.py:123: UserWarning" line.
+    process = functools.partial(_process_reporting_warnings, process=job.process, notice=Notice())
     summary = batch.run(
         tasks,
-        job,
+        dataclasses.replace(job, process=process),
         batch_size=opts.batch_size,
         jobs=jobs,
         overwrite=opts.overwrite,
@@ -258,12 +265,73 @@ class Notice:
     """Prints a message on stderr once per run (e.g. an assumed sample rate)."""
 
     def __init__(self) -> None:
-        self.said: set[str] = set()
+        self.said: set[Hashable] = set()
 
-    def __call__(self, text: str) -> None:
-        if text not in self.said:
-            self.said.add(text)
+    def __call__(self, text: str, *, key: Hashable = None) -> None:
+        """``nbxsig: TEXT``, once per ``key`` (default: per text)."""
+        key = text if key is None else key
+        if key not in self.said:
+            self.said.add(key)
             click.echo(f"nbxsig: {text}", err=True)
+
+    def warning(self, where: str, text: str, *, key: Hashable = None) -> None:
+        """``nbxsig: warning: WHERE: TEXT`` -- a file's (or a batch's files') result is written but may
+        not be what was meant -- once per ``key`` (default: per text, naming where it was first seen)."""
+        # A file name undecodable in the locale's encoding is shown with replacement characters.
+        where = click.format_filename(where)
+        self(f"warning: {where}: {text}", key=("warning", text) if key is None else key)
+
+
+@contextlib.contextmanager
+def caught_warnings() -> Iterator[list[str]]:
+    """Collects the messages of the Python warnings raised inside the block (by nbxsig, torch, numpy,
+    PIL...) into the list it yields, once each, instead of printing them as raw ``file.py:123:
+    UserWarning: ...`` lines; the caller reports them in the CLI's words. The warning filters stay as
+    they are (``-W``, ``PYTHONWARNINGS``): an ignored warning stays ignored, ``-W error`` still raises.
+    The list stays empty when the block raises (a failed file is reported by its error).
+
+    Not for code running in two threads at once: ``warnings.catch_warnings`` swaps module-wide state.
+    """
+    texts: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        yield texts
+    texts.extend(dict.fromkeys(str(w.message) for w in caught))
+
+
+@contextlib.contextmanager
+def warnings_as_notices(notice: Notice, where: Callable[[], str]) -> Iterator[None]:
+    """:func:`caught_warnings`, each printed as ``nbxsig: warning: WHERE: message`` (once per message)."""
+    with caught_warnings() as texts:
+        yield
+    for text in texts:
+        notice.warning(where(), text)
+
+
+def where(items: Sequence[Any]) -> str:
+    """The input files of a batch, for a message: ``a.wav``, ``a.wav, b.wav``, ``a.wav, b.wav and 3
+    more`` (items carry the ``path`` their loader gave them)."""
+    names = [str(getattr(it, "path", "") or "?") for it in items]
+    names = list(dict.fromkeys(names))
+    return ", ".join(names) if len(names) <= 2 else f"{', '.join(names[:2])} and {len(names) - 2} more"
+
+
+def _process_reporting_warnings(items: list[Any], *, process: Callable[..., Any], notice: Notice) -> Any:
+    with warnings_as_notices(notice, lambda: where(items)):
+        return process(items)
+
+
+@dataclass
+class Signal(nio.Audio):
+    """:class:`nbxsig.io.Audio` that knows its file, for the CLI's per-file messages."""
+
+    path: str = ""
+
+
+def read_signal(path: Path, **kwargs: Any) -> Signal:
+    """:func:`nbxsig.io.read_signal` (same arguments), keeping the file's name."""
+    audio = nio.read_signal(path, **kwargs)
+    fields = {f.name: getattr(audio, f.name) for f in dataclasses.fields(audio)}
+    return Signal(**fields, path=str(path))
 
 
 def make_window(name: str, win_length: int, *, device: Any) -> Any:

@@ -15,7 +15,17 @@ from click.core import ParameterSource
 from nbxsig import batch
 from nbxsig import io as nio
 
-from ._common import BatchOptions, FiniteFloat, Notice, batch_options, execute, resolve_device
+from ._common import (
+    BatchOptions,
+    FiniteFloat,
+    Notice,
+    batch_options,
+    caught_warnings,
+    execute,
+    read_signal,
+    resolve_device,
+    where,
+)
 
 #: Rate assumed for .npy waveforms when --sample-rate is not given.
 DEFAULT_ARRAY_RATE = 16000
@@ -43,13 +53,15 @@ def mel_process(
     device: Any,
     notice: Notice,
     clock: batch.DeviceClock | None = None,
+    hint: str | None = None,
 ) -> list[np.ndarray]:
     """Batched (log-)mel spectrograms equal to per-file ones: each file is resampled (when
     --sample-rate asks) and reflect-padded by n_fft // 2 on its own, the batch is zero-padded to the
     longest and transformed with center=False, and each file's frames are cut back to its own count.
     Whisper's per-example floor needs the exact frames, so Whisper batches hold equal lengths only.
     Without resampling the batch is assembled on the CPU and moved in one copy (int16 PCM as is).
-    ``clock``, when given, adds up the device time from the copy in to the copy out."""
+    ``clock``, when given, adds up the device time from the copy in to the copy out. Mel filters left
+    empty at the batch's rate are a warning naming a file (``hint``: the options that fix it)."""
     import torch
 
     for it in items:
@@ -69,9 +81,16 @@ def mel_process(
             for it in items
         ]
         lengths = [a.shape[-1] for a in arrays]
+    # Centre padding reflects n_fft // 2 samples (Whisper's own too, n_fft 400), which needs more than
+    # that, as torch's reflect padding does: said in the CLI's words, not the padding's.
+    reflected = 200 if p.whisper else half
+    if min(lengths) <= reflected:
+        at = f" at {target} Hz" if target != rate else ""
+        raise nio.InputFileError(
+            f"{min(lengths)} samples{at} are too few for n_fft {400 if p.whisper else p.n_fft}: centre "
+            f"padding reflects n_fft // 2 = {reflected} samples, which needs more than that"
+        )
     frames = [1 + (n + 2 * half - p.n_fft) // p.hop_length for n in lengths]
-    if not p.whisper and min(frames) < 1:
-        raise nio.InputFileError(f"{min(lengths)} samples are too few for n_fft={p.n_fft}")
     # Whisper batches hold equal lengths (30 s after its own padding): nothing to align.
     width = 0 if p.whisper else _aligned_width(max(lengths) + 2 * half, p)
     shape, dtype = batch.stacked_shape(arrays, pad=half, width=width)
@@ -79,8 +98,10 @@ def mel_process(
     cuda = torch.device(device).type == "cuda"
     host = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, pin_memory=cuda)
     batch.stack_padded(arrays, pad=half, mode="reflect", width=width, out=host.numpy())
+    empty = None if p.whisper else empty_mel_filters(p.n_fft, p.n_mels, p.f_min, p.f_max, target)
     with clock.measure(device) if clock is not None else contextlib.nullcontext():
-        mel = _mel(batch.to_device_float(host, device), p, target).to(torch.float32)
+        with caught_warnings() as texts:
+            mel = _mel(batch.to_device_float(host, device), p, target).to(torch.float32)
         if cuda:
             # One pinned, asynchronous copy back, then one wait (a pageable copy stages through a
             # bounce buffer at a fraction of the rate).
@@ -89,6 +110,22 @@ def mel_process(
             torch.cuda.current_stream(mel.device).synchronize()
         else:
             host_mel = mel
+    for text in texts:  # the library's warning about empty filters is said below, in the CLI's words
+        if empty is None or text != empty.library_text:
+            notice.warning(where(items), text)
+    if empty is not None:
+        if hint is None:
+            hint = "lower --n-mels or raise --n-fft"
+            hint += " (or widen --f-min/--f-max)" if p.f_min > 0 or p.f_max is not None else ""
+        notice.warning(
+            where(items[:1]),
+            f"{empty.count} of the {p.n_mels} mel filters {'is' if empty.count == 1 else 'are'} empty "
+            f"(all zero) at {target} Hz: "
+            f"{p.n_fft // 2 + 1} frequency bins (n_fft {p.n_fft}) are too few for {p.n_mels} mels "
+            f"between {empty.f_min:g} and {empty.f_max:g} Hz, and those mels' rows of the output are 0; "
+            f"{hint} (said once for all files at {target} Hz)",
+            key=("empty mel filters", target),
+        )
     mel_np = host_mel.numpy()
     if p.whisper:
         frames = [mel_np.shape[-1]] * len(items)
@@ -99,6 +136,38 @@ def mel_process(
         out.append(mel_np[r : r + c, :, :n])
         r += c
     return out
+
+
+@dataclass(frozen=True)
+class EmptyFilters:
+    """Mel filters the library leaves empty (all zero) for some parameters and rate."""
+
+    count: int
+    f_min: float
+    f_max: float
+    #: The library's warning about them (raised when it builds the bank).
+    library_text: str
+
+
+@functools.lru_cache(maxsize=64)
+def empty_mel_filters(
+    n_fft: int, n_mels: int, f_min: float, f_max: float | None, rate: int
+) -> EmptyFilters | None:
+    """Whether nbxsig.features warns that some mel filters are empty at ``rate`` (the CLI's HTK scale,
+    no norm) -- the library decides, as torchaudio does -- and how many are. The bank is built anew
+    here: the library caches its own and warns only the first time it builds it, which in a run may
+    be the device warm-up's, or an earlier run's in the same process."""
+    import torch
+
+    import nbxsig.features as nf
+
+    f_min, f_max = nf.check_band(f_min, f_max, rate)  # f_max None: the library's default, rate // 2
+    with caught_warnings() as texts:
+        bank = nf.mel_filterbank(n_fft // 2 + 1, f_min, f_max, n_mels, rate, dtype=torch.float64)
+    if not texts:
+        return None
+    count = int((bank.amax(dim=0) == 0).sum())
+    return EmptyFilters(count, f_min, f_max, texts[0])
 
 
 def _mel(x: Any, p: MelParams, target: int) -> Any:
@@ -207,7 +276,7 @@ def mel(
     clock = batch.DeviceClock()
     job = batch.Job(
         # PCM_16 stays int16 until it is on the device: half the bytes from the decode workers.
-        load=functools.partial(nio.read_signal, default_rate=sample_rate or DEFAULT_ARRAY_RATE, pcm16=True),
+        load=functools.partial(read_signal, default_rate=sample_rate or DEFAULT_ARRAY_RATE, pcm16=True),
         process=functools.partial(mel_process, p=p, device=device, notice=Notice(), clock=clock),
         save=mel_save,
         group_key=functools.partial(mel_key, p=p),

@@ -14,30 +14,57 @@ import numpy as np
 from nbxsig import batch
 from nbxsig import io as nio
 
-from ._common import BatchOptions, FiniteFloat, batch_options, execute, keep_subtype, resolve_device
+from ._common import (
+    BatchOptions,
+    FiniteFloat,
+    Notice,
+    Signal,
+    batch_options,
+    caught_warnings,
+    execute,
+    keep_subtype,
+    read_signal,
+    resolve_device,
+)
 
 
 @dataclass
 class Image:
-    """A decoded image (C, H, W) in [0, 1]."""
+    """A decoded image (C, H, W) in [0, 1], and the warnings decoding it raised (e.g. PIL's
+    DecompressionBombWarning), said by the main process as the CLI's own lines."""
 
     data: np.ndarray
     sample_rate: None = None
     samples: None = None
+    path: str = ""
+    warnings: tuple[str, ...] = ()
 
 
-def load_signal(path: Path, *, array_rate: int | None) -> nio.Audio:
+def load_signal(path: Path, *, array_rate: int | None) -> Signal:
     """Audio or a .npy waveform (at ``array_rate``, which must be given)."""
     if nio.kind_of(path) == "array" and array_rate is None:
         nio._check_readable(path)
         raise nio.InputFileError(f"{path}: a .npy waveform carries no sample rate; give --sample-rate")
-    return nio.read_signal(path, default_rate=array_rate or 1)
+    return read_signal(path, default_rate=array_rate or 1)
 
 
-def load_signal_or_image(path: Path, *, array_rate: int | None) -> nio.Audio | Image:
+def load_image(path: Path) -> Image:
+    """An image, with PIL's warnings about it kept for the main process (this may run in a decode
+    worker, whose stderr would show them raw); PIL's refusal of a too large one fails the file."""
+    from PIL.Image import DecompressionBombError
+
+    try:
+        with caught_warnings() as texts:
+            data = nio.read_image(path)
+    except DecompressionBombError as exc:
+        raise nio.InputFileError(f"{path}: cannot decode as an image ({exc})") from None
+    return Image(data, path=str(path), warnings=tuple(texts))
+
+
+def load_signal_or_image(path: Path, *, array_rate: int | None) -> Signal | Image:
     """Audio, a .npy waveform (at ``array_rate``, which must be given) or an image."""
     if nio.kind_of(path) == "image":
-        return Image(nio.read_image(path))
+        return load_image(path)
     return load_signal(path, array_rate=array_rate)
 
 
@@ -89,7 +116,35 @@ def _gauss_size(sigma: float) -> int:
     return 2 * math.ceil(3.0 * sigma) + 1
 
 
-def filter_process(items: list[Any], *, spec: FilterSpec, taps: Any, device: Any) -> list[np.ndarray]:
+def design(spec: FilterSpec, rate: float) -> Any:
+    """The FIR taps ``--lowpass``/``--highpass``/``--bandpass`` ask for at ``rate`` (float64)."""
+    import nbxsig.filters as nf
+
+    if spec.lowpass is not None:
+        return nf.lowpass_taps(spec.lowpass, fs=rate, numtaps=spec.numtaps)
+    if spec.highpass is not None:
+        return nf.highpass_taps(spec.highpass, fs=rate, numtaps=spec.numtaps)
+    assert spec.bandpass is not None
+    return nf.bandpass_taps(*spec.bandpass, fs=rate, numtaps=spec.numtaps)
+
+
+def _check_design(spec: FilterSpec) -> None:
+    """Design the filter once at a rate where its cut-offs fit (four times the highest): what the
+    library refuses there -- an even --numtaps for a highpass -- it refuses at every rate, so it is
+    a usage error, not one failure per file. (A cut-off at or above a file's Nyquist frequency
+    still fails that file.)"""
+    from nbxsig.errors import ParameterValueError
+
+    edges = [spec.lowpass, spec.highpass, *(spec.bandpass or ())]
+    try:
+        design(spec, 4.0 * max(e for e in edges if e is not None))
+    except ParameterValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--numtaps") from None
+
+
+def filter_process(
+    items: list[Any], *, spec: FilterSpec, taps: Any, device: Any, notice: Notice
+) -> list[np.ndarray]:
     """Audio: one linear-phase FIR over the batch (zero-padded to the longest; zeros are also the
     boundary, so padding changes nothing), its (numtaps-1)/2 delay removed. Images: the kornia-style
     filter over a stack of equally sized images."""
@@ -111,19 +166,13 @@ def filter_process(items: list[Any], *, spec: FilterSpec, taps: Any, device: Any
         else:
             k = _gauss_size(spec.unsharp)
             y = nf.unsharp_mask(x, (k, k), (spec.unsharp, spec.unsharp))
+        for it in items:  # decoding's warnings, once the image is filtered (a failure says its own)
+            for text in it.warnings:
+                notice.warning(it.path, text, key=(it.path, text))
         return [a for a in y.cpu().numpy()]
     if not spec.audio:
         raise nio.InputFileError("--gaussian/--box/--sobel/--unsharp filter images, not audio")
-    rate = items[0].sample_rate
-    if taps is None:
-        if spec.lowpass is not None:
-            h = nf.lowpass_taps(spec.lowpass, fs=rate, numtaps=spec.numtaps)
-        elif spec.highpass is not None:
-            h = nf.highpass_taps(spec.highpass, fs=rate, numtaps=spec.numtaps)
-        else:
-            h = nf.bandpass_taps(*spec.bandpass, fs=rate, numtaps=spec.numtaps)
-    else:
-        h = taps
+    h = design(spec, items[0].sample_rate) if taps is None else taps
     h = h.to(device=device, dtype=torch.float32)
     stacked, _ = batch.pad_stack([torch.from_numpy(it.data).to(device) for it in items])
     # "same" correlation with the reversed taps = the convolution advanced by (K-1)//2 samples.
@@ -210,11 +259,13 @@ def filter_(
     if bandpass is not None and not 0 < bandpass[0] < bandpass[1]:
         raise click.BadParameter(f"must be 0 < LO < HI, got {bandpass}", param_hint="--bandpass")
     spec = FilterSpec(lowpass, highpass, bandpass, taps_file, numtaps, gaussian, box, sobel, unsharp)
+    if spec.audio and taps_file is None:
+        _check_design(spec)
     taps = _load_taps(taps_file) if taps_file else None
     device = resolve_device(opts)
     job = batch.Job(
         load=functools.partial(load_signal_or_image, array_rate=sample_rate),
-        process=functools.partial(filter_process, spec=spec, taps=taps, device=device),
+        process=functools.partial(filter_process, spec=spec, taps=taps, device=device, notice=Notice()),
         save=save_like_input,
         group_key=_filter_key,
         length=lambda it: it.data.shape[-1],

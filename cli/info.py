@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import click
 
 from nbxsig import batch
 from nbxsig import io as nio
+
+from ._common import Notice, caught_warnings
 
 
 def describe(path: Path) -> dict[str, Any]:
@@ -30,20 +33,31 @@ def describe(path: Path) -> dict[str, Any]:
         if isinstance(loaded, dict):
             for key in ("sample_rate", "n_fft", "hop_length", "win_length", "length"):
                 if key in loaded and loaded[key].ndim == 0:
-                    row[key] = loaded[key].item()
+                    row[key] = _plain(loaded[key].item())
     elif kind == "image":
         from PIL import Image
 
         nio._check_readable(path)
+        # What nbxsig.io.read_image catches (a PNG's oversized text chunk is a ValueError), and PIL's
+        # refusal of too large an image: the file fails, with no traceback.
         try:
             with Image.open(path) as img:
                 row.update(width=img.width, height=img.height, mode=img.mode, format=img.format)
-        except OSError as exc:
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise nio.InputFileError(f"{path}: cannot decode as an image ({exc})") from None
     else:
         nio._check_readable(path)
         raise nio.InputFileError(f"{path}: unsupported file type {path.suffix or '(no extension)'!r}")
     return row
+
+
+def _plain(value: Any) -> Any:
+    """A parameter as JSON holds it: a number, string or bool as is, anything else -- complex, bytes,
+    a date, NaN or inf (which JSON has no word for) -- as its text, so that ``--json`` always prints
+    valid JSON (another tool's .npz may hold anything under these keys)."""
+    if isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return str(value)
 
 
 def _text(row: dict[str, Any]) -> str:
@@ -80,15 +94,24 @@ def info(inputs: tuple[str, ...], as_json: bool, glob: str | None) -> None:
     except batch.BatchUsageError as exc:
         raise click.UsageError(str(exc)) from None
     failed = 0
+    notice = Notice()
     for f in found:
         try:
-            row = describe(f.path)
-        except (nio.InputFileError, OSError) as exc:
+            # Warnings about a file (PIL's DecompressionBombWarning...) are said as the CLI's own lines
+            # naming it, and kept in its --json object.
+            with caught_warnings() as texts:
+                row = describe(f.path)
+        except (nio.InputFileError, OSError, Warning) as exc:  # a warning: run with -W error
             failed += 1
-            click.echo(f"nbxsig: failed: {exc}", err=True)
+            error = str(exc) if str(f.path) in str(exc) else f"{f.path}: {exc}"
+            click.echo(f"nbxsig: failed: {error}", err=True)
             if as_json:
-                click.echo(json.dumps({"path": str(f.path), "error": str(exc)}))
+                click.echo(json.dumps({"path": str(f.path), "error": error}))
             continue
+        for text in texts:
+            notice.warning(str(f.path), text, key=(f.path, text))
+        if texts:
+            row["warnings"] = texts
         click.echo(json.dumps(row) if as_json else _text(row))
     if failed:
         sys.exit(1)

@@ -16,6 +16,7 @@ from nbxsig import batch
 from nbxsig import io as nio
 
 from ._common import BatchOptions, batch_options, execute, make_window, resolve_device
+from .spectral import stored_param
 
 #: dB range shown below each picture's peak.
 DYNAMIC_RANGE_DB = 100.0
@@ -32,6 +33,7 @@ class Plottable:
     n_fft: int | None = None
     rate_assumed: bool = False
     name: str = ""
+    path: str = ""
 
     @property
     def samples(self) -> int | None:
@@ -41,7 +43,7 @@ class Plottable:
 def load_plottable(path: Path, *, sample_rate: int, hop_length: int | None) -> Plottable:
     """Read ``path`` for plotting (its name becomes the title)."""
     item = _load_plottable(path, sample_rate=sample_rate, hop_length=hop_length)
-    item.name = path.name
+    item.name, item.path = path.name, str(path)
     return item
 
 
@@ -59,11 +61,14 @@ def _load_plottable(path: Path, *, sample_rate: int, hop_length: int | None) -> 
         if "spec" not in loaded:
             raise nio.InputFileError(f"{path}: an .npz input needs a 'spec' array (from nbxsig stft)")
         spec = loaded["spec"]
-        rate = int(loaded["sample_rate"]) if "sample_rate" in loaded else sample_rate
-        hop = int(loaded["hop_length"]) if "hop_length" in loaded else hop_length
-        n_fft = int(loaded["n_fft"]) if "n_fft" in loaded else None
-        assumed = "sample_rate" not in loaded
-        return Plottable("spectrum", _as_3d(path, spec), rate, hop, n_fft, rate_assumed=assumed)
+        # Checked as istft checks them: a 0 rate or a text hop must fail the file in words, not as
+        # Python's "division by zero", nor draw a plot on a negative time axis.
+        stored = {k: v.item() for k, v in loaded.items() if k != "spec" and v.ndim == 0}
+        rate = stored_param(stored, "sample_rate", int)
+        hop = stored_param(stored, "hop_length", int) or hop_length
+        n_fft = stored_param(stored, "n_fft", int)
+        spectrum = _as_3d(path, spec)
+        return Plottable("spectrum", spectrum, rate or sample_rate, hop, n_fft, rate_assumed=rate is None)
     arr = _as_3d(path, loaded)
     return Plottable("spectrum" if np.iscomplexobj(arr) else "features", arr, sample_rate, hop_length)
 
@@ -79,6 +84,11 @@ def _npy_ndim(path: Path) -> int | None:
 def _as_3d(path: Path, arr: np.ndarray) -> np.ndarray:
     if arr.ndim < 2 or arr.size == 0:
         raise nio.InputFileError(f"{path}: expected (..., bins, frames), got shape {arr.shape}")
+    # Numbers only: strings or dates would fail inside NumPy, in its words.
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise nio.InputFileError(
+            f"{path}: expected numbers (complex, float or integer), got dtype {arr.dtype}"
+        )
     nio.check_finite(path, arr)
     return arr.reshape(-1, *arr.shape[-2:])
 
@@ -116,6 +126,8 @@ def render(
     from matplotlib.figure import Figure
 
     import nbxsig.stft
+    from nbxsig.errors import ParameterValueError
+    from nbxsig.streaming import default_hop_length
 
     rate = item.sample_rate
     panels = 2 if item.kind == "waveform" else 1
@@ -131,18 +143,22 @@ def render(
         if x.shape[0] > 1:
             axes[0].legend(loc="upper right", fontsize="small")
         n = min(n_fft, x.shape[-1])
-        hop = max(1, n // 4)
-        signal = torch.from_numpy(x.mean(axis=0)).to(device)
+        try:  # torch's default, as the library takes it
+            hop = default_hop_length(n)
+        except ParameterValueError:  # fewer than 4 samples: a frame per sample
+            hop = 1
+        signal = torch.from_numpy(x.mean(axis=0, dtype=np.float64).astype(np.float32)).to(device)
         window = make_window("hann", n, device=device)
         spec = nbxsig.stft.stft(signal, n, hop_length=hop, window=window, center=True, pad_mode="constant")
-        image, hop_s, top = _db(spec.abs().square().cpu().numpy()), hop / rate, rate / 2
+        # Power in float64: |X|² of a loud float32 signal may exceed float32's range.
+        image, hop_s, top = _db(spec.abs().double().square().cpu().numpy()), hop / rate, rate / 2
         label, is_db = "frequency (Hz)", True
     elif item.kind == "spectrum":
-        image = _db(np.abs(item.data).mean(axis=0) ** 2)
+        image = _db(np.abs(item.data).mean(axis=0, dtype=np.float64) ** 2)  # float64: no overflow
         hop_s = (item.hop_length or 1) / rate
         top, label, is_db = rate / 2, "frequency (Hz)", True
     else:
-        feats = item.data.mean(axis=0)
+        feats = item.data.mean(axis=0, dtype=np.float64)  # float64: a float32 sum may overflow
         is_db = bool(feats.min() >= 0)  # power features are shown in dB; log features as they are
         image = _db(feats) if is_db else feats
         hop_s = (item.hop_length or 1) / rate

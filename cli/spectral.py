@@ -20,6 +20,7 @@ from ._common import (
     batch_options,
     execute,
     make_window,
+    read_signal,
     resolve_device,
 )
 
@@ -48,6 +49,23 @@ def frames_of(length: int, p: StftParams) -> int:
     return 1 + (padded - p.n_fft) // p.hop_length if padded >= p.n_fft else 0
 
 
+def _check_length(samples: int, p: StftParams) -> None:
+    """Refuse a signal torch.stft refuses: shorter than a frame, or than its centre padding needs
+    (reflect: more than n_fft // 2 samples; circular: at least that many, one wrap) -- the batch's own
+    padding would otherwise fail with its words, or wrap a short signal more than once."""
+    half = p.n_fft // 2
+    needs = {"reflect": half + 1, "circular": half}.get(p.pad_mode, 0) if p.center else 0
+    if samples < needs:
+        raise nio.InputFileError(
+            f"{samples} samples are too few for n_fft {p.n_fft} with --pad-mode {p.pad_mode}: centre "
+            f"padding by n_fft // 2 = {half} needs {'more than' if p.pad_mode == 'reflect' else 'at least'} "
+            f"{half}"
+        )
+    if frames_of(samples, p) < 1:
+        bare = "" if p.center else " without centre padding (--no-center)"
+        raise nio.InputFileError(f"{samples} samples are too few for n_fft {p.n_fft}{bare}")
+
+
 def stft_process(items: list[nio.Audio], *, p: StftParams, device: Any, notice: Notice) -> list[np.ndarray]:
     """One batched nbxsig.stft.stft call for files of similar length, equal to per-file calls: each
     file is centre-padded on its own (so its edges see its own samples, as torch.stft does), the
@@ -60,8 +78,7 @@ def stft_process(items: list[nio.Audio], *, p: StftParams, device: Any, notice: 
     for it in items:
         if it.rate_assumed:
             notice(f"arrays carry no sample rate; assuming {it.sample_rate} Hz (--sample-rate)")
-        if frames_of(it.samples, p) < 1:
-            raise nio.InputFileError(f"{it.samples} samples are too few for n_fft={p.n_fft}")
+        _check_length(it.samples, p)
     pad = p.n_fft // 2 if p.center else 0
     stack, rows = batch.stack_padded([it.data for it in items], pad=pad, mode=p.pad_mode)
     stacked = batch.to_device_float(stack, device)
@@ -141,17 +158,21 @@ def stft(
 ) -> None:
     """Short-time Fourier transform of audio files (or .npy waveforms) into .npz files holding
     spec (complex64, (channels, n_fft//2+1, frames)) and the parameters, which istft reads back."""
+    from nbxsig.errors import ParameterValueError
+    from nbxsig.streaming import default_hop_length
+
     win_length = n_fft if win_length is None else win_length
     if win_length > n_fft:
         raise click.BadParameter(f"must be ≤ --n-fft ({n_fft}), got {win_length}", param_hint="--win-length")
-    if hop_length is None and n_fft < 4:  # torch's default n_fft // 4 would be 0
-        raise click.BadParameter(
-            f"has no default for --n-fft {n_fft} (n_fft // 4 is 0)", param_hint="--hop-length"
-        )
-    p = StftParams(n_fft, hop_length or n_fft // 4, win_length, window, center, pad_mode, normalized)
+    if hop_length is None:
+        try:  # torch's default, as the library takes it (n_fft // 4: none below n_fft 4)
+            hop_length = default_hop_length(n_fft)
+        except ParameterValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--hop-length") from None
+    p = StftParams(n_fft, hop_length, win_length, window, center, pad_mode, normalized)
     device = resolve_device(opts)
     job = batch.Job(
-        load=functools.partial(nio.read_signal, default_rate=sample_rate),
+        load=functools.partial(read_signal, default_rate=sample_rate),
         process=functools.partial(stft_process, p=p, device=device, notice=Notice()),
         save=functools.partial(stft_save, p=p),
         length=lambda a: a.samples,
@@ -180,6 +201,7 @@ class Spectrum:
     stored: dict[str, Any]
     sample_rate: int | None = None
     samples: int | None = None
+    path: str = ""
 
 
 def load_spectrum(path: Path) -> Spectrum:
@@ -215,7 +237,7 @@ def load_spectrum(path: Path) -> Spectrum:
     nio.check_finite(path, arr)
     lead = arr.shape[:-2]
     spec = np.ascontiguousarray(arr.reshape(-1, *arr.shape[-2:]).astype(np.complex64))
-    return Spectrum(spec, tuple(lead), stored)
+    return Spectrum(spec, tuple(lead), stored, path=str(path))
 
 
 @dataclass(frozen=True)
@@ -238,20 +260,25 @@ def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, An
         InputFileError: a parameter the file carries has the wrong type or range (named by its key),
         or the parameters do not fit the spectrum (bins, frames).
     """
+    from nbxsig.errors import ParameterValueError
+    from nbxsig.streaming import default_hop_length
+
     stored = s.stored
     n_bins, n_frames = s.spec.shape[-2:]
-    n_fft = flags.n_fft or _stored(stored, "n_fft", int)
+    n_fft = flags.n_fft or stored_param(stored, "n_fft", int)
     if n_fft is None:
         n_fft = 2 * (n_bins - 1)
         notice(f"no --n-fft given; assuming n_fft = 2 * (bins - 1) = {n_fft}")
-    hop = flags.hop_length or _stored(stored, "hop_length", int) or n_fft // 4  # torch's default
-    win = flags.win_length or _stored(stored, "win_length", int) or n_fft
-    window = flags.window or _stored(stored, "window", str) or "hann"
-    center = flags.center if flags.center is not None else _stored(stored, "center", bool)
+    hop = flags.hop_length or stored_param(stored, "hop_length", int)
+    win = flags.win_length or stored_param(stored, "win_length", int) or n_fft
+    window = flags.window or stored_param(stored, "window", str) or "hann"
+    center = flags.center if flags.center is not None else stored_param(stored, "center", bool)
     center = True if center is None else center
-    normalized = flags.normalized if flags.normalized is not None else _stored(stored, "normalized", bool)
-    length = flags.length or _stored(stored, "length", int)
-    rate = flags.sample_rate or _stored(stored, "sample_rate", int)
+    normalized = (
+        flags.normalized if flags.normalized is not None else stored_param(stored, "normalized", bool)
+    )
+    length = flags.length or stored_param(stored, "length", int)
+    rate = flags.sample_rate or stored_param(stored, "sample_rate", int)
     if rate is None:
         rate = DEFAULT_ARRAY_RATE
         notice(f"no sample rate given; writing {rate} Hz (--sample-rate)")
@@ -261,8 +288,11 @@ def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, An
         raise nio.InputFileError(
             f"n_fft {n_fft} does not fit a spectrum of {n_bins} bins (n_fft // 2 + 1, or n_fft two-sided)"
         )
-    if hop < 1:
-        raise nio.InputFileError(f"n_fft {n_fft} has no default hop (n_fft // 4 is 0): pass --hop-length")
+    if hop is None:
+        try:  # torch's default, as the library takes it (n_fft // 4: none below n_fft 4)
+            hop = default_hop_length(n_fft)
+        except ParameterValueError as exc:
+            raise nio.InputFileError(f"{exc} (--hop-length)") from None
     if win > n_fft:
         raise nio.InputFileError(f"win_length {win} exceeds n_fft {n_fft}")
     # Overlap-add of T frames, less the centre padding: none left means nothing to write (torch
@@ -288,7 +318,7 @@ def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, An
 _KINDS = {int: "a positive integer", str: "a string", bool: "a boolean"}
 
 
-def _stored(stored: dict[str, Any], key: str, kind: type) -> Any:
+def stored_param(stored: dict[str, Any], key: str, kind: type) -> Any:
     """The parameter ``key`` of an .npz (None when it has none), checked: another tool's file, or an
     edited one, must not reach torch or soundfile as a 0 rate or a string n_fft."""
     if key not in stored:

@@ -22,7 +22,7 @@ from nbxsig import batch
 from nbxsig import io as nio
 
 from . import features
-from ._common import BatchOptions, FiniteFloat, Notice, batch_options, execute, resolve_device
+from ._common import BatchOptions, FiniteFloat, Notice, batch_options, execute, read_signal, resolve_device
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,8 @@ def vad_process(items: list[nio.Audio], *, p: VadParams, device: Any, notice: No
     n_fft = max(2, round(p.frame_ms * rate / 1000))
     hop = max(1, round(p.hop_ms * rate / 1000))
     mp = features.MelParams(None, n_fft, hop, p.n_mels, 0.0, None, False, False)
-    mels = features.mel_process(items, p=mp, device=device, notice=notice)
+    hint = "lower --n-mels or raise --frame-ms"
+    mels = features.mel_process(items, p=mp, device=device, notice=notice, hint=hint)
     window_power = float((np.hanning(n_fft + 1)[:-1] ** 2).sum())  # the periodic Hann's Σw²
     out = []
     for it, mel in zip(items, mels, strict=True):
@@ -216,7 +217,7 @@ def vad(
     mel_p = features.MelParams(None, 0, 0, n_mels, 0.0, None, False, False)
     job = batch.Job(
         load=functools.partial(
-            nio.read_signal, default_rate=sample_rate or features.DEFAULT_ARRAY_RATE, pcm16=True
+            read_signal, default_rate=sample_rate or features.DEFAULT_ARRAY_RATE, pcm16=True
         ),
         process=functools.partial(vad_process, p=p, device=device, notice=Notice()),
         save=functools.partial(vad_save, p=p),

@@ -6,9 +6,11 @@ tests/test_cli_subprocess.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -262,7 +264,8 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         (["mel", "{src}", "--f-min", "5000", "--f-max", "1000"], "--f-min"),
         (["mel", "{src}", "--sample-rate", "8000", "--f-min", "4000"], "below sample_rate / 2 (4000.0 Hz)"),
         (["mel", "{src}", "--f-min", "1000", "--f-max", "1000"], "below --f-max (1000.0 Hz)"),
-        (["stft", "{src}", "--n-fft", "3"], "has no default for --n-fft 3"),
+        (["stft", "{src}", "--n-fft", "3"], "--hop-length: hop_length must be >= 1 (the default n_fft // 4"),
+        (["filter", "{src}", "--highpass", "100", "--numtaps", "100"], "--numtaps: numtaps must be odd"),
         (["mel", "{src}", "--whisper", "--n-fft", "512"], "drop --n-fft"),
         (["mel", "{src}", "--whisper", "--hop-length", "160", "--log"], "drop --hop-length, --log"),
         (["mel", "{src}", "--whisper", "--sample-rate", "16000"], "drop --sample-rate"),
@@ -298,6 +301,7 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         "mel-f-min-at-nyquist",
         "mel-empty-band",
         "stft-no-default-hop",
+        "filter-highpass-even-taps",
         "whisper-n-fft",
         "whisper-hop-log",
         "whisper-sample-rate",
@@ -568,6 +572,11 @@ def test_istft_writes_formats_without_float_in_their_default_subtype(tmp_path: P
         ({"window": "kaiser"}, "window 'kaiser' is not one of"),
         ({"n_fft": 128}, "n_fft 128 does not fit a spectrum of 33 bins"),
         ({"win_length": 100}, "win_length 100 exceeds n_fft 64"),
+        (
+            {"n_fft": 2, "hop_length": None},
+            "hop_length must be >= 1 (the default n_fft // 4 is 0 for n_fft=2; pass it), got 0 "
+            "(--hop-length)",
+        ),
         ({"spec": "one frame"}, "1 frame(s) give no samples"),
     ],
     ids=[
@@ -579,6 +588,7 @@ def test_istft_writes_formats_without_float_in_their_default_subtype(tmp_path: P
         "window",
         "bins",
         "win",
+        "no-default-hop",
         "1-frame",
     ],
 )
@@ -590,7 +600,11 @@ def test_istft_refuses_bad_parameters_stored_in_the_npz(tmp_path: Path, change: 
         arrays["spec"] = arrays["spec"][..., :1]
         del arrays["length"]
     else:
-        arrays.update({k: np.asarray(v) for k, v in change.items()})
+        arrays.update({k: np.asarray(v) for k, v in change.items() if v is not None})
+        for key in [k for k, v in change.items() if v is None]:
+            del arrays[key]
+    if "n_fft" in change and change["n_fft"] == 2:  # a two-bin spectrum
+        arrays["spec"] = arrays["spec"][:, :2]
     np.savez(tmp_path / "bad.npz", **arrays)
     result = invoke("istft", tmp_path / "bad.npz", "-o", tmp_path / "out.wav")
     assert result.exit_code == 1 and f"nbxsig: failed: {tmp_path / 'bad.npz'}: {message}" in result.stderr
@@ -927,3 +941,208 @@ def test_outputs_written_by_decode_workers_equal_main_process_writes(tmp_path: P
         assert len(wavs) == len(GOOD)
         for p in wavs:
             assert _unstamped(p) == _unstamped(tmp_path / "it" / p.relative_to(tmp_path / "iw"))
+
+
+# --------------------------------------------------------------------------------------------
+# Warnings are the CLI's own lines; defaults and refusals come from the library
+
+
+def _warning_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("nbxsig: warning: ")]
+
+
+@pytest.mark.parametrize("command", ["mel", "vad"])
+def test_empty_mel_filters_are_a_cli_warning_naming_a_file(tmp_path: Path, command: str) -> None:
+    """n_fft 64 at 16 kHz has 33 bins, too few for 40 mels: nbxsig.features warns (as torchaudio does)
+    that 7 filters are empty. The user gets one line naming a file and the options, not the library's
+    raw UserWarning, in every run (the library caches its filters and warns only when it builds them)."""
+    rng = np.random.default_rng(9)
+    for name in ("a", "b"):
+        nio.write_audio(
+            tmp_path / f"in/{name}.wav", 0.1 * rng.standard_normal((1, 900)), RATE, subtype="FLOAT"
+        )
+    if command == "mel":
+        args, hint = (
+            ["--n-fft", "64", "--hop-length", "16", "--n-mels", "40"],
+            "lower --n-mels or raise --n-fft",
+        )
+    else:
+        args, hint = (
+            ["--frame-ms", "4", "--hop-ms", "1", "--n-mels", "40"],
+            "lower --n-mels or raise --frame-ms",
+        )
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as escaped:
+            result = invoke(command, tmp_path / "in", "-o", tmp_path / "out", *args, "-j", "0", "--overwrite")
+        assert result.exit_code == 0, result.output
+        assert [str(w.message) for w in escaped] == []
+        assert _warning_lines(result.stderr) == [
+            f"nbxsig: warning: {tmp_path / 'in/a.wav'}: 7 of the 40 mel filters are empty (all zero) at "
+            "16000 Hz: 33 frequency bins (n_fft 64) are too few for 40 mels between 0 and 8000 Hz, and "
+            f"those mels' rows of the output are 0; {hint} (said once for all files at 16000 Hz)"
+        ]
+    if command == "mel":  # what the line says
+        mel = np.load(tmp_path / "out/b.npy")
+        assert mel.shape[:2] == (1, 40) and int((mel[0].max(axis=1) == 0).sum()) == 7
+
+
+def test_a_library_warning_during_a_batch_names_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nbxsig.stft
+
+    real = nbxsig.stft.stft
+
+    def noisy(*args: object, **kwargs: object) -> torch.Tensor:
+        warnings.warn("something odd about this input", UserWarning, stacklevel=2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nbxsig.stft, "stft", noisy)
+    for name in ("a", "b", "c"):
+        nio.write_audio(tmp_path / f"in/{name}.wav", np.zeros((1, 500)), RATE, subtype="FLOAT")
+    with warnings.catch_warnings(record=True) as escaped:
+        result = invoke("stft", tmp_path / "in", "-o", tmp_path / "out", "--n-fft", "64", "-j", "0")
+    assert result.exit_code == 0, result.output
+    assert [str(w.message) for w in escaped] == []
+    src = tmp_path / "in"
+    assert _warning_lines(result.stderr) == [
+        f"nbxsig: warning: {src / 'a.wav'}, {src / 'b.wav'} and 1 more: something odd about this input"
+    ]
+
+
+def test_image_warnings_and_refusals_are_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PIL warns above MAX_IMAGE_PIXELS and refuses above twice that (decompression bombs): the
+    warning is the CLI's line naming the file (and in info's --json object), the refusal a failed
+    file, never a raw warning or a traceback; so is a PNG whose text chunk PIL refuses (a ValueError)."""
+    from PIL import Image, PngImagePlugin
+
+    src = tmp_path / "in"
+    nio.write_image(src / "big.png", np.zeros((1, 16, 16)))  # 256 pixels
+    nio.write_image(src / "huge.png", np.zeros((1, 30, 30)))  # 900 pixels
+    nio.write_image(src / "small.png", np.zeros((1, 8, 8)))
+    text = PngImagePlugin.PngInfo()
+    text.add_text("comment", "x" * (PngImagePlugin.MAX_TEXT_CHUNK + 1), zip=True)
+    Image.new("L", (4, 4)).save(src / "text.png", pnginfo=text)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 200)
+    with warnings.catch_warnings(record=True) as escaped:
+        filtered = invoke("filter", src, "-o", tmp_path / "out", "--box", "3", "-j", "0")
+        described = invoke("info", src, "--json")
+    assert [str(w.message) for w in escaped] == []
+    warned = f"nbxsig: warning: {src / 'big.png'}: Image size (256 pixels) exceeds limit of 200 pixels"
+    refused = f"nbxsig: failed: {src / 'huge.png'}: cannot decode as an image (Image size (900 pixels)"
+    for result in (filtered, described):
+        assert result.exit_code == 1
+        assert [line[: len(warned)] for line in _warning_lines(result.stderr)] == [warned]
+        assert refused in result.stderr and "Traceback" not in result.output
+        assert f"nbxsig: failed: {src / 'text.png'}: cannot decode as an image (Decompressed" in result.stderr
+    rows = manifest(tmp_path / "out/manifest.jsonl")
+    statuses = {n: r["status"] for n, r in rows.items()}
+    assert statuses == {"big.png": "ok", "huge.png": "failed", "small.png": "ok", "text.png": "failed"}
+    objects = {Path(row["path"]).name: row for row in map(json.loads, described.stdout.splitlines())}
+    assert objects["big.png"]["warnings"][0].startswith("Image size (256 pixels) exceeds limit of 200")
+    assert "warnings" not in objects["small.png"] and "error" in objects["huge.png"]
+
+
+def test_plot_checks_npz_parameters_and_does_not_overflow(tmp_path: Path) -> None:
+    spec = np.ones((3, 4), np.complex64)
+    np.savez(tmp_path / "zero.npz", spec=spec, sample_rate=np.int64(0))
+    np.savez(tmp_path / "neg.npz", spec=spec, sample_rate=np.int64(RATE), hop_length=np.int64(-3))
+    np.save(tmp_path / "loud.npy", np.full((11, 20), 1e30, np.complex64))  # |X|² beyond float32
+    np.savez(tmp_path / "text.npz", spec=np.array([["a", "b"], ["c", "d"]]))
+    with warnings.catch_warnings(record=True) as escaped:
+        result = invoke(
+            "plot",
+            tmp_path / "zero.npz",
+            tmp_path / "neg.npz",
+            tmp_path / "loud.npy",
+            tmp_path / "text.npz",
+            "-o",
+            tmp_path / "p",
+            "-j",
+            "0",
+        )
+    assert [str(w.message) for w in escaped] == [] and _warning_lines(result.stderr) == []
+    assert result.exit_code == 1
+    assert (
+        f"{tmp_path / 'zero.npz'}: the .npz's sample_rate must be a positive integer, got 0" in result.stderr
+    )
+    assert (
+        f"{tmp_path / 'neg.npz'}: the .npz's hop_length must be a positive integer, got -3" in result.stderr
+    )
+    assert (
+        f"{tmp_path / 'text.npz'}: expected numbers (complex, float or integer), got dtype <U1"
+        in result.stderr
+    )
+    assert "division by zero" not in result.stderr and "ufunc" not in result.stderr
+    assert sorted(p.name for p in (tmp_path / "p").glob("*.png")) == ["loud.png"]
+
+
+def test_stft_and_istft_take_the_default_hop_from_the_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI asks nbxsig for torch's default hop instead of restating n_fft // 4: a library that
+    answered otherwise would be followed (here: n_fft // 2)."""
+    import nbxsig.streaming
+
+    monkeypatch.setattr(nbxsig.streaming, "default_hop_length", lambda n_fft: n_fft // 2)
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((1, 640)).astype(np.float32))
+    assert invoke("stft", tmp_path / "x.npy", "--n-fft", "64", "-q").exit_code == 0
+    assert int(np.load(tmp_path / "x.npz")["hop_length"]) == 32
+    spec = torch.randn(1, 33, 12, dtype=torch.complex64, generator=torch.Generator().manual_seed(2))
+    np.save(tmp_path / "s.npy", spec.numpy())
+    result = invoke("istft", tmp_path / "s.npy", "-o", tmp_path / "w.npy", "--n-fft", "64", "-q")
+    assert result.exit_code == 0, result.output
+    ref = torch.istft(spec.to(torch.complex128), 64, 32, window=hann(64))
+    assert_close(torch.from_numpy(np.load(tmp_path / "w.npy")).double(), ref, dtype="float32")
+
+
+@pytest.mark.parametrize(
+    ("pad_mode", "samples", "refused"),
+    [("circular", 31, True), ("circular", 32, False), ("reflect", 32, True), ("reflect", 33, False)],
+)
+def test_stft_refuses_the_signals_torch_refuses(
+    tmp_path: Path, pad_mode: str, samples: int, refused: bool
+) -> None:
+    """Centre padding by n_fft // 2 = 32: torch.stft refuses a circular pad that wraps more than once
+    and a reflect pad as long as the signal; the batch's own padding must not wrap or fail in its words."""
+    x = np.random.default_rng(3).standard_normal((1, samples)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = invoke("stft", tmp_path / "x.npy", "--n-fft", "64", "--pad-mode", pad_mode)
+    ref = None
+    with contextlib.suppress(RuntimeError):
+        ref = torch.stft(
+            torch.from_numpy(x).double(), 64, 16, window=hann(64), pad_mode=pad_mode, return_complex=True
+        )
+    assert (ref is None) == refused
+    if refused:
+        assert result.exit_code == 1 and not (tmp_path / "x.npz").exists()
+        assert f"{samples} samples are too few for n_fft 64 with --pad-mode {pad_mode}" in result.stderr
+    else:
+        assert result.exit_code == 0, result.output
+        assert_close(
+            torch.from_numpy(np.load(tmp_path / "x.npz")["spec"]).to(torch.complex128), ref, dtype="float32"
+        )
+
+
+def test_info_json_is_json_whatever_an_npz_holds(tmp_path: Path) -> None:
+    """Another tool's .npz may hold a complex, bytes, a date or NaN under a parameter's key: --json
+    still prints one valid JSON object per file (no NaN, which JSON has no word for), not a traceback."""
+    spec = np.ones((3, 4), np.complex64)
+    odd = {
+        "sample_rate": np.complex64(1 + 2j),
+        "n_fft": np.bytes_(b"ab"),
+        "hop_length": np.datetime64("2020-01-01"),
+    }
+    np.savez(tmp_path / "odd.npz", spec=spec, **odd)
+    np.savez(tmp_path / "nan.npz", spec=spec, sample_rate=np.float64("nan"), n_fft=np.int64(6))
+
+    def strict(text: str) -> object:
+        raise ValueError(f"not JSON: {text}")
+
+    result = invoke("info", "--json", tmp_path / "odd.npz", tmp_path / "nan.npz")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line, parse_constant=strict) for line in result.stdout.splitlines()]
+    assert [(r["sample_rate"], r.get("n_fft"), r.get("hop_length")) for r in rows] == [
+        ("nan", 6, None),  # files in sorted order
+        ("(1+2j)", "b'ab'", "2020-01-01"),
+    ]

@@ -249,3 +249,36 @@ def test_killed_mid_run_with_worker_writes_then_resumed(tmp_path: Path) -> None:
     assert len(_check_outputs(out)) == n
     assert [p for p in out.rglob("*") if p.is_file() and not p.name.endswith((".npz", ".jsonl"))] == []
     assert _hashes(src) == before
+
+
+#: A warning as Python prints it when nothing catches it: ``/path/file.py:123: UserWarning: text``.
+_RAW_WARNING = re.compile(r"^.*\.py:\d+: \w*Warning: ", re.MULTILINE)
+
+
+def test_warnings_reach_stderr_as_the_cli_s_own_lines(tmp_path: Path) -> None:
+    """A real process with Python's default warning filters: a warning about the user's request or
+    input (nbxsig's empty mel filters, as torchaudio warns; PIL's image size limit) reaches stderr as
+    ``nbxsig: warning: FILE: ...``, never as a raw ``file.py:123: UserWarning: ...`` line."""
+    from PIL import Image
+
+    src = _folder(tmp_path, 6, samples=900)  # 16 kHz
+    env = {k: v for k, v in _env().items() if k != "PYTHONWARNINGS"}
+    args = ["--n-fft", "64", "--hop-length", "16", "--n-mels", "40", "-j", "2"]
+    for command in (["mel", *args], ["vad", "--frame-ms", "4", "--n-mels", "40", "-j", "2"]):
+        cmd = [*NBXSIG, *command, str(src), "-o", str(tmp_path / command[0])]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr
+        assert not _RAW_WARNING.search(result.stderr), result.stderr
+        lines = [line for line in result.stderr.splitlines() if line.startswith("nbxsig: warning: ")]
+        assert len(lines) == 1 and "7 of the 40 mel filters are empty (all zero) at 16000 Hz" in lines[0]
+        assert re.match(
+            rf"nbxsig: warning: {re.escape(str(src))}/g\d/f\d+\.wav: 7 of", lines[0]
+        )  # one of them
+    Image.new("1", (10000, 9000)).save(tmp_path / "big.png")  # 90 Mpixels (11 kB): over PIL's limit
+    result = subprocess.run(
+        [*NBXSIG, "info", str(tmp_path / "big.png")], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert not _RAW_WARNING.search(result.stderr), result.stderr
+    assert result.stderr.startswith(f"nbxsig: warning: {tmp_path / 'big.png'}: Image size (90000000 pixels)")
+    assert result.stdout == f"{tmp_path / 'big.png'}: image PNG 1, 10000×9000\n"
