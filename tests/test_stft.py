@@ -257,6 +257,27 @@ def test_inference_mode(backend, generator):
     assert_close(p, ref.abs() ** 2, dtype="float32")
 
 
+@pytest.mark.parametrize("n_fft", [20, 400, 4096])
+def test_torch_backend_is_torch_fft_outside_an_export(n_fft, generator, monkeypatch):
+    # The CPU path runs torch.fft (torch.stft's algorithm: the same float32 bits), never the dense
+    # n_fft² basis, which cost 5-50x torch's time and, at n_fft 65536, a 34 GB table.
+    from nbxsig.reference import stft as ref_stft
+
+    def no_basis(*args):
+        raise AssertionError("the dense DFT basis was built outside an ONNX export")
+
+    monkeypatch.setattr(ref_stft, "_forward_basis", no_basis)
+    monkeypatch.setattr(ref_stft, "_inverse_basis", no_basis)
+    x = random_tensor((2, 3 * n_fft), generator=generator)
+    w = torch.hann_window(n_fft)
+    X = S.stft(x, n_fft, n_fft // 4, window=w, return_complex=True, backend="torch")
+    assert torch.equal(X, torch.stft(x, n_fft, n_fft // 4, window=w, return_complex=True))
+    two_sided = torch.stft(x, n_fft, n_fft // 4, window=w, return_complex=True, onesided=False)
+    for spec, kw in ((X, {}), (two_sided, {"onesided": False}), (two_sided, {"return_complex": True})):
+        y = S.istft(spec, n_fft, n_fft // 4, window=w, backend="torch", **kw)
+        assert_close(y, torch.istft(spec.to(torch.complex128), n_fft, n_fft // 4, window=w.double(), **kw))
+
+
 def test_lazily_conjugated_input_and_window(generator):
     # torch takes tensors with the lazy conjugate bit; view_as_real (and the kernels) do not.
     x = random_tensor((2, 100), generator=generator, dtype=torch.complex128)

@@ -1,11 +1,12 @@
-"""STFT and inverse STFT in plain torch with real-valued ops only: the CPU path and the float64 oracle.
+"""STFT and inverse STFT in plain torch: the CPU path and the float64 oracle.
 
-Both directions are built from ops every exporter understands: framing is ``unfold`` on the padded
-signal, the transform is a matmul with the real DFT basis planes (cos, -sin), and overlap-add is
-``F.fold``. Complex tensors appear only where the caller hands in or asks for complex data, so with
-``return_complex=False`` and a real-layout ``(..., F, T, 2)`` spectrum the whole path is real
-(ONNX-exportable). Inputs arrive validated and flattened to ``(B, L)`` / ``(B, F, T, 2)`` by
-:mod:`nbxsig.stft`; window is already zero-padded to ``n_fft`` (or None = rectangular).
+Framing is ``unfold`` on the padded signal, the transform is torch.fft (torch.stft's own algorithm, so
+this path rounds as torch does), and overlap-add is ``F.fold``. In an ONNX export the transform is a
+matmul with the real DFT basis planes (cos, -sin) instead -- the kernels' form -- and complex tensors
+appear only where the caller hands in or asks for complex data, so with ``return_complex=False`` and a
+real-layout ``(..., F, T, 2)`` spectrum the exported graph is real-valued. Inputs arrive validated and
+flattened to ``(B, L)`` / ``(B, F, T, 2)`` by :mod:`nbxsig.stft`; window is already zero-padded to
+``n_fft`` (or None = rectangular).
 
 Computation dtype: float64 where the input or the window is 64-bit (torch's type promotion); everything
 else runs in float32 (fp16/bf16 upcast).
@@ -37,6 +38,15 @@ def _forward_basis(n: int, onesided: bool, dtype: torch.dtype, device: torch.dev
 def _inverse_basis(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     basis = irdft_basis(n, dtype=dtype, device=device)
     return basis.reshape(2 * basis.shape[1], n)
+
+
+def _use_fft() -> bool:
+    """Whether the transform runs as torch.fft (as torch.stft does) rather than a matmul with the dense
+    DFT basis: always, except in an ONNX export, whose graph must hold real-valued ops only. The matmul
+    costs O(n_fft²) a frame and an n_fft² basis (on a 2-core CPU 5-50× torch.stft's time at n_fft 256-4096;
+    n_fft 65536 needed a 34 GB basis); the FFT is torch's own algorithm, so this path also rounds as
+    torch.stft does."""
+    return not torch.onnx.is_in_onnx_export()
 
 
 def _compute_dtype(data: torch.Tensor, window: torch.Tensor | None) -> torch.dtype:
@@ -102,8 +112,6 @@ def stft(
     """
     ctype = _compute_dtype(x, window)
     pad = n_fft // 2 if center else 0
-    basis = _forward_basis(n_fft, onesided, ctype, x.device)  # (2F, N)
-    n_bins = basis.shape[0] // 2
     if x.is_complex():
         parts = torch.view_as_real(x).to(ctype)
         xr, xi = parts[..., 0], parts[..., 1]
@@ -112,13 +120,20 @@ def stft(
     fr = _frames(xr, n_fft, hop, pad, pad_mode)
     fi = _frames(xi, n_fft, hop, pad, pad_mode) if xi is not None else None
     fr, fi = _apply_window(fr, fi, window, ctype)
-    out = fr @ basis.t()  # (B, T, 2F): [Re of real part | Im of real part]
-    re, im = out[..., :n_bins], out[..., n_bins:]
-    if fi is not None:
-        # DFT(fr + i fi) = (C fr - S' fi) + i (S' fr + C fi), with S' the -sin plane.
-        out_i = fi @ basis.t()
-        re, im = re - out_i[..., n_bins:], im + out_i[..., :n_bins]
-    spec = torch.stack((re, im), dim=-1).transpose(1, 2)  # (B, F, T, 2)
+    if _use_fft():
+        frames = fr if fi is None else torch.complex(fr, fi)
+        out = torch.fft.rfft(frames, dim=-1) if onesided else torch.fft.fft(frames, dim=-1)
+        spec = torch.view_as_real(out).transpose(1, 2)  # (B, F, T, 2)
+    else:
+        basis = _forward_basis(n_fft, onesided, ctype, x.device)  # (2F, N)
+        n_bins = basis.shape[0] // 2
+        out = fr @ basis.t()  # (B, T, 2F): [Re of real part | Im of real part]
+        re, im = out[..., :n_bins], out[..., n_bins:]
+        if fi is not None:
+            # DFT(fr + i fi) = (C fr - S' fi) + i (S' fr + C fi), with S' the -sin plane.
+            out_i = fi @ basis.t()
+            re, im = re - out_i[..., n_bins:], im + out_i[..., :n_bins]
+        spec = torch.stack((re, im), dim=-1).transpose(1, 2)  # (B, F, T, 2)
     if normalized:
         spec = spec * (1.0 / math.sqrt(n_fft))
     if power is not None:
@@ -203,7 +218,15 @@ def istft(
         spec = spec * math.sqrt(n_fft)
     xr = spec[..., 0].transpose(1, 2)  # (B, T, F)
     xi = spec[..., 1].transpose(1, 2)
-    if return_complex:
+    if _use_fft():
+        frames = torch.complex(xr, xi)
+        if return_complex:
+            out = torch.fft.ifft(frames, dim=-1)
+            fr, fi = out.real, out.imag
+        else:
+            # torch.istft: a two-sided spectrum's first n_fft // 2 + 1 bins, read as Hermitian.
+            fr, fi = torch.fft.irfft(frames[..., : n_fft // 2 + 1], n=n_fft, dim=-1), None
+    elif return_complex:
         # Full complex inverse DFT: x = (1/N) Σ_k X_k e^{+iθ}; with C = cos, S' = -sin planes:
         # Re = (C·Xr + S'·Xi)/N, Im = (C·Xi - S'·Xr)/N.
         basis = _forward_basis(n_fft, False, ctype, spec.device) / n_fft
