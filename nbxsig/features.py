@@ -6,7 +6,8 @@ norm="slaney"`` they are librosa's. The spectrograms run either the Triton backe
 (:mod:`nbxsig.kernels.mel`: on a GPU ``nbxsig.stft.spectrogram`` -- the four-step kernel of
 :mod:`nbxsig.kernels.fourstep` at n_fft 400, else the FFT path -- + one mel matmul, measured fastest;
 fused waveform → mel kernels that keep nothing in between in memory are the other paths) or the
-pure-torch twin (:mod:`nbxsig.reference.mel`, real-valued ops only, float64-capable, ONNX-exportable).
+pure-torch twin (:mod:`nbxsig.reference.mel`: torch.fft eagerly, real-valued ops only in an ONNX
+export; float64-capable).
 
 Example:
     >>> import torch, nbxsig.features as nf

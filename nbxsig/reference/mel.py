@@ -1,8 +1,10 @@
 """Mel features in plain torch: the CPU path, the float64 oracle and the ONNX-exportable graph.
 
-Everything here is built from real-valued ops only -- padding, ``unfold`` into frames, a matmul with
-a windowed DFT basis, ``fold`` for overlap-add -- so the same code exports to ONNX (no complex
-tensors, no FFT op) and runs in float64. Bases and filters are computed in float64 and rounded once.
+The exported graph is built from real-valued ops only -- padding, ``unfold`` into frames, a matmul with
+a windowed DFT basis, ``fold`` for overlap-add -- so it exports to ONNX (no complex tensors, no FFT
+op) and runs in float64. Eagerly, :func:`spectrogram` transforms with ``torch.fft`` instead
+(torchaudio's algorithm: O(n_fft log n_fft) a frame against the basis's O(n_fft²), the CPU path's
+speed). Bases and filters are computed in float64 and rounded once.
 """
 
 from __future__ import annotations
@@ -165,8 +167,18 @@ def spectrogram(
     """``(B, L)`` → ``(B, F, T)`` power spectrogram, or complex when ``power`` is None, computed and
     returned in :func:`compute_dtype` (float32 for float16/bfloat16 input)."""
     x = x.to(compute_dtype(x.dtype))
-    basis = analysis_basis(window, n_fft, scale, dtype=x.dtype, device=x.device)
-    re, im = stft_parts(x, n_fft=n_fft, hop_length=hop_length, basis=basis, center=center, pad_mode=pad_mode)
+    if _exporting():
+        basis = analysis_basis(window, n_fft, scale, dtype=x.dtype, device=x.device)
+        re, im = stft_parts(
+            x, n_fft=n_fft, hop_length=hop_length, basis=basis, center=center, pad_mode=pad_mode
+        )
+    else:
+        # torch.fft (torchaudio's algorithm, O(n_fft log n_fft) a frame) rather than the windowed basis's
+        # matmul (O(n_fft²), the kernels' and the exported graph's form): the CPU path's speed.
+        weights = (window.to(device=x.device, dtype=torch.float64) * scale).to(x.dtype)
+        frames = pad_signal(x, n_fft // 2, pad_mode) if center else x
+        spec = torch.fft.rfft(frames.unfold(-1, n_fft, hop_length) * weights, dim=-1).transpose(-1, -2)
+        re, im = spec.real, spec.imag
     if power is None:
         return torch.complex(re, im)
     return power_of(re, im, power)
