@@ -343,3 +343,33 @@ def test_gpu_large_coprime_rates(rates, generator, cuda_device):
     assert_close(y64[:, picks].cpu(), _direct_resample(x, *rates, picks))
     y = nf.resample(x.to(cuda_device), *rates, backend="triton")
     assert_close(y, y64, dtype=torch.float32, atol=1e-5, rtol=1e-4, rel_error=1e-5)
+
+
+def test_device_forms_of_large_banks_are_not_kept_alive():
+    # The kernel layer caches device forms per bank; a large bank's (over 2^20 taps) must not outlive
+    # the host cache's last two, or resampling many large coprime pairs grows memory without bound.
+    import gc
+    import weakref
+
+    from nbxsig.kernels import depthwise as kd
+
+    kd._device_bank_large.cache_clear()
+    kd._phase_blocks_large.cache_clear()
+    rows = kd._LARGE_BANK // 8 + 1
+    offsets = torch.arange(rows, dtype=torch.int32)
+    first = torch.rand(rows, 8, dtype=torch.float64)
+    alive = weakref.ref(first)
+    kd._device_bank(first, offsets, torch.device("cpu"))
+    kd._phase_blocks(first, offsets, 32, 16, torch.device("cpu"))
+    del first
+    for _ in range(2):
+        bank = torch.rand(rows, 8, dtype=torch.float64)
+        kd._device_bank(bank, offsets, torch.device("cpu"))
+        kd._phase_blocks(bank, offsets, 32, 16, torch.device("cpu"))
+    del bank
+    gc.collect()
+    assert alive() is None
+    assert kd._device_bank_large.cache_info().currsize == kd._phase_blocks_large.cache_info().currsize == 2
+    small = torch.rand(64, 8, dtype=torch.float64)
+    kd._device_bank(small, offsets[:64], torch.device("cpu"))
+    assert kd._device_bank_large.cache_info().currsize == 2  # a small bank goes to the other cache

@@ -1934,17 +1934,41 @@ def _resample_dot_kernel(
 _RESAMPLE_TILE: tuple[int, int, int, int] | None = (64, 32, 32, 4)
 
 
-@lru_cache(maxsize=64)
+# Device forms of the polyphase banks, cached per (bank, tile, device). Two caches, as nbxsig.filters keeps
+# the host banks: many small banks (every common rate pair is far below _LARGE_BANK taps), and only the
+# last two large ones -- a large coprime pair's bank (up to 2^24 taps) would otherwise stay alive here,
+# with its device copies, long after the host cache dropped it.
+_LARGE_BANK = 2**20
+
+
 def _device_bank(
     compact: torch.Tensor, offsets: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Device copies of the cached host bank (float32) and offsets, made once: a per-call host-to-device
     copy waits for the GPU, and the launch's host time after it shows as idle GPU time."""
+    cached = _device_bank_large if compact.numel() > _LARGE_BANK else _device_bank_small
+    return cached(compact, offsets, device)
+
+
+def _phase_blocks(
+    compact: torch.Tensor, offsets: torch.Tensor, bn: int, bu: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """:func:`_build_phase_blocks`, cached (see :func:`_device_bank`)."""
+    cached = _phase_blocks_large if compact.numel() > _LARGE_BANK else _phase_blocks_small
+    return cached(compact, offsets, bn, bu, device)
+
+
+def _copy_bank(
+    compact: torch.Tensor, offsets: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     return compact.to(device=device, dtype=torch.float32).contiguous(), offsets.to(device)
 
 
-@lru_cache(maxsize=64)
-def _phase_blocks(
+_device_bank_small = lru_cache(maxsize=64)(_copy_bank)
+_device_bank_large = lru_cache(maxsize=2)(_copy_bank)
+
+
+def _build_phase_blocks(
     compact: torch.Tensor, offsets: torch.Tensor, bn: int, bu: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The compact polyphase bank ``(new, J)`` with its per-phase input offsets, regrouped for
@@ -1964,6 +1988,10 @@ def _phase_blocks(
     rows = (off - start[p // bn])[:, None] + torch.arange(j)[None, :]
     d[(p // bn)[:, None], rows, (p % bn)[:, None]] = compact.to(torch.float64)
     return d.to(device=device, dtype=torch.float32), start.to(device), ks
+
+
+_phase_blocks_small = lru_cache(maxsize=64)(_build_phase_blocks)
+_phase_blocks_large = lru_cache(maxsize=2)(_build_phase_blocks)
 
 
 class _Resample(torch.autograd.Function):
