@@ -162,6 +162,20 @@ class Spectrogram(nn.Module):
         x = waveform.reshape(-1, waveform.shape[-1]).to(_ref.compute_dtype(waveform.dtype))
         if self.pad > 0:
             x = torch.nn.functional.pad(x, (self.pad, self.pad))
+        if not _ref._exporting():
+            # Eagerly torch.fft (torchaudio's algorithm); the basis buffer's matmul is the exported form,
+            # kept in step with the window here as before.
+            self._float32_basis()
+            padded, scale = self._window_state()
+            return _ref.fft_parts(
+                x,
+                n_fft=self.n_fft,
+                hop_length=self.hop_length,
+                weights=(padded * scale).to(x.dtype),
+                center=self.center,
+                pad_mode=self.pad_mode,
+                onesided=self.onesided,
+            )
         # The float32 buffer serves float32 input; other dtypes (float64 above all) get a basis
         # rounded once from float64 rather than a converted float32 one.
         float32 = self.basis.dtype == x.dtype == torch.float32

@@ -390,3 +390,26 @@ def test_public_attributes_match_torchaudio(module, kwargs):
     assert public, module
     for name, value in public.items():
         assert getattr(ours, name) == value, name
+
+
+def test_modules_transform_with_torch_fft_eagerly_and_keep_the_export_basis(generator, monkeypatch):
+    # Eagerly the torch path runs torch.fft (torchaudio's algorithm) on the frames, not the basis
+    # matmul (2-3x torchaudio's CPU time); the basis buffer, the exported graph's, still follows an
+    # in-place change of the window.
+    from nbxsig.reference import mel as ref_mel
+
+    def no_matmul(*args, **kwargs):
+        raise AssertionError("the basis matmul ran outside an export")
+
+    monkeypatch.setattr(ref_mel, "stft_parts", no_matmul)
+    x = random_tensor((2, 3000), generator=generator)
+    ours = T.Spectrogram(n_fft=64, hop_length=16, power=None)
+    theirs = torchaudio.transforms.Spectrogram(n_fft=64, hop_length=16, power=None)
+    assert_close(ours(x), theirs(x.double()), dtype="float32")
+    two_sided = T.Spectrogram(n_fft=64, hop_length=16, onesided=False)
+    expected = torchaudio.transforms.Spectrogram(n_fft=64, hop_length=16, onesided=False)(x.double())
+    assert_close(two_sided(x), expected, dtype="float32")
+    with torch.no_grad():
+        ours.window.mul_(0.5)
+    ours(x)
+    assert torch.equal(ours.basis, ours._basis(torch.float32))

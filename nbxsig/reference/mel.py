@@ -138,6 +138,26 @@ def stft_parts(
     return spec[..., :n_freq].transpose(-1, -2), spec[..., n_freq:].transpose(-1, -2)
 
 
+def fft_parts(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop_length: int,
+    weights: torch.Tensor,
+    center: bool,
+    pad_mode: str,
+    onesided: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`stft_parts` by ``torch.fft`` on frames times ``weights`` (the window with the STFT's scale,
+    ``(n_fft,)`` in x's dtype): torchaudio's algorithm, O(n_fft log n_fft) a frame against the basis
+    matmul's O(n_fft²) -- the eager CPU path's form; the matmul stays the exported graph's."""
+    if center:
+        x = pad_signal(x, n_fft // 2, pad_mode)
+    frames = x.unfold(-1, n_fft, hop_length) * weights
+    spec = (torch.fft.rfft(frames, dim=-1) if onesided else torch.fft.fft(frames, dim=-1)).transpose(-1, -2)
+    return spec.real, spec.imag
+
+
 def power_of(re: torch.Tensor, im: torch.Tensor, power: float) -> torch.Tensor:
     """``|X|^power`` with a gradient that is finite (zero) where ``|X| = 0``.
 
@@ -173,12 +193,10 @@ def spectrogram(
             x, n_fft=n_fft, hop_length=hop_length, basis=basis, center=center, pad_mode=pad_mode
         )
     else:
-        # torch.fft (torchaudio's algorithm, O(n_fft log n_fft) a frame) rather than the windowed basis's
-        # matmul (O(n_fft²), the kernels' and the exported graph's form): the CPU path's speed.
         weights = (window.to(device=x.device, dtype=torch.float64) * scale).to(x.dtype)
-        frames = pad_signal(x, n_fft // 2, pad_mode) if center else x
-        spec = torch.fft.rfft(frames.unfold(-1, n_fft, hop_length) * weights, dim=-1).transpose(-1, -2)
-        re, im = spec.real, spec.imag
+        re, im = fft_parts(
+            x, n_fft=n_fft, hop_length=hop_length, weights=weights, center=center, pad_mode=pad_mode
+        )
     if power is None:
         return torch.complex(re, im)
     return power_of(re, im, power)
