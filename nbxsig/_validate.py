@@ -99,3 +99,18 @@ def check_tensor(
     if not allow_empty and value.numel() == 0:
         raise bad_value(name, value, "a non-empty tensor")
     return value
+
+
+def check_device(device: torch.device | str | int | None) -> torch.device:
+    """A ``device=`` argument as a ``torch.device`` (None is the CPU; an int is a CUDA ordinal, as
+    torch reads it); anything torch cannot parse is a ParameterValueError naming it."""
+    if device is None:
+        return torch.device("cpu")
+    if isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise bad_value(
+            "device", device, "a torch.device or a device string such as 'cpu' or 'cuda:0'"
+        ) from None

@@ -15,7 +15,7 @@ import math
 import torch
 
 from ._dispatch import Backend, Op
-from ._validate import check_float, check_int, check_tensor
+from ._validate import check_device, check_float, check_int, check_tensor
 from .errors import bad_type, bad_value
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -146,15 +146,8 @@ class KVCache:
                 raise bad_value("capacity", capacity, f">= window={window}")
         if dtype not in (*_FLOAT_DTYPES, torch.float64):
             raise bad_type("dtype", dtype, "a floating torch.dtype (float16, bfloat16, float32, float64)")
-        if device is not None:
-            try:
-                device = torch.device(device)
-            except TypeError:
-                raise bad_type(
-                    "device", device, "a torch.device, a device string or index, or None"
-                ) from None
-            except RuntimeError:
-                raise bad_value("device", device, "a device string torch knows, like 'cuda:0'") from None
+        if device is not None:  # (None stays torch's default device)
+            device = check_device(device)
         self.window = window
         self.slots = capacity if window is None else window
         self.steps = 0

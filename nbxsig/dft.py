@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ._dispatch import Backend, Op
-from ._validate import check_bool, check_int
-from .errors import ParameterTypeError, bad_type, bad_value
+from ._validate import check_bool, check_device, check_int
+from .errors import ParameterTypeError, bad_type
 
 _BASIS_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _RDFT_BASIS = Op(
@@ -40,21 +40,6 @@ def _check(n: int, dtype: torch.dtype, device: torch.device | str | None) -> tup
     if dtype not in _BASIS_DTYPES:
         raise bad_type("dtype", dtype, allowed)
     return n, check_device(device)
-
-
-def check_device(device: torch.device | str | int | None) -> torch.device:
-    """A ``device=`` argument as a ``torch.device`` (None is the CPU; an int is a CUDA ordinal, as
-    torch reads it); anything torch cannot parse is a ParameterValueError naming it."""
-    if device is None:
-        return torch.device("cpu")
-    if isinstance(device, torch.device):
-        return device
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError):
-        raise bad_value(
-            "device", device, "a torch.device or a device string such as 'cpu' or 'cuda:0'"
-        ) from None
 
 
 def rdft_basis(

@@ -28,8 +28,7 @@ from functools import lru_cache
 import torch
 
 from ._dispatch import Backend, Op
-from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
-from .dft import check_device
+from ._validate import FLOATING_DTYPES, check_choice, check_device, check_float, check_int, check_tensor
 from .errors import ParameterTypeError, ParameterValueError, bad_type, bad_value, describe
 from .reference import mel as _ref
 from .streaming import StreamingMelSpectrogram
