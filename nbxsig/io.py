@@ -116,7 +116,7 @@ def kind_of(path: str | os.PathLike[str]) -> str:
     return "unknown"
 
 
-def _as_path(path: Any) -> Path:
+def as_path(path: Any) -> Path:
     """``path`` as a Path: a str, bytes (decoded as the file system does) or os.PathLike."""
     if isinstance(path, (str, bytes, os.PathLike)):
         return Path(os.fsdecode(path))
@@ -207,7 +207,7 @@ def read_audio(
         FLOAT/DOUBLE files).
         ParameterTypeError: ``path`` is not a str, bytes or os.PathLike.
     """
-    path = _as_path(path)
+    path = as_path(path)
     _check_readable(path)
     _check_not_truncated(path)
     soundfile = _soundfile()
@@ -269,7 +269,7 @@ def audio_info(path: str | bytes | os.PathLike[str]) -> dict[str, Any]:
         InputFileError: missing, empty, corrupt, truncated or unsupported file.
         ParameterTypeError: ``path`` is not a str, bytes or os.PathLike.
     """
-    path = _as_path(path)
+    path = as_path(path)
     _check_readable(path)
     _check_not_truncated(path)
     soundfile = _soundfile()
@@ -359,7 +359,7 @@ def read_signal(path: str | bytes | os.PathLike[str], *, default_rate: int, pcm1
         non-finite input, or float64 values beyond float32's range.
         ParameterTypeError: ``path`` is not a str, bytes or os.PathLike.
     """
-    path = _as_path(path)
+    path = as_path(path)
     kind = kind_of(path)
     if kind == "audio":
         return read_audio(path, pcm16=pcm16)

@@ -28,7 +28,7 @@ from torch import nn
 from ._dispatch import Backend, Op
 from ._validate import check_int, check_tensor
 from .errors import ParameterValueError, bad_type, bad_value
-from .io import atomic_open
+from .io import as_path, atomic_open
 from .reference import int4 as _ref
 
 __all__ = [
@@ -165,19 +165,13 @@ class Int4Weight:
             )
 
 
-def _checked_path(path: object) -> Path:
-    if not isinstance(path, (str, Path)):
-        raise bad_type("path", path, "a str or pathlib.Path")
-    return Path(path)
-
-
 @contextlib.contextmanager
 def _open_safetensors(path: str | Path, device: torch.device | str) -> Iterator[Any]:
     """``safe_open`` of an existing file, with a clear error (naming ``path``) for a missing file or one
     that is not safetensors, before any reader sees it."""
     from safetensors import SafetensorError, safe_open
 
-    path = _checked_path(path)
+    path = as_path(path)
     if not path.is_file():
         raise bad_value("path", str(path), "an existing file")
     try:
@@ -193,7 +187,7 @@ def _write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metad
     sibling renamed into place: an interrupted save leaves an earlier file whole)."""
     from safetensors.torch import save
 
-    path = _checked_path(path)
+    path = as_path(path)
     if path.is_dir():
         raise bad_value("path", str(path), "a file path, not a folder")
     data = save(tensors, metadata=metadata)
