@@ -36,7 +36,7 @@ from ._dispatch import Backend, Op, check_backend
 from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_bool, check_choice, check_int, check_tensor
 from .errors import ParameterValueError, bad_value
 from .reference import mel as _ref
-from .reference.stft import compute_dtype
+from .reference.dft import compute_dtype, irdft_basis
 
 __all__ = ["StreamingISTFT", "StreamingMelSpectrogram", "StreamingSTFT", "default_hop_length"]
 
@@ -450,7 +450,7 @@ class StreamingISTFT:
 
     def _constants(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         if self._consts is None or self._consts[0].device != device or self._consts[0].dtype != dtype:
-            inv = _ref.irdft_basis(self.n_fft, dtype=torch.float64, device=device)
+            inv = irdft_basis(self.n_fft, dtype=torch.float64, device=device)
             w = self.window.to(device)
             basis = (inv * (w / self.scale)).to(dtype).contiguous()
             self._consts = (basis, (w * w).to(dtype).contiguous())

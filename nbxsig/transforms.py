@@ -29,6 +29,7 @@ from ._dispatch import Backend, check_backend
 from ._validate import FLOATING_DTYPES, check_bool, check_choice, check_float, check_int, check_tensor
 from .errors import bad_value
 from .reference import mel as _ref
+from .reference import stft as _stft_ref
 
 __all__ = ["InverseSpectrogram", "MelScale", "MelSpectrogram", "Spectrogram"]
 
@@ -420,7 +421,7 @@ class InverseSpectrogram(nn.Module):
         # forward transforms do (computed in 16 bits, the error was ~4× the output's rounding).
         dtype = _ref.compute_dtype(re.dtype)
         window = _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, re.device)
-        out = _ref.istft(
+        out = _stft_ref.istft_parts(
             re.reshape(-1, shape[-2], shape[-1]).to(dtype),
             im.reshape(-1, shape[-2], shape[-1]).to(dtype),
             n_fft=self.n_fft,

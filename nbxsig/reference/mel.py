@@ -15,7 +15,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .dft import compute_dtype, irdft_basis, rdft_basis
+from .dft import compute_dtype, rdft_basis
 
 # Slaney's mel scale (librosa / torchaudio): linear below 1 kHz, logarithmic above.
 _F_SP = 200.0 / 3
@@ -256,55 +256,3 @@ def whisper_finish(log_spec: torch.Tensor) -> torch.Tensor:
 
 def _exporting() -> bool:
     return torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling() or torch.jit.is_tracing()
-
-
-def istft(
-    re: torch.Tensor,
-    im: torch.Tensor,
-    *,
-    n_fft: int,
-    hop_length: int,
-    window: torch.Tensor,
-    scale: float,
-    center: bool,
-    length: int | None,
-) -> torch.Tensor:
-    """Inverse STFT ``(B, F, T)`` × 2 → ``(B, L)`` as torch.istft computes it (onesided, real output):
-    inverse real DFT by a matmul, window, overlap-add by ``fold`` and division by the window envelope."""
-    dtype, device = re.dtype, re.device
-    inv = irdft_basis(n_fft, dtype=torch.float64, device=device)  # (2, F, n)
-    w = window.to(device=device, dtype=torch.float64)
-    basis = (inv * (w / scale)).to(dtype)  # synthesis window folded in
-    frames = torch.matmul(re.transpose(-1, -2), basis[0]) + torch.matmul(im.transpose(-1, -2), basis[1])
-    n_frames = frames.shape[-2]
-    full = n_fft + hop_length * (n_frames - 1)
-    w2 = (w * w).to(dtype).reshape(1, n_fft, 1).expand(1, n_fft, n_frames)
-    if _exporting():
-        # Overlap-add as a strided ConvTranspose with identity taps: ONNX-exportable for any length.
-        eye = torch.eye(n_fft, dtype=dtype, device=device).unsqueeze(1)
-        ola = F.conv_transpose1d(frames.transpose(-1, -2), eye, stride=hop_length)[:, 0]
-        env = F.conv_transpose1d(w2, eye, stride=hop_length)[0, 0]
-    else:
-        fold = dict(output_size=(1, full), kernel_size=(1, n_fft), stride=(1, hop_length))
-        ola = F.fold(frames.transpose(-1, -2), **fold).reshape(frames.shape[0], full)
-        env = F.fold(w2, **fold).reshape(full)
-    start = n_fft // 2 if center else 0
-    if length is not None:
-        end = start + length
-    elif center:
-        end = full - n_fft // 2
-    else:
-        end = full
-    env = env[start:end]
-    ola = ola[:, start:end]
-    if not _exporting() and bool((env.abs() < 1e-11).any()):
-        from ..errors import ParameterValueError
-
-        raise ParameterValueError(
-            "window must overlap-add to a nonzero envelope over the output (the NOLA condition), got a "
-            "window whose squared overlap-add is below 1e-11 somewhere; use center=True or another window"
-        )
-    out = ola / env
-    if out.shape[-1] < (end - start):  # length beyond the frames: zeros, as torch.istft pads
-        out = F.pad(out, (0, end - start - out.shape[-1]))
-    return out
