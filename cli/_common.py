@@ -281,6 +281,17 @@ class Notice:
         where = click.format_filename(where)
         self(f"warning: {where}: {text}", key=("warning", text) if key is None else key)
 
+    def file_warning(
+        self, items: Sequence[Any], text: str, *, named: Sequence[Any] | None = None, key: Hashable = None
+    ) -> None:
+        """A warning about the files of ``items`` (decoded inputs, e.g. a batch's): kept in each one's
+        ``warnings``, which its manifest row records (every file, every run), and said as
+        :meth:`warning` does (once per ``key``), naming the files of ``named`` (default: ``items``)."""
+        for it in items:
+            if text not in it.warnings:
+                it.warnings.append(text)
+        self.warning(where(items if named is None else named), text, key=key)
+
 
 @contextlib.contextmanager
 def caught_warnings() -> Iterator[list[str]]:
@@ -298,15 +309,6 @@ def caught_warnings() -> Iterator[list[str]]:
     texts.extend(dict.fromkeys(str(w.message) for w in caught))
 
 
-@contextlib.contextmanager
-def warnings_as_notices(notice: Notice, where: Callable[[], str]) -> Iterator[None]:
-    """:func:`caught_warnings`, each printed as ``nbxsig: warning: WHERE: message`` (once per message)."""
-    with caught_warnings() as texts:
-        yield
-    for text in texts:
-        notice.warning(where(), text)
-
-
 def where(items: Sequence[Any]) -> str:
     """The input files of a batch, for a message: ``a.wav``, ``a.wav, b.wav``, ``a.wav, b.wav and 3
     more`` (items carry the ``path`` their loader gave them)."""
@@ -316,15 +318,23 @@ def where(items: Sequence[Any]) -> str:
 
 
 def _process_reporting_warnings(items: list[Any], *, process: Callable[..., Any], notice: Notice) -> Any:
-    with warnings_as_notices(notice, lambda: where(items)):
-        return process(items)
+    """``process(items)``, its warnings said as the CLI's lines naming the batch's files and kept for
+    each file's manifest row: a warning raised while the batch is computed cannot tell which of its
+    files it is about."""
+    with caught_warnings() as texts:
+        results = process(items)
+    for text in texts:
+        notice.file_warning(items, text)
+    return results
 
 
 @dataclass
 class Signal(nio.Audio):
-    """:class:`nbxsig.io.Audio` that knows its file, for the CLI's per-file messages."""
+    """:class:`nbxsig.io.Audio` that knows its file, for the CLI's per-file messages, and what the CLI
+    warned about it (:meth:`Notice.file_warning`), for its manifest row."""
 
     path: str = ""
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 def read_signal(path: Path, **kwargs: Any) -> Signal:

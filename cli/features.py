@@ -24,7 +24,6 @@ from ._common import (
     execute,
     read_signal,
     resolve_device,
-    where,
 )
 
 #: Rate assumed for .npy waveforms when --sample-rate is not given.
@@ -112,18 +111,20 @@ def mel_process(
             host_mel = mel
     for text in texts:  # the library's warning about empty filters is said below, in the CLI's words
         if empty is None or text != empty.library_text:
-            notice.warning(where(items), text)
+            notice.file_warning(items, text)
     if empty is not None:
         if hint is None:
             hint = "lower --n-mels or raise --n-fft"
             hint += " (or widen --f-min/--f-max)" if p.f_min > 0 or p.f_max is not None else ""
-        notice.warning(
-            where(items[:1]),
+        # Every file at this rate has the empty rows (each manifest row says so); stderr names one.
+        notice.file_warning(
+            items,
             f"{empty.count} of the {p.n_mels} mel filters {'is' if empty.count == 1 else 'are'} empty "
             f"(all zero) at {target} Hz: "
             f"{p.n_fft // 2 + 1} frequency bins (n_fft {p.n_fft}) are too few for {p.n_mels} mels "
             f"between {empty.f_min:g} and {empty.f_max:g} Hz, and those mels' rows of the output are 0; "
             f"{hint} (said once for all files at {target} Hz)",
+            named=items[:1],
             key=("empty mel filters", target),
         )
     mel_np = host_mel.numpy()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,15 @@ from ._common import (
 
 @dataclass
 class Image:
-    """A decoded image (C, H, W) in [0, 1], and the warnings decoding it raised (e.g. PIL's
-    DecompressionBombWarning), said by the main process as the CLI's own lines."""
+    """A decoded image (C, H, W) in [0, 1], and the warnings about it, for its manifest row: decoding's
+    (e.g. PIL's DecompressionBombWarning), said by the main process as the CLI's own lines, then
+    processing's (:meth:`Notice.file_warning`)."""
 
     data: np.ndarray
     sample_rate: None = None
     samples: None = None
     path: str = ""
-    warnings: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
 
 
 def load_signal(path: Path, *, array_rate: int | None) -> Signal:
@@ -58,7 +59,7 @@ def load_image(path: Path) -> Image:
             data = nio.read_image(path)
     except DecompressionBombError as exc:
         raise nio.InputFileError(f"{path}: cannot decode as an image ({exc})") from None
-    return Image(data, path=str(path), warnings=tuple(texts))
+    return Image(data, path=str(path), warnings=texts)
 
 
 def load_signal_or_image(path: Path, *, array_rate: int | None) -> Signal | Image:

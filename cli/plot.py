@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import io as stdio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class Plottable:
     rate_assumed: bool = False
     name: str = ""
     path: str = ""
+    #: What the CLI warned about it (:meth:`Notice.file_warning`), for its manifest row.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def samples(self) -> int | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +202,8 @@ class Spectrum:
     sample_rate: int | None = None
     samples: int | None = None
     path: str = ""
+    #: What the CLI warned about it (:meth:`Notice.file_warning`), for its manifest row.
+    warnings: list[str] = field(default_factory=list)
 
 
 def load_spectrum(path: Path) -> Spectrum:

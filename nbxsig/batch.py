@@ -450,7 +450,9 @@ class Job:
     Attributes:
         load: ``path -> decoded`` (worker process; picklable). Raise :class:`nbxsig.io.InputFileError`
             for a bad file. A decoded object may carry ``sample_rate`` and ``samples`` attributes,
-            which go to the manifest and the progress bar's audio rate.
+            which go to the manifest and the progress bar's audio rate, and ``warnings`` (strings: what
+            was said about the file while it was decoded and processed, e.g. appended by ``process``),
+            which go to its manifest row once its result is written or fails to be.
         process: ``list[decoded] -> list[result]`` (main process, on the device). Items in one call
             share a :attr:`group_key` and have similar :attr:`length`.
         save: ``(decoded, result, output_path) -> None``; must write through :mod:`nbxsig.io`'s
@@ -570,7 +572,14 @@ class _Reporter:
         tqdm.write(text, file=self.stream)
 
     def row(
-        self, task: Task, status: str, *, error: str | None = None, seconds: float = 0.0, value: Any = None
+        self,
+        task: Task,
+        status: str,
+        *,
+        error: str | None = None,
+        seconds: float = 0.0,
+        value: Any = None,
+        warnings: Sequence[str] = (),
     ):
         rate = getattr(value, "sample_rate", None)
         samples = getattr(value, "samples", None)
@@ -588,6 +597,7 @@ class _Reporter:
                 "seconds": round(seconds, 6),
                 "sample_rate": rate,
                 "samples": samples,
+                "warnings": list(warnings),
             }
             self.manifest_file.write((json.dumps(record) + "\n").encode("utf-8"))
             self.manifest_file.flush()
@@ -602,6 +612,12 @@ class _Reporter:
             self.manifest_writer.close()
         except OSError as exc:
             self.message(f"nbxsig: cannot write the manifest {self.manifest}: {exc.strerror or exc}")
+
+
+def _warnings_of(value: Any) -> list[str]:
+    """A processed file's ``warnings`` (see :attr:`Job.load`), for its manifest row. Only a file whose
+    result was made has them: one that failed to decode or process is reported by its error alone."""
+    return list(getattr(value, "warnings", ()))
 
 
 def _error_text(path: Path, exc: BaseException) -> str:
@@ -1514,10 +1530,16 @@ class _Engine:
                     save_seconds = fut.result()
                 except Exception as exc:
                     error = _error_text(it.task.output or it.task.input, exc)
-                    self.reporter.row(it.task, "failed", error=error)
+                    self.reporter.row(it.task, "failed", error=error, warnings=_warnings_of(it.value))
                 else:
                     self.summary.save_seconds += save_seconds
-                    self.reporter.row(it.task, "ok", seconds=it.seconds + save_seconds, value=it.value)
+                    self.reporter.row(
+                        it.task,
+                        "ok",
+                        seconds=it.seconds + save_seconds,
+                        value=it.value,
+                        warnings=_warnings_of(it.value),
+                    )
             self._release(it)
         while self.pool is not None and self.pool.written:
             it, save_seconds, error, redo = self.pool.written.popleft()
@@ -1530,11 +1552,17 @@ class _Engine:
             if redo:
                 pass  # stopped before it was written: not reported, like a cancelled thread write
             elif error is not None:
-                self.reporter.row(it.task, "failed", error=error)
+                self.reporter.row(it.task, "failed", error=error, warnings=_warnings_of(it.value))
             else:
                 self.summary.worker_saves += 1
                 self.summary.worker_save_seconds += save_seconds
-                self.reporter.row(it.task, "ok", seconds=it.seconds + save_seconds, value=it.value)
+                self.reporter.row(
+                    it.task,
+                    "ok",
+                    seconds=it.seconds + save_seconds,
+                    value=it.value,
+                    warnings=_warnings_of(it.value),
+                )
             self._release(it)
         return count
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io as stdio
 import json
@@ -328,6 +329,7 @@ def test_run_buckets_similar_lengths(tmp_path: Path) -> None:
     rows = _rows(tmp_path / "m.jsonl")
     assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}
     assert {r["samples"] for r in rows} == set(lengths) and {r["sample_rate"] for r in rows} == {1000}
+    assert all(r["warnings"] == [] for r in rows)  # nio.Audio carries none
     assert summary.line().startswith("8 ok, 0 failed, 0 skipped in ")
 
 
@@ -402,6 +404,58 @@ def test_run_writes_the_manifest_atomically(tmp_path: Path) -> None:
     assert seen == ["the last run's rows\n"] * 2  # whole until the run ends, then replaced
     assert [r["status"] for r in _rows(manifest)] == ["ok", "ok"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "m.jsonl", "out"]  # no temporary left
+
+
+@dataclasses.dataclass
+class _Noted(nio.Audio):
+    """Decoded audio with what was said about its file (see :attr:`batch.Job.load`)."""
+
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+def _noted_load(path: Path) -> _Noted:
+    """The toy's decoding, which has something to say about x00 and x03."""
+    audio = _toy_load(path)
+    noted = _Noted(audio.data, audio.sample_rate, audio.subtype, audio.rate_assumed)
+    if path.name in ("x00.npy", "x03.npy"):
+        noted.warnings.append(f"decoding {path.name} noticed something")
+    return noted
+
+
+def test_run_records_each_file_s_warnings_in_the_manifest(tmp_path: Path) -> None:
+    """A decoded value's ``warnings`` -- its decoding's and those ``process`` adds -- are its manifest
+    row's, also when its write then fails; a file skipped, or failed before its result was made (its
+    error says why), has an empty list."""
+    _arrays(tmp_path / "in", [10, 20, 30, 40, 50])
+    (tmp_path / "in/broken.npy").write_bytes(b"not an array")
+    (tmp_path / "out").mkdir()
+    np.save(tmp_path / "out/x04.npy", np.zeros(1))
+
+    def process(items: list[_Noted]) -> list[np.ndarray]:
+        for it in items:
+            if it.samples == 40:
+                raise ValueError("40 samples cannot be processed")
+            if it.samples in (20, 30):
+                it.warnings.append(f"{it.samples} samples look odd")
+        return [2 * it.data for it in items]
+
+    def save(item: _Noted, result: np.ndarray, output: Path) -> None:
+        if output.name == "x02.npy":
+            raise ValueError("the disk said no")
+        nio.write_npy(output, result)
+
+    job = batch.Job(load=_noted_load, process=process, save=save, length=lambda a: a.samples)
+    summary = batch.run(_tasks(tmp_path), job, batch_size=1, jobs=0, manifest=tmp_path / "m.jsonl")
+    assert (summary.ok, summary.failed, summary.skipped) == (2, 3, 1)
+    rows = {Path(r["input"]).name: (r["status"], r["warnings"]) for r in _rows(tmp_path / "m.jsonl")}
+    assert rows == {
+        "x00.npy": ("ok", ["decoding x00.npy noticed something"]),
+        "x01.npy": ("ok", ["20 samples look odd"]),
+        "x02.npy": ("failed", ["30 samples look odd"]),  # processed, then its write failed
+        "x03.npy": ("failed", []),  # decoded with a warning, then processing failed
+        "x04.npy": ("skipped", []),
+        "broken.npy": ("failed", []),
+    }
 
 
 def test_run_names_the_output_not_its_temporary(tmp_path: Path) -> None:

@@ -986,6 +986,35 @@ def test_empty_mel_filters_are_a_cli_warning_naming_a_file(tmp_path: Path, comma
         assert mel.shape[:2] == (1, 40) and int((mel[0].max(axis=1) == 0).sum()) == 7
 
 
+def test_the_manifest_keeps_each_file_s_warnings(tmp_path: Path) -> None:
+    """mel's defaults (n_fft 400, 80 mels) leave 5 filters empty at 48 kHz and none at 16 kHz: the rows
+    of both 48 kHz files carry the warning stderr says once naming the first, the 16 kHz file's none."""
+    rng = np.random.default_rng(11)
+    for name, rate in (("a", 48000), ("b", RATE), ("c", 48000)):
+        nio.write_audio(
+            tmp_path / f"in/{name}.wav", 0.1 * rng.standard_normal((1, rate // 10)), rate, subtype="FLOAT"
+        )
+    with warnings.catch_warnings(record=True) as escaped:
+        result = invoke("mel", tmp_path / "in", "-o", tmp_path / "out", "-j", "0")
+    assert result.exit_code == 0, result.output
+    assert [str(w.message) for w in escaped] == []
+    rows = manifest(tmp_path / "out/manifest.jsonl")
+    said = (
+        "5 of the 80 mel filters are empty (all zero) at 48000 Hz: 201 frequency bins (n_fft 400) are too "
+        "few for 80 mels between 0 and 24000 Hz, and those mels' rows of the output are 0; lower --n-mels "
+        "or raise --n-fft (said once for all files at 48000 Hz)"
+    )
+    assert _warning_lines(result.stderr) == [f"nbxsig: warning: {tmp_path / 'in/a.wav'}: {said}"]
+    assert {name: row["warnings"] for name, row in rows.items()} == {
+        "a.wav": [said],
+        "b.wav": [],
+        "c.wav": [said],
+    }
+    for name, empty in (("a", 5), ("b", 0), ("c", 5)):  # what the rows say
+        mel = np.load(tmp_path / f"out/{name}.npy")
+        assert int((mel[0].max(axis=1) == 0).sum()) == empty
+
+
 def test_a_library_warning_during_a_batch_names_its_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1008,6 +1037,11 @@ def test_a_library_warning_during_a_batch_names_its_files(
     assert _warning_lines(result.stderr) == [
         f"nbxsig: warning: {src / 'a.wav'}, {src / 'b.wav'} and 1 more: something odd about this input"
     ]
+    # One batch: the warning cannot tell which file it is about, so it is in each file's row.
+    rows = manifest(tmp_path / "out/manifest.jsonl")
+    assert {name: row["warnings"] for name, row in rows.items()} == {
+        name: ["something odd about this input"] for name in ("a.wav", "b.wav", "c.wav")
+    }
 
 
 def test_image_warnings_and_refusals_are_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1038,6 +1072,9 @@ def test_image_warnings_and_refusals_are_per_file(tmp_path: Path, monkeypatch: p
     rows = manifest(tmp_path / "out/manifest.jsonl")
     statuses = {n: r["status"] for n, r in rows.items()}
     assert statuses == {"big.png": "ok", "huge.png": "failed", "small.png": "ok", "text.png": "failed"}
+    [pil_says] = rows["big.png"]["warnings"]
+    assert pil_says.startswith("Image size (256 pixels) exceeds limit of 200")
+    assert [rows[name]["warnings"] for name in ("huge.png", "small.png", "text.png")] == [[], [], []]
     objects = {Path(row["path"]).name: row for row in map(json.loads, described.stdout.splitlines())}
     assert objects["big.png"]["warnings"][0].startswith("Image size (256 pixels) exceeds limit of 200")
     assert "warnings" not in objects["small.png"] and "error" in objects["huge.png"]

@@ -274,6 +274,11 @@ def test_warnings_reach_stderr_as_the_cli_s_own_lines(tmp_path: Path) -> None:
         assert re.match(
             rf"nbxsig: warning: {re.escape(str(src))}/g\d/f\d+\.wav: 7 of", lines[0]
         )  # one of them
+        # With decode (and write) workers too, every file's row keeps the message stderr says once.
+        written = (tmp_path / command[0] / "manifest.jsonl").read_text()
+        rows = [json.loads(line) for line in written.splitlines()]
+        said = lines[0].split(": ", 3)[3]
+        assert len(rows) == 6 and all(r["status"] == "ok" and r["warnings"] == [said] for r in rows), rows
     Image.new("1", (10000, 9000)).save(tmp_path / "big.png")  # 90 Mpixels (11 kB): over PIL's limit
     result = subprocess.run(
         [*NBXSIG, "info", str(tmp_path / "big.png")], capture_output=True, text=True, env=env
