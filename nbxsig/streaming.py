@@ -1,7 +1,12 @@
 """Exact streaming STFT, inverse STFT and mel spectrogram: ``push(chunk)`` / ``flush()``.
 
-Each object carries ``B`` independent streams (fixed by the first push) and a small state that
-:meth:`state_dict` / :meth:`load_state_dict` save and restore. The concatenation of every push's
+Each object carries ``B`` independent streams and a small state that :meth:`state_dict` /
+:meth:`load_state_dict` save and restore. The first push fixes the layout until :meth:`reset` (or
+``flush()``, which resets): the number of streams, the device and the rank. A chunk without a stream
+dimension -- ``(n,)`` for the STFT and mel streams, a complex ``(F, k)`` or real ``(F, k, 2)`` spectrum
+for the iSTFT -- is one stream whose outputs have no stream dimension either; a later push of the
+other rank (``(1, n)`` after ``(n,)``, or the reverse) raises ParameterValueError rather than give an
+output of the wrong rank. The saved state keeps that decision. The concatenation of every push's
 output and the flush's equals the offline transform on the whole signal -- ``torch.stft`` /
 ``torch.istft`` / :func:`nbxsig.features.mel_spectrogram` with the same arguments -- for any
 chunking (``center=False``; ``center=True`` once flushed, since the right-hand padding needs the end).
@@ -107,6 +112,11 @@ class _Framer:
                 f"{self.buffer.shape[0]} streams on {self.buffer.device} (as in the first push; "
                 "reset() to start over)",
             )
+        if self.buffer is not None and (chunk.dim() == 1) != self.squeeze:
+            # The first push decided whether outputs carry the stream dimension; a chunk of the other
+            # rank got the first one's layout (a (1, n) chunk a (F, k) output, or the reverse).
+            layout = "a 1-D (n,) tensor" if self.squeeze else f"a 2-D ({x.shape[0]}, n) tensor"
+            raise bad_value("chunk", chunk, f"{layout}, as in the first push (reset() to start over)")
         return x
 
     def push(self, chunk: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -243,11 +253,14 @@ class StreamingSTFT(_FramedStream):
         normalized: multiply by ``1/√n_fft`` (torch.stft's ``normalized``).
 
     ``push(chunk)``: ``chunk`` ``(B, n)`` or ``(n,)``, any ``n >= 0``; returns the complex frames it
-    completes, ``(B, F, k)``: complex64, complex128 for float64 chunks (float16/bfloat16 are computed
-    in float32, as :func:`nbxsig.stft.stft` does). ``flush()`` returns the last frames and resets the object.
+    completes, ``(B, F, k)`` (``(F, k)`` for ``(n,)`` chunks): complex64, complex128 for float64 chunks
+    (float16/bfloat16 are computed in float32, as :func:`nbxsig.stft.stft` does). ``flush()`` returns
+    the last frames and resets the object. Every push until then has the first one's rank, stream
+    count and device.
 
     Raises:
-        ParameterValueError / ParameterTypeError: bad arguments, a chunk with another number of streams.
+        ParameterValueError / ParameterTypeError: bad arguments, a chunk with another number of streams,
+        device or rank than the first push's.
     """
 
     def __init__(
@@ -286,7 +299,9 @@ class StreamingSTFT(_FramedStream):
 class StreamingMelSpectrogram(_FramedStream):
     """Streaming :func:`nbxsig.features.mel_spectrogram` for B streams (same arguments, plus ``backend``).
 
-    ``push(chunk)`` → ``(B, n_mels, k)`` mel frames completed by ``chunk``; ``flush()`` → the rest.
+    ``push(chunk)`` → ``(B, n_mels, k)`` mel frames completed by ``chunk`` (``(n_mels, k)`` for ``(n,)``
+    chunks); ``flush()`` → the rest. Every push has the first one's rank, stream count and device
+    (ParameterValueError otherwise), as for :class:`StreamingSTFT`.
     On the Triton backend each push is the fused mel kernel on the buffered span (two launches:
     the concatenation and the kernel).
     """
@@ -383,17 +398,20 @@ class StreamingISTFT:
             ``hop_length`` is at most ``win_length``, as for torch.istft.
         backend: None (Triton for CUDA float32 spectra), "triton" or "torch".
 
-    ``push(spec)``: ``spec`` complex ``(B, F, k)`` / ``(F, k)`` or real ``(B, F, k, 2)``; returns the
-    ``(B, k·hop)`` samples these frames complete (fewer at the start with ``center=True``): float64
-    for a stream whose first push is complex128/float64 (torch backend), else float32; later pushes
-    are computed in that precision.
+    ``push(spec)``: ``spec`` complex ``(B, F, k)`` / ``(F, k)`` or real ``(B, F, k, 2)`` / ``(F, k, 2)``;
+    returns the ``(B, k·hop)`` samples these frames complete (``(k·hop,)`` for a spectrum without the
+    stream dimension; fewer at the start with ``center=True``): float64 for a stream whose first push
+    is complex128/float64 (torch backend), else float32; later pushes are computed in that precision.
     ``flush()`` returns the tail (``n_fft − hop`` samples, less the centre trim) and resets.
     Where the window envelope is below 1e-11 (``center=False`` with a window that vanishes at its
     ends) the output is 0; torch.istft raises there instead.
 
+    Every push until ``flush()`` / ``reset()`` has the first one's number of streams, device and
+    rank -- with or without the stream dimension; complex and real layouts may alternate.
+
     Raises:
         ParameterValueError / ParameterTypeError: bad arguments; a spectrum with another number of
-        bins or streams.
+        bins, or of streams, device or rank than the first push's.
     """
 
     def __init__(
@@ -511,12 +529,20 @@ class StreamingISTFT:
         return out
 
     def push(self, spec: torch.Tensor) -> torch.Tensor:
-        squeeze = isinstance(spec, torch.Tensor) and (
-            spec.dim() == 2 or (not spec.is_complex() and spec.dim() == 3)
-        )
+        x = self._as_real(spec)
+        squeeze = (spec.dim() + (1 if spec.is_complex() else 0)) == 3  # no stream dimension
         if self._history is None:
             self._squeeze = squeeze
-        x = self._as_real(spec)
+        elif squeeze != self._squeeze:
+            # The first push decided whether outputs carry the stream dimension; a spectrum of the other
+            # rank got the first one's layout from flush() (and its own from push()).
+            n_freq = self.n_fft // 2 + 1
+            if self._squeeze:
+                layout = f"a complex ({n_freq}, frames) or real ({n_freq}, frames, 2) tensor"
+            else:
+                b = x.shape[0]
+                layout = f"a complex ({b}, {n_freq}, frames) or real ({b}, {n_freq}, frames, 2) tensor"
+            raise bad_value("spec", spec, f"{layout}, as in the first push (reset() to start over)")
         start = self.frames * self.hop_length
         out = self._advance(x, x.shape[2] * self.hop_length)
         self.frames += x.shape[2]

@@ -11,6 +11,14 @@ torchaudio checkpoint loads into these modules), and the outputs are the same. D
   ``InverseSpectrogram`` also takes a real ``(…, F, T, 2)`` tensor (``torch.view_as_real`` layout),
   which is exportable.
 
+Result dtypes follow torch.stft's type promotion of the signal with the window, as torchaudio's do:
+a float64 window (a ``window_fn`` that gives one, or a module converted with ``.double()``) gives
+float64 (complex128) results for float16/bfloat16/float32 input too, on every backend. Two
+differences: float16/bfloat16 input with a float16/bfloat16/float32 window is computed in float32 and
+returned in its own dtype (torchaudio returns float32); and where torchaudio's ``MelSpectrogram``
+fails (its float32 mel filters meet a float64 spectrogram: float64 input, or a float64 window in a
+module not wholly converted), nbxsig projects in the spectrogram's dtype, as its ``MelScale`` does.
+
 Example:
     >>> import torch, nbxsig.transforms as T
     >>> T.MelSpectrogram(16000, n_fft=400, hop_length=160, n_mels=80)(torch.randn(16000)).shape
@@ -27,7 +35,7 @@ from torch import nn
 from . import features as _f
 from ._dispatch import Backend, check_backend
 from ._validate import FLOATING_DTYPES, check_bool, check_choice, check_float, check_int, check_tensor
-from .errors import bad_value
+from .errors import BackendUnavailableError, bad_value
 from .reference import mel as _ref
 from .reference import stft as _stft_ref
 
@@ -36,6 +44,22 @@ __all__ = ["InverseSpectrogram", "MelScale", "MelSpectrogram", "Spectrogram"]
 
 def _norm_flags(normalized) -> bool | str:
     return _f.check_normalized(normalized)
+
+
+def _result_dtype(signal: torch.dtype, window: torch.dtype) -> torch.dtype:
+    """The real dtype of a transform's result for a ``signal`` (waveform, or the real dtype of a
+    spectrogram) and a ``window`` dtype.
+
+    torch.stft / torch.istft promote the signal with the window (``torch.promote_types``), so
+    torchaudio returns float64 (complex128) for a float64 window whatever the input; nbxsig does the
+    same. A float16/bfloat16 signal with a narrower window keeps its dtype (computed in float32 and
+    rounded once, nbxsig's contract), where torchaudio's promotion gives float32.
+
+    Example:
+        >>> _result_dtype(torch.float32, torch.float64), _result_dtype(torch.float16, torch.float32)
+        (torch.float64, torch.float16)
+    """
+    return torch.float64 if torch.float64 in (signal, window) else signal
 
 
 class Spectrogram(nn.Module):
@@ -52,8 +76,11 @@ class Spectrogram(nn.Module):
         onesided: bins ``0..n_fft//2`` (default True; None is True, as in torch.stft) or all ``n_fft``.
         return_complex: accepted and ignored (deprecated in torchaudio).
 
-    float16/bfloat16 input is computed in float32; the power spectrogram is returned in the input's
-    dtype, the complex one (``power=None``) as complex64.
+    The result's dtype is the input's promoted with the window's, as in torch.stft: float64
+    (complex128 for ``power=None``) for float64 input or a float64 window (``window_fn`` returning
+    float64, or ``.double()``), else the input's. float16/bfloat16 input is computed in float32; the
+    power spectrogram is returned in the input's dtype, the complex one (``power=None``) as complex64
+    (torchaudio returns float32 / complex64 for them).
 
     Shape:
         ``(…, L)`` → ``(…, F, T)``.
@@ -156,11 +183,13 @@ class Spectrogram(nn.Module):
         )
 
     def _parts(self, waveform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The STFT's real and imaginary parts ``(B, F, T)``, in ``_ref.compute_dtype`` (float32 for
-        float16/bfloat16 input, whose ``|X|²`` would overflow)."""
+        """The STFT's real and imaginary parts ``(B, F, T)``, in ``_ref.compute_dtype`` of
+        :func:`_result_dtype` (float64 for a float64 input or window; float32 for float16/bfloat16
+        input, whose ``|X|²`` would overflow)."""
         if not _ref._exporting():
             self._check_signal(waveform)
-        x = waveform.reshape(-1, waveform.shape[-1]).to(_ref.compute_dtype(waveform.dtype))
+        dtype = _ref.compute_dtype(_result_dtype(waveform.dtype, self.window.dtype))
+        x = waveform.reshape(-1, waveform.shape[-1]).to(dtype)
         if self.pad > 0:
             x = torch.nn.functional.pad(x, (self.pad, self.pad))
         if not _ref._exporting():
@@ -197,7 +226,7 @@ class Spectrogram(nn.Module):
             # (float16's) is experimental in torch, most ops refuse it.
             out = torch.complex(re, im)
         else:
-            out = _ref.power_of(re, im, self.power).to(waveform.dtype)
+            out = _ref.power_of(re, im, self.power).to(_result_dtype(waveform.dtype, self.window.dtype))
         return out.reshape(*waveform.shape[:-1], *out.shape[-2:])
 
 
@@ -263,6 +292,13 @@ class MelSpectrogram(nn.Module):
         ``(…, L)`` → ``(…, n_mels, T)``; float16/bfloat16 computed in float32 and returned in their
         dtype (both backends).
 
+    Dtype: the spectrogram's (:class:`Spectrogram`): float64 for float64 input or a float64 window
+    (``window_fn`` returning float64, ``.double()``), whatever the input -- torchaudio's result where it
+    gives one. The Triton kernels take no float64, so such a module runs the torch twin under
+    ``backend=None``; ``backend="triton"`` raises BackendUnavailableError. Where torchaudio fails
+    because its float32 mel filters meet that float64 spectrogram (only ``window_fn`` or
+    ``spectrogram`` in float64), the projection here runs in float64, as :class:`MelScale`'s does.
+
     Example:
         >>> MelSpectrogram(n_mels=64)(torch.randn(2, 8000)).shape
         torch.Size([2, 64, 41])
@@ -324,17 +360,25 @@ class MelSpectrogram(nn.Module):
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
         spec = self.spectrogram
+        # torch.stft's promotion with the window, as torchaudio: a float64 window makes it float64.
+        dtype = _result_dtype(waveform.dtype, spec.window.dtype)
         if _ref._exporting():
             chosen = "torch"
         else:
             spec._check_signal(waveform)
+            if self.backend == "triton" and dtype == torch.float64 and waveform.dtype != torch.float64:
+                raise BackendUnavailableError(
+                    "backend='triton' cannot run this call: the float64 window (spectrogram.window) "
+                    "makes the result float64, which the Triton kernels do not take; convert the module "
+                    "with .float() or use backend='torch'"
+                )
             chosen = _f._MEL.backend(
-                self.backend, device=waveform.device, dtype=waveform.dtype, numel=waveform.numel()
+                self.backend, device=waveform.device, dtype=dtype, numel=waveform.numel()
             )
         if chosen == "torch":
             # The spectrogram in float32 at least (float16's |X|² overflows), rounded once at the end.
-            x = waveform.to(_ref.compute_dtype(waveform.dtype))
-            return self.mel_scale(spec(x)).to(waveform.dtype)
+            x = waveform.to(_ref.compute_dtype(dtype))
+            return self.mel_scale(spec(x)).to(dtype)
         x = waveform.reshape(-1, waveform.shape[-1])
         if spec.pad > 0:
             x = torch.nn.functional.pad(x, (spec.pad, spec.pad))
@@ -366,12 +410,15 @@ class InverseSpectrogram(nn.Module):
     Shape:
         ``(…, F, T)`` complex, or ``(…, F, T, 2)`` real (``view_as_real``) → ``(…, L)``;
         ``L = length`` when given, else ``n_fft + hop·(T−1) − 2·(n_fft//2 if center)``. A float16/
-        bfloat16 (or complex32) spectrogram is inverted in float32 and the signal returned in its dtype.
+        bfloat16 (or complex32) spectrogram is inverted in float32 and the signal returned in its dtype
+        (torchaudio: float32). A float64 window (``window_fn`` returning float64, ``.double()``) or a
+        complex128/float64 spectrogram gives a float64 signal, as torch.istft's type promotion makes
+        torchaudio's.
 
     Raises:
-        ParameterValueError: wrong number of bins, no frames, a window whose overlap-add envelope
-        vanishes (torch.istft's NOLA error), or a ``window_fn`` that does not give a real 1-D tensor
-        of ``win_length`` samples.
+        ParameterValueError: wrong number of bins, no frames, an empty batch, a window whose
+        overlap-add envelope vanishes (torch.istft's NOLA error), or a ``window_fn`` that does not give
+        a real 1-D tensor of ``win_length`` samples.
         ParameterTypeError: a real spectrogram that is not floating.
     """
 
@@ -414,12 +461,18 @@ class InverseSpectrogram(nn.Module):
         if not _ref._exporting() and re.shape[-1] == 0:
             # torch.istft fails on it too, with an internal error (the reshape below failed first).
             raise bad_value("spectrogram", spectrogram, "a tensor of at least one frame (T >= 1)")
+        if not _ref._exporting() and re.numel() == 0:
+            # An empty batch: torch.istft (torchaudio) fails inside, and so did the FFT here (MKL's
+            # "Inconsistent configuration parameters"); the forward modules refuse an empty waveform.
+            raise bad_value("spectrogram", spectrogram, "a non-empty tensor (no dimension of size 0)")
         if length is not None:
             length = check_int("length", length, min_value=1)
         shape = re.shape
         # float16/bfloat16 spectrograms are inverted in float32 and the signal rounded once, as the
-        # forward transforms do (computed in 16 bits, the error was ~4× the output's rounding).
-        dtype = _ref.compute_dtype(re.dtype)
+        # forward transforms do (computed in 16 bits, the error was ~4× the output's rounding); a
+        # float64 window promotes to float64, as in torch.istft.
+        out_dtype = _result_dtype(re.dtype, self.window.dtype)
+        dtype = _ref.compute_dtype(out_dtype)
         window = _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, re.device)
         out = _stft_ref.istft_parts(
             re.reshape(-1, shape[-2], shape[-1]).to(dtype),
@@ -433,4 +486,4 @@ class InverseSpectrogram(nn.Module):
         )
         if length is not None and self.pad > 0:
             out = out[:, self.pad : -self.pad]
-        return out.reshape(*shape[:-2], out.shape[-1]).to(re.dtype)
+        return out.reshape(*shape[:-2], out.shape[-1]).to(out_dtype)

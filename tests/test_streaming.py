@@ -341,3 +341,105 @@ def test_public_homes():
     assert nbxsig.stft.StreamingSTFT is StreamingSTFT
     assert nbxsig.stft.StreamingISTFT is StreamingISTFT
     assert nbxsig.features.StreamingMelSpectrogram is StreamingMelSpectrogram
+
+
+def _framed_stream(kind: str):
+    if kind == "stft":
+        window = torch.hann_window(32, dtype=torch.float64)
+        stream = StreamingSTFT(32, 8, window=window)
+
+        def offline(x):
+            return torch.stft(x, 32, 8, window=window, return_complex=True)
+
+    else:
+        kw = dict(sample_rate=8000, n_fft=32, hop_length=8, n_mels=6)
+        stream = StreamingMelSpectrogram(**kw, backend="torch")
+
+        def offline(x):
+            return nf.mel_spectrogram(x, **kw, backend="torch")
+
+    return stream, offline
+
+
+@pytest.mark.parametrize("kind", ["stft", "mel"])
+def test_streaming_rank_is_fixed_by_the_first_push(kind, generator):
+    # A 1-D first chunk makes the outputs stream-less. A later (1, n) chunk has the one stream too: it
+    # was accepted and its output came back without the stream dimension ((F, k) for a (1, n) chunk),
+    # and a (n,) chunk after a (1, n) one came back with it. Refused now, naming the first push's
+    # layout, and the stream is left as it was.
+    x = random_tensor((300,), generator=generator, dtype=torch.float64)
+    stream, offline = _framed_stream(kind)
+    outs = [stream.push(x[:100])]
+    with pytest.raises(
+        ParameterValueError, match=r"chunk must be a 1-D \(n,\) tensor, as in the first push .* \(1, 50\)"
+    ):
+        stream.push(x[None, 100:150])
+    outs += [stream.push(x[100:]), stream.flush()]
+    assert all(out.dim() == 2 for out in outs)
+    assert_close(torch.cat(outs, -1), offline(x), dtype="float64")
+    # The reverse, and after a flush (which resets) the other rank is a new stream's choice.
+    outs = [stream.push(x[None, :100])]
+    with pytest.raises(
+        ParameterValueError, match=r"chunk must be a 2-D \(1, n\) tensor, as in the first push .* \(50,\)"
+    ):
+        stream.push(x[100:150])
+    outs += [stream.push(x[None, 100:]), stream.flush()]
+    assert all(out.dim() == 3 for out in outs)
+    assert_close(torch.cat(outs, -1), offline(x[None]), dtype="float64")
+
+
+@pytest.mark.parametrize("kind", ["stft", "mel"])
+def test_streaming_state_dict_keeps_the_rank(kind, generator):
+    # A state saved from a 1-D stream restores a 1-D stream in a fresh object: stream-less outputs,
+    # flush included, and a (1, n) chunk refused.
+    x = random_tensor((300,), generator=generator, dtype=torch.float64)
+    stream, offline = _framed_stream(kind)
+    first = stream.push(x[:120])
+    state = stream.state_dict()
+    assert state["squeeze"] is True
+    restored, _ = _framed_stream(kind)
+    restored.load_state_dict(state)
+    with pytest.raises(ParameterValueError, match=r"chunk must be a 1-D \(n,\) tensor"):
+        restored.push(x[None, 120:])
+    outs = [first, restored.push(x[120:]), restored.flush()]
+    assert all(out.dim() == 2 for out in outs)
+    assert_close(torch.cat(outs, -1), offline(x), dtype="float64")
+    restored.load_state_dict(state)
+    restored.reset()  # a reset stream takes either rank again
+    assert restored.push(x[None]).dim() == 3
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_streaming_istft_rank_is_fixed_by_the_first_push(backend, device, generator):
+    # The iSTFT squeezed each push by its own rank and the flush by the first push's: a (1, F, k)
+    # push after (F, k) ones gave (1, n) samples, the flush (n,). Refused now; complex and real layouts
+    # of the same rank still mix. The saved state keeps the rank.
+    if backend == "torch":
+        device = torch.device("cpu")
+    w = torch.hann_window(20)
+    x = random_tensor((400,), generator=generator)
+    spec = torch.stft(x, 20, 5, window=w, return_complex=True).to(device)
+    stream = StreamingISTFT(20, 5, window=w, backend=backend)
+    outs = [stream.push(spec[:, :30])]
+    with pytest.raises(
+        ParameterValueError,
+        match=r"spec must be a complex \(11, frames\) or real \(11, frames, 2\) tensor, as in the first push",
+    ):
+        stream.push(spec[None, :, 30:40])
+    outs.append(stream.push(torch.view_as_real(spec[:, 30:50])))
+    restored = StreamingISTFT(20, 5, window=w, backend=backend)
+    restored.load_state_dict(stream.state_dict())
+    with pytest.raises(ParameterValueError, match=r"spec must be a complex \(11, frames\)"):
+        restored.push(torch.view_as_real(spec[None, :, 50:]))
+    outs += [restored.push(spec[:, 50:]), restored.flush()]
+    assert all(out.dim() == 1 for out in outs)
+    assert_close(torch.cat(outs), torch.istft(spec.cpu(), 20, 5, window=w), **STREAM_TOL)
+    # The reverse: a (1, F, k) stream refuses (F, k), and keeps its stream dimension to the end.
+    outs = [restored.push(spec[None, :, :30])]
+    with pytest.raises(
+        ParameterValueError, match=r"spec must be a complex \(1, 11, frames\) or real \(1, 11, frames, 2\)"
+    ):
+        restored.push(spec[:, 30:])
+    outs += [restored.push(spec[None, :, 30:]), restored.flush()]
+    assert all(out.dim() == 2 for out in outs)
+    assert_close(torch.cat(outs, -1), torch.istft(spec[None].cpu(), 20, 5, window=w), **STREAM_TOL)

@@ -10,7 +10,7 @@ import torchaudio
 
 import nbxsig.features as nf
 import nbxsig.transforms as T
-from nbxsig.errors import ParameterTypeError, ParameterValueError
+from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
 from nbxsig.testing import assert_close, random_tensor
 
 
@@ -413,3 +413,104 @@ def test_modules_transform_with_torch_fft_eagerly_and_keep_the_export_basis(gene
         ours.window.mul_(0.5)
     ours(x)
     assert torch.equal(ours.basis, ours._basis(torch.float32))
+
+
+def _float64_window(n: int, **kwargs) -> torch.Tensor:
+    return torch.hann_window(n, dtype=torch.float64, **kwargs)
+
+
+@pytest.mark.parametrize("power", [2.0, 1.0, None], ids=["power2", "power1", "complex"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_spectrogram_float64_window_promotes_as_torchaudio(dtype, power, generator):
+    # torch.stft promotes the signal with the window: torchaudio returns float64 (complex128) for a
+    # float64 window whatever the input's dtype; this returned the input's (float32, complex64).
+    x = random_tensor((2, 1500), generator=generator).to(dtype)
+    kw = dict(n_fft=128, hop_length=32, power=power, normalized=True)
+    expected = torchaudio.transforms.Spectrogram(**kw, window_fn=_float64_window)(x)
+    got = T.Spectrogram(**kw, window_fn=_float64_window)(x)
+    assert expected.dtype == got.dtype == (torch.float64 if power else torch.complex128)
+    assert_close(_real(got), _real(expected), dtype="float64")
+    # The same from a module converted with .double() only, on float32 input.
+    expected = torchaudio.transforms.Spectrogram(**kw).double()(x.float())
+    got = T.Spectrogram(**kw).double()(x.float())
+    assert got.dtype == expected.dtype
+    assert_close(_real(got), _real(expected), dtype="float64")
+
+
+def test_mel_spectrogram_float64_window_promotes_as_torchaudio(device, generator, monkeypatch):
+    # torchaudio: a module converted with .double() gives float64 for float32 input (the spectrogram
+    # is promoted by its window, then meets float64 filters). Both backends' auto choice must give it:
+    # the Triton kernels take no float64, so the float32 input may not pick them.
+    x = random_tensor((2, 1200), generator=generator)
+    kw = dict(sample_rate=8000, n_fft=128, hop_length=32, n_mels=20)
+    theirs = torchaudio.transforms.MelSpectrogram(**kw).double()
+    expected = theirs(x)
+    assert expected.dtype == torch.float64
+    monkeypatch.setenv("NBXSIG_BACKEND", "triton")  # auto picks Triton wherever it can run (interpreter)
+    for backend in (None, "torch"):
+        ours = T.MelSpectrogram(**kw, backend=backend).double()
+        ours.load_state_dict(theirs.state_dict())  # torchaudio's float32-computed filters
+        got = ours.to(device)(x.to(device))
+        assert got.dtype == torch.float64, backend
+        assert_close(got, expected, dtype="float64")
+    # Only the window in float64 (a window_fn giving float64): torchaudio's float32 filters then meet a
+    # float64 spectrogram and its matmul fails; here the projection runs in float64, as MelScale's.
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torchaudio.transforms.MelSpectrogram(**kw, window_fn=_float64_window)(x)
+    partial = T.MelSpectrogram(**kw, window_fn=_float64_window)
+    partial.load_state_dict({k: v.float() for k, v in theirs.state_dict().items()})
+    assert partial.mel_scale.fb.dtype == torch.float32
+    got = partial.to(device)(x.to(device))
+    assert got.dtype == torch.float64
+    assert_close(got, expected, dtype="float64")
+    with pytest.raises(BackendUnavailableError, match=r"float64 window \(spectrogram.window\)"):
+        T.MelSpectrogram(**kw, window_fn=_float64_window, backend="triton").to(device)(x.to(device))
+    # A float32 window keeps float32 input in float32 (and on the Triton kernels).
+    got = T.MelSpectrogram(**kw, backend="triton").to(device)(x.to(device))
+    assert got.dtype == torch.float32
+    assert_close(got, expected, dtype="float32", rel_error=1e-5)
+
+
+@pytest.mark.parametrize("normalized", [False, True], ids=["plain", "normalized"])
+def test_inverse_spectrogram_float64_window_promotes_as_torchaudio(normalized, generator):
+    # torch.istft promotes with the window: torchaudio returns float64 for a complex64 spectrogram and
+    # a float64 window (or a .double() module); this returned float32. torch.istft inverts the complex64
+    # frames before windowing (float32 accuracy); here they are inverted in float64, so the result
+    # equals the float64 inverse of the same spectrogram.
+    TA = torchaudio.transforms
+    x = random_tensor((2, 1500), generator=generator)
+    kw = dict(n_fft=128, hop_length=32, normalized=normalized)
+    spec = TA.Spectrogram(**kw, power=None)(x)
+    assert spec.dtype == torch.complex64
+    pairs = [  # a float64 window from window_fn; a float32 one converted by .double()
+        (
+            T.InverseSpectrogram(**kw, window_fn=_float64_window),
+            TA.InverseSpectrogram(**kw, window_fn=_float64_window),
+        ),
+        (T.InverseSpectrogram(**kw).double(), TA.InverseSpectrogram(**kw).double()),
+    ]
+    for ours, theirs in pairs:
+        expected, exact = theirs(spec), theirs(spec.to(torch.complex128))
+        assert expected.dtype == torch.float64
+        got = ours(spec)
+        assert got.dtype == torch.float64
+        assert_close(got, expected, dtype="float32")
+        assert_close(got, exact, dtype="float64")
+        # The real layout, float16 included (nbxsig's own; its values are exact in float32).
+        half = torch.view_as_real(spec).half()
+        got = ours(half)
+        assert got.dtype == torch.float64
+        assert_close(got, theirs(torch.view_as_complex(half.double())), dtype="float64")
+    # A float32 window keeps a complex64 spectrogram's float32, as torchaudio.
+    assert T.InverseSpectrogram(**kw)(spec).dtype == TA.InverseSpectrogram(**kw)(spec).dtype == torch.float32
+
+
+def test_inverse_spectrogram_refuses_an_empty_batch(generator):
+    # torch.istft (so torchaudio) fails inside on an empty batch, and so did the FFT here (oneMKL's
+    # "Inconsistent configuration parameters"); refused with a message, as the forward modules do.
+    x = random_tensor((2, 600), generator=generator)
+    spec = torch.stft(x, 64, 16, window=torch.hann_window(64), return_complex=True)
+    with pytest.raises(RuntimeError):
+        torchaudio.transforms.InverseSpectrogram(n_fft=64, hop_length=16)(spec[:0])
+    with pytest.raises(ParameterValueError, match=r"spectrogram must be a non-empty tensor .* \(0, 33, 38\)"):
+        T.InverseSpectrogram(n_fft=64, hop_length=16)(spec[:0])
