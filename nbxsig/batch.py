@@ -1529,17 +1529,10 @@ class _Engine:
                 try:
                     save_seconds = fut.result()
                 except Exception as exc:
-                    error = _error_text(it.task.output or it.task.input, exc)
-                    self.reporter.row(it.task, "failed", error=error, warnings=_warnings_of(it.value))
+                    self._report_written(it, error=_error_text(it.task.output or it.task.input, exc))
                 else:
                     self.summary.save_seconds += save_seconds
-                    self.reporter.row(
-                        it.task,
-                        "ok",
-                        seconds=it.seconds + save_seconds,
-                        value=it.value,
-                        warnings=_warnings_of(it.value),
-                    )
+                    self._report_written(it, save_seconds=save_seconds)
             self._release(it)
         while self.pool is not None and self.pool.written:
             it, save_seconds, error, redo = self.pool.written.popleft()
@@ -1552,19 +1545,23 @@ class _Engine:
             if redo:
                 pass  # stopped before it was written: not reported, like a cancelled thread write
             elif error is not None:
-                self.reporter.row(it.task, "failed", error=error, warnings=_warnings_of(it.value))
+                self._report_written(it, error=error)
             else:
                 self.summary.worker_saves += 1
                 self.summary.worker_save_seconds += save_seconds
-                self.reporter.row(
-                    it.task,
-                    "ok",
-                    seconds=it.seconds + save_seconds,
-                    value=it.value,
-                    warnings=_warnings_of(it.value),
-                )
+                self._report_written(it, save_seconds=save_seconds)
             self._release(it)
         return count
+
+    def _report_written(self, it: _Loaded, *, error: str | None = None, save_seconds: float = 0.0) -> None:
+        """The manifest row of a file whose write ended (in a thread or a worker): ``ok``, or
+        ``failed`` with ``error``; its warnings either way."""
+        warnings = _warnings_of(it.value)
+        if error is not None:
+            self.reporter.row(it.task, "failed", error=error, warnings=warnings)
+        else:
+            seconds = it.seconds + save_seconds
+            self.reporter.row(it.task, "ok", seconds=seconds, value=it.value, warnings=warnings)
 
 
 # --------------------------------------------------------------------------------------------
