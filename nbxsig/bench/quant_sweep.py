@@ -32,7 +32,15 @@ HQ, HKV, D = 32, 8, 128
 # p = PDL, on). "" is the default launch. The B=1 "Q" rows are the tenth round's measured default
 # splits and tiles before Q_IN_LOOP became automatic.
 ATTN = {
-    (1, 4096): [(None, ""), (None, "Q"), ((256, 64, 4, 4), "")],
+    (1, 4096): [
+        (None, ""),
+        (None, "Q"),
+        ((256, 64, 4, 4), ""),
+        ((128, 64, 4, 3), ""),
+        ((128, 32, 4, 4), ""),
+        ((256, 32, 4, 4), ""),
+        ((256, 64, 8, 3), ""),
+    ],
     (1, 32768): [(None, ""), (None, "Q"), ((2048, 64, 4, 4), "")],
     (16, 4096): [(None, ""), (None, "P"), (None, "q")],
     (64, 2048): [(None, ""), (None, "P"), (None, "q")],
