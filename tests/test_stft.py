@@ -141,6 +141,23 @@ def test_random_window_and_real_layout(generator, device):
         assert_close(out, ref, dtype="float32", rel_error=2e-6)
 
 
+@pytest.mark.parametrize("layout", ["view_as_real", "odd_offset", "odd_strides"])
+def test_istft_real_layout_in_any_memory(layout, generator):
+    """The torch path views a real-layout spectrum as complex where its memory allows and copies it
+    otherwise; both give torch.istft's result."""
+    spec = torch.stft(random_tensor((2, 90), generator=generator), 16, 4, return_complex=True)
+    w = torch.hann_window(16)
+    if layout == "view_as_real":
+        real = torch.view_as_real(spec)
+    elif layout == "odd_offset":  # even strides, odd start: not viewable as complex
+        flat = torch.empty(spec.numel() * 2 + 1)
+        real = flat[1:].view(*spec.shape, 2)
+        real.copy_(torch.view_as_real(spec))
+    else:
+        real = torch.stack((spec.real, spec.imag, spec.real), dim=-1)[..., :2]  # strides of 3
+    assert_close(S.istft(real, 16, 4, window=w, backend="torch"), torch.istft(spec, 16, 4, window=w))
+
+
 def test_complex_input_is_two_sided(generator):
     x = random_tensor((2, 50), generator=generator, dtype=torch.complex128)
     w = torch.hann_window(16, dtype=torch.float64)

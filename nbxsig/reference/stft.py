@@ -163,6 +163,17 @@ def envelope(
     return _overlap_add(w2.reshape(1, 1, n_fft).expand(1, n_frames, n_fft), hop, n_fft)[0]
 
 
+def _as_complex(spec: torch.Tensor) -> torch.Tensor:
+    """A real-layout ``(..., 2)`` tensor as complex: a view where its strides allow (the layout
+    ``view_as_real`` gives, as from a complex input), else a copy (and always under torch.compile,
+    which cannot trace ``storage_offset``)."""
+    if not torch.compiler.is_compiling():
+        strides = spec.stride()
+        if strides[-1] == 1 and spec.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in strides[:-1]):
+            return torch.view_as_complex(spec)
+    return torch.complex(spec[..., 0], spec[..., 1])
+
+
 def _overlap_add(frames: torch.Tensor, hop: int, n_fft: int) -> torch.Tensor:
     """(B, T, N) → (B, N + hop·(T-1)): Σ_t frames[t] placed at t·hop. ``n_fft`` comes in as a
     Python int (not from ``frames.shape``) so an exported graph has static kernel shapes."""
@@ -178,7 +189,9 @@ def _overlap_add(frames: torch.Tensor, hop: int, n_fft: int) -> torch.Tensor:
     # 3-15× slower on a 2-core CPU (n_fft 400-2048 at a quarter hop, 4 × 10 s: 8-15 ms against
     # ~1 ms) and 2-3× slower down to hop 8; it tied only at hop 1.
     n_pieces = -(-n_fft // hop)
-    pieces = F.pad(frames, (0, n_pieces * hop - n_fft)).reshape(n_batch, n_frames, n_pieces, hop)
+    if n_pieces * hop > n_fft:
+        frames = F.pad(frames, (0, n_pieces * hop - n_fft))
+    pieces = frames.reshape(n_batch, n_frames, n_pieces, hop)
     out = frames.new_zeros(n_batch, n_frames + n_pieces - 1, hop)
     for j in range(n_pieces):
         out[:, j : j + n_frames] += pieces[:, :, j]
@@ -227,7 +240,7 @@ def istft(
     xr = spec[..., 0].transpose(1, 2)  # (B, T, F)
     xi = spec[..., 1].transpose(1, 2)
     if _use_fft():
-        frames = torch.complex(xr, xi)
+        frames = _as_complex(spec).transpose(1, 2)
         if return_complex:
             out = torch.fft.ifft(frames, dim=-1)
             fr, fi = out.real, out.imag
