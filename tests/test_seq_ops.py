@@ -115,9 +115,9 @@ def test_silu_mul_kernel_matches_float64(shape, view, dtype, device, generator):
     assert_close(y, ref.silu_mul(gu), dtype=dtype)
 
 
-def test_silu_mul_refuses_an_odd_width():
+def test_silu_mul_refuses_an_odd_width(device):
     with pytest.raises(ParameterValueError, match="gate_up"):
-        kswiglu.silu_mul(torch.randn(2, 7))
+        kswiglu.silu_mul(torch.randn(2, 7, device=device))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
