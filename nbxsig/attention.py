@@ -152,9 +152,12 @@ class KVCache:
         self.slots = capacity if window is None else window
         self.steps = 0
         shape = (n_layers, batch, n_kv_heads, self.slots, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.pos = torch.zeros(batch, dtype=torch.int64, device=device)
+        # Outside inference mode: a cache made under torch.inference_mode is updated in place by
+        # steps and resets outside it, which torch refuses for inference tensors.
+        with torch.inference_mode(False):
+            self.k = torch.zeros(shape, dtype=dtype, device=device)
+            self.v = torch.zeros(shape, dtype=dtype, device=device)
+            self.pos = torch.zeros(batch, dtype=torch.int64, device=device)
         self._rows = torch.arange(batch, device=device)
 
     def _layer(self, layer: int) -> int:

@@ -46,6 +46,9 @@ __all__ = [
 ]
 
 
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
 @dataclass(frozen=True)
 class SeqConfig:
     """Geometry of a :class:`SeqModel`.
@@ -56,7 +59,7 @@ class SeqConfig:
             (divides ``n_heads``). d_ff: SwiGLU hidden width. d_out: outputs per step.
         window: sliding attention window in steps (a token sees itself and the ``window - 1``
             before it), or None for full causal attention.
-        rope_base: rotary frequency base.
+        rope_base: rotary frequency base (> 1, at most float32's largest finite value).
     """
 
     d_in: int
@@ -74,7 +77,9 @@ class SeqConfig:
             check_int(name, getattr(self, name), min_value=1)
         if self.window is not None:
             check_int("window", self.window, min_value=1)
-        check_float("rope_base", self.rope_base, min_value=1.0, min_inclusive=False)
+        # At most float32's largest: the frequency table is float32 and starts from float32(rope_base);
+        # a larger base became inf there, and every frequency but the first 0 (no rotation).
+        check_float("rope_base", self.rope_base, min_value=1.0, min_inclusive=False, max_value=_FLOAT32_MAX)
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise bad_value(
                 "d_model", self.d_model, f"a multiple of n_heads={self.n_heads} with an even head dim"
@@ -155,8 +160,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = check_float("eps", eps, min_value=0.0)
+        self.weight = nn.Parameter(torch.ones(check_int("dim", dim, min_value=1)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight, eps=self.eps)
@@ -170,8 +175,9 @@ def rope(
     Args:
         x: ``(..., H, D)`` float16/bfloat16/float32 (float64 on the torch backend), ``D`` even.
         pos: real tensor of positions broadcastable to ``x.shape[:-2]``, on ``x``'s device.
-        base: the frequency base (> 0): angles ``float32(pos) · base^(-2i/D)``, in float32 -- the
-            same bits on both backends, so ``SeqModel.forward`` and ``step`` agree.
+        base: the frequency base (> 0, at most float32's largest finite value): angles
+            ``float32(pos) · base^(-2i/D)``, in float32 -- the same bits on both backends, so
+            ``SeqModel.forward`` and ``step`` agree.
         backend: None (auto: Triton on CUDA, one launch), "triton" or "torch".
 
     Returns:
@@ -195,7 +201,7 @@ def rope(
         raise bad_value("pos", pos, f"positions broadcastable to x's leading dims {lead}")
     if pos.device != x.device:
         raise bad_value("pos", pos, f"on x's device {x.device}")
-    base = check_float("base", base, min_value=0.0, min_inclusive=False)
+    base = check_float("base", base, min_value=0.0, min_inclusive=False, max_value=_FLOAT32_MAX)
     return _rope(x, pos, reference_models.rope_frequencies(x.shape[-1], base, x.device), backend)
 
 
@@ -268,9 +274,12 @@ class SeqModel(nn.Module):
         table = self._rope_tables.get(device)
         if table is None:
             cfg = self.config
-            table = self._rope_tables[device] = reference_models.rope_frequencies(
-                cfg.head_dim, cfg.rope_base, device
-            )
+            # Outside inference mode: the table outlives the call that builds it, and an inference
+            # tensor cannot be saved for a later training forward's backward (the Triton rope's).
+            with torch.inference_mode(False):
+                table = self._rope_tables[device] = reference_models.rope_frequencies(
+                    cfg.head_dim, cfg.rope_base, device
+                )
         return table
 
     def _param(self) -> torch.Tensor:
@@ -280,7 +289,7 @@ class SeqModel(nn.Module):
         """Whole sequences: ``x (B, T, d_in)`` → ``(B, T, d_out)``; attention is causal and limited to
         the window. Uses ``F.scaled_dot_product_attention`` with an explicit mask."""
         cfg = self.config
-        check_tensor("x", x, dtypes=(self._param().dtype,), min_dim=3, max_dim=3)
+        self._check_input("x", x, 3)
         if x.shape[-1] != cfg.d_in:
             raise bad_value("x", x, f"a (B, T, d_in={cfg.d_in}) tensor")
         b, t, _ = x.shape
@@ -341,7 +350,7 @@ class SeqModel(nn.Module):
         so it can be captured in a CUDA graph (:meth:`capture_step`)."""
         cfg = self.config
         self._check_state(state)
-        check_tensor("x_t", x_t, dtypes=(self._param().dtype,), min_dim=2, max_dim=2)
+        self._check_input("x_t", x_t, 2)
         if x_t.shape != (state.batch, cfg.d_in):
             raise bad_value("x_t", x_t, f"a (batch={state.batch}, d_in={cfg.d_in}) tensor")
         state.check_room()
@@ -372,6 +381,13 @@ class SeqModel(nn.Module):
             h, normed = _ADD_RMS_NORM(h, mlp_out, norm.weight, eps=norm.eps, backend=norm_backend)
         state.advance()
         return self.out_proj(normed), state
+
+    def _check_input(self, name: str, x: torch.Tensor, rank: int) -> None:
+        """``x`` is a ``rank``-dim tensor of the model's dtype on its device."""
+        p = self._param()
+        check_tensor(name, x, dtypes=(p.dtype,), min_dim=rank, max_dim=rank)
+        if x.device != p.device:
+            raise bad_value(name, x, f"on the model's device {p.device}")
 
     def _check_state(self, state: KVCache) -> None:
         """``state`` is a :class:`KVCache` made for this model (:meth:`init_state`'s geometry, dtype
@@ -467,6 +483,8 @@ class CapturedStep:
         self._weights = weights
 
     def __call__(self, x_t: torch.Tensor) -> torch.Tensor:
+        # The model's dtype, as the eager step takes (copy_ would cast any other silently).
+        check_tensor("x_t", x_t, dtypes=(self._x.dtype,))
         if x_t.shape != self._x.shape:
             raise bad_value("x_t", x_t, f"a tensor of shape {tuple(self._x.shape)}")
         self.state.check_room()

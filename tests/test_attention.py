@@ -151,6 +151,29 @@ def test_slots_past_lengths_are_never_read(backend, generator, device):
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_slots_past_lengths_do_not_reach_the_gradients(backend, generator, device):
+    # The output ignored the garbage past each row's length, but q's gradient is Σ_t ∂s_t·k_t with
+    # ∂s_t = 0 there, and 0·inf is NaN: q.grad was NaN (both backends: Triton's backward recomputes
+    # the torch path). Reference: the same cache with the garbage zeroed.
+    q = random_tensor((3, 4, 16), generator=generator, device=device)
+    k = random_tensor((3, 2, 70, 16), generator=generator, device=device)
+    v = random_tensor((3, 2, 70, 8), generator=generator, device=device)
+    bias = random_tensor((3, 70), generator=generator, device=device)
+    lengths = torch.tensor([3, 70, 0], device=device)
+    clean_k, clean_v = k.clone(), v.clone()
+    for i, n in enumerate(lengths.tolist()):
+        k[i, :, n:], clean_k[i, :, n:] = float("inf"), 0.0
+        v[i, :, n:], clean_v[i, :, n:] = float("nan"), 0.0
+    grads = {}
+    for name, kv in (("garbage", (k, v)), ("clean", (clean_k, clean_v))):
+        leaves = [x.clone().requires_grad_() for x in (q, *kv, bias)]
+        out = decode_attention(*leaves[:3], lengths=lengths, bias=leaves[3], backend=backend)
+        grads[name] = torch.autograd.grad(out.square().sum(), leaves)
+    for got, want in zip(grads["garbage"], grads["clean"], strict=True):
+        assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_bias_at_the_float32_limits(backend, generator, device):
     # torch.finfo(float32).min as a mask value (as transformers fills masks): finite, so a row of only
     # such keys is the mean of V (torch.softmax's answer), and finfo.max selects its key. The kernel's

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -9,7 +11,7 @@ from nbxsig.errors import BackendUnavailableError, ParameterTypeError, Parameter
 from nbxsig.kernels import rmsnorm as KN
 from nbxsig.kernels import rope as KR
 from nbxsig.kernels import swiglu as KS
-from nbxsig.models import SeqConfig, SeqModel, rope
+from nbxsig.models import CapturedStep, RMSNorm, SeqConfig, SeqModel, rope
 from nbxsig.quant import Int4Linear, load_quantized, save_quantized
 from nbxsig.testing import assert_close, random_tensor
 
@@ -149,6 +151,17 @@ def test_rope_is_a_rotation(generator):
     assert torch.equal(rope(x[:, :1], torch.zeros(1), 10000.0), x[:, :1])
 
 
+def test_float64_rope_is_a_float64_rotation(generator):
+    # The angles are float32 (the table both backends share), but a float64 x rotates by their
+    # float64 cos and sin: rounded to float32, norms drifted by 1e-8 and rope(rope(x, p), -p) missed
+    # x by 2e-7.
+    x = random_tensor((2, 50, 3, 64), generator=generator, dtype=torch.float64)
+    pos = torch.arange(50)
+    y = rope(x, pos)
+    assert_close(y.norm(dim=-1), x.norm(dim=-1), dtype=torch.float64)
+    assert_close(rope(y, -pos), x, dtype=torch.float64)
+
+
 def test_errors():
     with pytest.raises(ParameterValueError, match="n_kv_heads"):
         SeqConfig(d_in=4, d_model=64, n_layers=1, n_heads=4, n_kv_heads=3, d_ff=8, d_out=2, window=4)
@@ -182,6 +195,65 @@ def test_errors():
         _model(None).quantize(12)
     with pytest.raises(ParameterTypeError, match="config must be a SeqConfig"):
         SeqModel({})
+
+
+def test_inputs_and_layers_refused_by_name():
+    model = _model(4)
+    state = model.init_state(2)
+    # An input on another device than the model (a CPU x for a CUDA model; meta here) reached the
+    # first linear and raised torch's device error.
+    with pytest.raises(ParameterValueError, match="x must be on the model's device cpu"):
+        model(torch.randn(2, 3, 12, device="meta"))
+    with pytest.raises(ParameterValueError, match="x_t must be on the model's device cpu"):
+        model.step(torch.randn(2, 12, device="meta"), state)
+    # RMSNorm's width was torch.ones' (a RuntimeError for -1, a TypeError for a string); a negative
+    # eps was taken and refused only at the first call.
+    with pytest.raises(ParameterValueError, match="dim must be >= 1"):
+        RMSNorm(-1)
+    with pytest.raises(ParameterTypeError, match="dim must be an integer"):
+        RMSNorm("64")
+    with pytest.raises(ParameterValueError, match="eps must be a finite number >= 0"):
+        RMSNorm(64, eps=-1.0)
+    # A captured step read x_t.shape first (AttributeError for a list) and copy_ cast another dtype
+    # silently, where the eager step refuses it. (Stub graph: the checks come before the replay.)
+    captured = CapturedStep(SimpleNamespace(replay=lambda: None), torch.zeros(2, 12), None, state, ())
+    with pytest.raises(ParameterTypeError, match=r"x_t must be a torch\.Tensor"):
+        captured([[0.0] * 12] * 2)
+    with pytest.raises(ParameterTypeError, match="x_t must be a tensor of dtype float32"):
+        captured(torch.zeros(2, 12, dtype=torch.float64))
+
+
+def test_rope_base_beyond_float32_is_refused(generator):
+    # The frequency table is float32, built from float32(base): 1e39 became inf and every frequency
+    # but the first 0, so the model silently rotated one pair of dims only.
+    with pytest.raises(ParameterValueError, match=r"rope_base must be a finite number > 1\.0 <= 3\.40"):
+        _model(4, rope_base=1e39)
+    x = random_tensor((2, 5, 3, 16), generator=generator)
+    with pytest.raises(ParameterValueError, match=r"base must be a finite number > 0\.0 <= 3\.40"):
+        rope(x, torch.arange(5), 1e39)
+    top = torch.finfo(torch.float32).max  # still allowed: the table's frequencies are finite
+    assert torch.isfinite(_model(4, rope_base=top)._rope_table(torch.device("cpu"))).all()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_state_and_rope_table_made_under_inference_mode_work_outside_it(backend, generator, monkeypatch):
+    # A model first run under torch.inference_mode cached its rotary table as an inference tensor,
+    # which the Triton rope saves for backward: training afterwards raised torch's RuntimeError. A
+    # state made there could not be stepped or reset outside it (in-place update of an inference
+    # tensor).
+    monkeypatch.setenv("NBXSIG_BACKEND", backend)
+    model = _model(3)
+    x = random_tensor((2, 5, 12), generator=generator)
+    with torch.inference_mode():
+        full = model(x)
+        state = model.init_state(2)
+    model(x).square().sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    streamed = torch.stack([model.step(x[:, i], state)[0] for i in range(x.shape[1])], dim=1)
+    assert_close(streamed, full, atol=1e-4, rtol=1e-4)
+    state.reset()
+    with torch.inference_mode():  # and back inside it
+        assert_close(model.step(x[:, 0], state)[0], full[:, 0], atol=1e-4, rtol=1e-4)
 
 
 def test_a_cache_without_window_refuses_a_token_past_its_capacity(generator):

@@ -152,6 +152,28 @@ def test_rope_gradient(device, generator):
     assert_close(gx, ex, dtype=torch.float32)
 
 
+@pytest.mark.parametrize("op", ["rms_norm", "rope"])
+def test_second_derivatives_match_the_torch_backend(op, device, generator):
+    # create_graph=True through the Triton backend: rms_norm's backward recomputed its twin on detached
+    # copies (gradients with no graph: torch's RuntimeError on the second grad), rope's ran the bare
+    # kernel (cut from the graph: a silently wrong second derivative, a third of the torch one's norm).
+    x = random_tensor((4, 3, 2, 8), generator=generator, device=device)
+    w = random_tensor((8,), generator=generator, device=device)
+    pos = torch.arange(3, device=device)
+    results = {}
+    for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
+        xs, ws = x.to(dtype).requires_grad_(), w.to(dtype).requires_grad_()
+        leaves = (xs, ws) if op == "rms_norm" else (xs,)
+        if op == "rms_norm":
+            y = rms_norm(xs * xs, ws, backend=backend)
+        else:
+            y = rope(xs * xs, pos, backend=backend)
+        first = torch.autograd.grad(y.square().sum(), leaves, create_graph=True)
+        results[backend] = torch.autograd.grad(sum(g.square().sum() for g in first), leaves)
+    for got, want in zip(results["triton"], results["torch"], strict=True):
+        assert_close(got, want, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_rope_and_cache_kernel_matches_twin(dtype, device, generator):
     # A decode step's fused rotation + cache write: q returned rotated, k rotated and v copied into

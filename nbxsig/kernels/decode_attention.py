@@ -35,7 +35,6 @@ from ._runtime import check_launchable, empty_output, next_pow2
 from ._splitsum import zeroed_counters
 
 LOG2E = 1.4426950408889634
-MAX_SPLITS = 256
 _TARGET_PROGRAMS = 128  # ~1 per SM on a 132-SM H100/H200 (H200 sweeps: see split_config)
 _MAX_AUTO_SPLITS = 64  # the last program merges every split: keep that tail short
 # Launch-time switches, read on every call (bench.quant_sweep times both settings in one process):

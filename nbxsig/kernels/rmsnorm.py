@@ -9,7 +9,8 @@ works; with ``D <= BLOCK_D`` the second pass reuses the loaded tile. torch's eag
 launches (cast, square, mean, add, rsqrt, two products and the cast back), each a round trip of the
 activations through memory: in a streaming step these small launches, not their bytes, set the time.
 
-Backward: :class:`_RMSNorm` recomputes the torch twin under autograd (the kernel saves nothing).
+Backward: :class:`_RMSNorm` recomputes the torch twin under autograd (the kernel saves nothing), so
+second derivatives follow the torch twin's.
 
 :func:`add_rms_norm` is a pre-norm block's residual step in the same launch: ``s = x + r`` rounded to
 x's dtype (torch's add), stored, and normalised -- in a decode step it replaces the add launch
@@ -142,15 +143,20 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:2]
+        # The torch twin under autograd, recomputed: the kernel stored nothing. Under
+        # create_graph=True on the saved inputs themselves, so the gradients keep their dependence on
+        # x and weight (second derivatives, as the torch backend's); otherwise on detached copies.
+        higher = torch.is_grad_enabled()
         with torch.enable_grad():
-            # The torch twin under autograd, recomputed: the kernel stored nothing.
-            xd = x.detach().requires_grad_(ctx.needs_input_grad[0])
-            wd = weight.detach().requires_grad_(ctx.needs_input_grad[1])
-            out = ref.rms_norm(xd, wd, eps=ctx.eps)
-            wanted = [t for t, need in ((xd, ctx.needs_input_grad[0]), (wd, ctx.needs_input_grad[1])) if need]
-            grads = iter(torch.autograd.grad(out, wanted, grad))
-        gx = next(grads) if ctx.needs_input_grad[0] else None
-        gw = next(grads) if ctx.needs_input_grad[1] else None
+            inputs = [
+                t if higher else t.detach().requires_grad_(need)
+                for t, need in zip((x, weight), needs, strict=True)
+            ]
+            out = ref.rms_norm(*inputs, eps=ctx.eps)
+            wanted = [t for t, need in zip(inputs, needs, strict=True) if need]
+            grads = iter(torch.autograd.grad(out, wanted, grad, create_graph=higher))
+        gx, gw = (next(grads) if need else None for need in needs)
         return gx, gw, None
 
 

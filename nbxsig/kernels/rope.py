@@ -12,7 +12,8 @@ positions cast to float32), so a position's angle has the same bits on both back
 form takes about a dozen launches (angles, cos, sin, casts, four products, two sums, the
 concatenation); a streaming step calls it twice per layer.
 
-Backward: :class:`_Rope` applies the transposed rotation -- this kernel at the negated angles.
+Backward: :class:`_Rope` applies the transposed rotation -- this op at the negated angles (itself
+differentiable, for second derivatives).
 
 :func:`rope_and_cache` is a streaming step's whole attention input in one launch
 (:func:`_rope_cache_kernel`): ``q`` and ``k`` rotated, the rotated ``k`` and ``v`` stored straight into the
@@ -108,8 +109,10 @@ class _Rope(torch.autograd.Function):
     def backward(ctx, grad):
         pos, inv_freq = ctx.saved_tensors
         # A rotation's transpose is the rotation by the opposite angle: the same kernel with the
-        # frequencies negated (exact: -(p·f) = p·(-f), cos even, sin odd).
-        return _forward(grad, pos, -inv_freq), None, None
+        # frequencies negated (exact: -(p·f) = p·(-f), cos even, sin odd). Through rope, not the bare
+        # launch: under create_graph=True the gradient is itself differentiable in grad (a bare
+        # launch cut it from the graph and second derivatives silently lost this path).
+        return rope(grad, pos, -inv_freq), None, None
 
 
 def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:

@@ -30,16 +30,20 @@ def decode_attention(
     hkv, t = k_cache.shape[1], k_cache.shape[2]
     g = hq // hkv
     qg = q.to(compute).reshape(b, hkv, g, d)
-    s = torch.einsum("bhgd,bhtd->bhgt", qg, k_cache.to(compute)) * scale
-    if bias is not None:
-        s = s + bias.to(compute)[:, None, None, :]
-    v = v_cache.to(compute)
+    k, v = k_cache.to(compute), v_cache.to(compute)
+    valid = None
     if lengths is not None:
         valid = torch.arange(t, device=q.device)[None, :] < lengths.to(q.device)[:, None]
-        s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
         # p = 0 there, but 0·NaN is NaN: slots past the length (garbage in a torch.empty cache) are
-        # zeroed, as the kernel's masked loads read them as 0.
+        # zeroed, as the kernel's masked loads read them as 0 -- in v for the output, in k for q's
+        # gradient (Σ_t ∂s_t · k_t, where ∂s_t = 0 past the length).
+        k = k.masked_fill(~valid[:, None, :, None], 0.0)
         v = v.masked_fill(~valid[:, None, :, None], 0.0)
+    s = torch.einsum("bhgd,bhtd->bhgt", qg, k) * scale
+    if bias is not None:
+        s = s + bias.to(compute)[:, None, None, :]
+    if valid is not None:
+        s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
     m = s.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)  # all-masked guard
     p = torch.exp(s - m)

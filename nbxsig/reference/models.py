@@ -52,7 +52,10 @@ def rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Te
     float64 ``x``), cast to ``x.dtype``."""
     angle = pos.to(torch.float32)[..., None, None] * inv_freq  # (..., 1, D/2)
     xf = x.to(compute_dtype(x.dtype))
-    cos, sin = torch.cos(angle).to(xf.dtype), torch.sin(angle).to(xf.dtype)
+    # cos and sin in the compute dtype (float64 for float64 x): taken in float32, a float64 x was
+    # rotated to float32 accuracy only (norms off by 1e-8, an inverse rotation by 2e-7).
+    angle = angle.to(xf.dtype)
+    cos, sin = torch.cos(angle), torch.sin(angle)
     d = x.shape[-1]
     x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
