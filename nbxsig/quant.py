@@ -68,9 +68,9 @@ _DEQUANT = Op(
 #: ``FUSED_GEMM``, the dequant-GEMM kernel for 16-bit x).
 MAX_GEMV_ROWS = 8
 #: Run ``M > MAX_GEMV_ROWS`` rows of float16/bfloat16 input through the fused dequant-GEMM
-#: (``nbxsig.kernels.int4_gemm``) instead of dequantize + ``F.linear``. Off until it is measured
-#: against that path on a GPU (written in the sixteenth round, a session without one; the round
-#: before, a first dequant-GEMM design ran 3-6× slower and was dropped). Read on every call.
+#: (``nbxsig.kernels.int4_gemm``) instead of dequantize + ``F.linear``. Off: on the H200 it tied that
+#: path in the captured SeqModel step (420.8 vs 420.5 µs) and at 256-row shapes, and won only at
+#: 4096×4096² (189.9 vs 203.2 µs; docs/models.md). Read on every call.
 FUSED_GEMM = False
 
 
