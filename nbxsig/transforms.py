@@ -448,13 +448,14 @@ class InverseSpectrogram(nn.Module):
         if not isinstance(spectrogram, torch.Tensor):
             check_tensor("spectrogram", spectrogram)
         if spectrogram.is_complex():
-            re, im = spectrogram.real, spectrogram.imag
+            parts = torch.view_as_real(spectrogram.resolve_conj())  # (…, F, T, 2), a view
         elif spectrogram.dim() >= 3 and spectrogram.shape[-1] == 2:
             # The real layout's dtype is checked (an integer one failed deep in fold).
             check_tensor("spectrogram", spectrogram, dtypes=FLOATING_DTYPES, allow_empty=True)
-            re, im = spectrogram[..., 0], spectrogram[..., 1]
+            parts = spectrogram
         else:
             raise bad_value("spectrogram", spectrogram, "a complex (…, F, T) or real (…, F, T, 2) tensor")
+        re = parts[..., 0]
         n_freq = self.n_fft // 2 + 1
         if re.dim() < 2 or re.shape[-2] != n_freq:
             raise bad_value("spectrogram", spectrogram, f"{n_freq} frequency bins (n_fft // 2 + 1)")
@@ -475,8 +476,7 @@ class InverseSpectrogram(nn.Module):
         dtype = _ref.compute_dtype(out_dtype)
         window = _ref.padded_window(self.window, self.win_length, self.n_fft, torch.float64, re.device)
         out = _stft_ref.istft_parts(
-            re.reshape(-1, shape[-2], shape[-1]).to(dtype),
-            im.reshape(-1, shape[-2], shape[-1]).to(dtype),
+            parts.reshape(-1, shape[-2], shape[-1], 2).to(dtype),
             n_fft=self.n_fft,
             hop_length=self.hop_length,
             window=window,

@@ -237,8 +237,6 @@ def istft(
     n_frames = spec.shape[2]
     if normalized:
         spec = spec * math.sqrt(n_fft)
-    xr = spec[..., 0].transpose(1, 2)  # (B, T, F)
-    xi = spec[..., 1].transpose(1, 2)
     if _use_fft():
         frames = _as_complex(spec).transpose(1, 2)
         if return_complex:
@@ -247,18 +245,21 @@ def istft(
         else:
             # torch.istft: a two-sided spectrum's first n_fft // 2 + 1 bins, read as Hermitian.
             fr, fi = torch.fft.irfft(frames[..., : n_fft // 2 + 1], n=n_fft, dim=-1), None
-    elif return_complex:
-        # Full complex inverse DFT: x = (1/N) Σ_k X_k e^{+iθ}; with C = cos, S' = -sin planes:
-        # Re = (C·Xr + S'·Xi)/N, Im = (C·Xi - S'·Xr)/N.
-        basis = _forward_basis(n_fft, False, ctype, spec.device) / n_fft
-        c, s = basis[:n_fft], basis[n_fft:]
-        fr = xr @ c + xi @ s
-        fi = xi @ c - xr @ s
     else:
-        half = n_fft // 2 + 1
-        basis = _inverse_basis(n_fft, ctype, spec.device)  # (2·half, N)
-        fr = torch.cat((xr[..., :half], xi[..., :half]), dim=-1) @ basis
-        fi = None
+        xr = spec[..., 0].transpose(1, 2)  # (B, T, F)
+        xi = spec[..., 1].transpose(1, 2)
+        if return_complex:
+            # Full complex inverse DFT: x = (1/N) Σ_k X_k e^{+iθ}; with C = cos, S' = -sin planes:
+            # Re = (C·Xr + S'·Xi)/N, Im = (C·Xi - S'·Xr)/N.
+            basis = _forward_basis(n_fft, False, ctype, spec.device) / n_fft
+            c, s = basis[:n_fft], basis[n_fft:]
+            fr = xr @ c + xi @ s
+            fi = xi @ c - xr @ s
+        else:
+            half = n_fft // 2 + 1
+            basis = _inverse_basis(n_fft, ctype, spec.device)  # (2·half, N)
+            fr = torch.cat((xr[..., :half], xi[..., :half]), dim=-1) @ basis
+            fi = None
     fr, fi = _apply_window(fr, fi, window, ctype)
     env = envelope(window, n_fft=n_fft, hop=hop, n_frames=n_frames, dtype=ctype, device=spec.device)
     start, stop, n_out = istft_range(n_fft, hop, n_frames, center, length)
@@ -278,8 +279,7 @@ def istft(
 
 
 def istft_parts(
-    re: torch.Tensor,
-    im: torch.Tensor,
+    spec: torch.Tensor,
     *,
     n_fft: int,
     hop_length: int,
@@ -288,16 +288,16 @@ def istft_parts(
     center: bool,
     length: int | None,
 ) -> torch.Tensor:
-    """``InverseSpectrogram``'s inverse: real and imaginary planes ``(B, F, T)`` (onesided, float32/64)
+    """``InverseSpectrogram``'s inverse: a real-layout onesided spectrum ``(B, F, T, 2)`` (float32/64)
     → ``(B, L)``, as torchaudio computes it: the inverse real DFT of ``X / scale``, windowed,
     overlap-added and divided by the window envelope; ``window`` is zero-padded to ``n_fft``. Raises
     torch.istft's NOLA error (outside a trace) where the envelope vanishes inside the output."""
-    dtype, device = re.dtype, re.device
+    dtype, device = spec.dtype, spec.device
     synthesis = (window.to(device=device, dtype=torch.float64) / scale).to(dtype)
     if _use_fft():
-        frames = torch.fft.irfft(torch.complex(re, im).transpose(-1, -2), n=n_fft, dim=-1) * synthesis
+        frames = torch.fft.irfft(_as_complex(spec).transpose(-1, -2), n=n_fft, dim=-1) * synthesis
     else:
-        planes = torch.cat((re, im), dim=-2).transpose(-1, -2)  # (B, T, 2F)
+        planes = torch.cat((spec[..., 0], spec[..., 1]), dim=-2).transpose(-1, -2)  # (B, T, 2F)
         frames = (planes @ _inverse_basis(n_fft, dtype, device)) * synthesis
     n_frames = frames.shape[-2]
     env = envelope(window, n_fft=n_fft, hop=hop_length, n_frames=n_frames, dtype=dtype, device=device)
