@@ -97,8 +97,10 @@ def _frame_params(
     if fn == "istft" and hop_length > win_length:
         raise bad_value("hop_length", hop_length, f"in 1..win_length={win_length} for istft")
     if window is None and win_length < n_fft:
-        # torch.stft's default window is ones(win_length), zero-padded to n_fft like any other.
-        window = torch.ones(win_length, device=device)
+        # torch.stft's default window is ones(win_length), zero-padded to n_fft like any other; float32
+        # whatever torch's default dtype, as only a 64-bit window promotes the result (torch makes it
+        # in the input's dtype) and the Triton kernels refuse a float64 one.
+        window = torch.ones(win_length, dtype=torch.float32, device=device)
     if window is not None:
         window = check_tensor("window", window, dtypes=(*FLOATING_DTYPES, torch.complex64, torch.complex128))
         if window.dim() != 1 or window.shape[0] != win_length:
@@ -185,7 +187,8 @@ def stft(
     pad_mode: str = "reflect",
     normalized: bool = False,
     onesided: bool | None = None,
-    return_complex: bool = True,
+    return_complex: bool | None = True,
+    align_to_window: bool | None = None,
     *,
     backend: Backend | None = None,
 ) -> torch.Tensor:
@@ -204,13 +207,19 @@ def stft(
         pad_mode: "reflect" (default), "constant" (zeros), "replicate" or "circular".
         normalized: multiply by ``n_fft ** -0.5``.
         onesided: bins ``0..n_fft//2`` only; default True for real input and window, False otherwise.
-        return_complex: complex ``(..., F, T)`` (default) or the real layout ``(..., F, T, 2)``.
+        return_complex: complex ``(..., F, T)`` (default; also None, which torch takes for complex
+            data only) or the real layout ``(..., F, T, 2)``.
+        align_to_window: with ``center=False`` and ``win_length < n_fft``, True starts frame ``t``'s
+            window (not its ``n_fft`` span) at sample ``t·hop``: the signal is padded by
+            ``(n_fft - win_length) // 2`` on both sides with ``pad_mode``. None (default) or False:
+            frames start at ``t·hop``. Must be None when ``center``, as in torch.
         backend: None (auto), "triton" or "torch".
 
     Returns:
         complex64 (complex128 where the input or the window is 64-bit, as torch promotes them)
         ``(..., F, T)`` or its real layout ``(..., F, T, 2)``,
-        ``F = n_fft//2 + 1`` (onesided) or ``n_fft``, ``T = 1 + (L + 2·pad - n_fft) // hop``.
+        ``F = n_fft//2 + 1`` (onesided) or ``n_fft``, ``T = 1 + (L + 2·pad - n_fft) // hop`` (``pad`` is
+        ``n_fft // 2`` when centred, ``(n_fft - win_length) // 2`` with ``align_to_window``, else 0).
 
     Shape:
         ``(..., L) → (..., F, T)``; ``(L,) → (F, T)``.
@@ -218,7 +227,8 @@ def stft(
     Raises:
         ParameterTypeError: input not a floating/complex tensor; a flag not a bool.
         ParameterValueError: ``n_fft``, ``hop_length``, ``win_length``, ``window`` or ``pad_mode``
-            out of range; ``n_fft`` too long for the (padded) signal; ``onesided=True`` with complex data.
+            out of range; ``n_fft`` too long for the (centre-padded) signal; ``onesided=True`` with complex
+            data; ``align_to_window`` not None with ``center=True``.
         BackendUnavailableError: ``backend="triton"`` for a call it cannot run.
 
     Example:
@@ -226,19 +236,30 @@ def stft(
     """
     return _stft(
         input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided,
-        return_complex, backend=backend, power=None,
+        return_complex, align_to_window, backend=backend, power=None,
     )  # fmt: skip
+
+
+def _check_align(align_to_window: object, center: bool) -> bool:
+    """``align_to_window`` validated against ``center`` (torch.stft refuses any value, even False, with
+    ``center=True``); None is False."""
+    if align_to_window is None:
+        return False
+    align_to_window = check_bool("align_to_window", align_to_window)
+    if center:
+        raise bad_value("align_to_window", align_to_window, "None for center=True (as in torch.stft)")
+    return align_to_window
 
 
 def _stft(
     input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided, return_complex,
-    *, backend, power,
+    align_to_window, *, backend, power,
 ) -> torch.Tensor:  # fmt: skip
     """stft with an optional fused ``|X|^power`` output (power None: the spectrum)."""
     # A signature validated before skips the checks and the dispatch (see _ISTFT_PLANS).
     key, plan = _lookup_plan(
         _STFT_PLANS, input, window, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided,
-        return_complex, backend, power,
+        return_complex, align_to_window, backend, power,
     )  # fmt: skip
     if plan is not None:
         return _stft_run(input, *plan)
@@ -247,7 +268,10 @@ def _stft(
     frame = _frame_params(n_fft, hop_length, win_length, window, device=x.device, fn="stft")
     center = check_bool("center", center)
     normalized = check_bool("normalized", normalized)
-    return_complex = check_bool("return_complex", return_complex)
+    # torch.stft's None means True for complex data and is refused for real data, where nbxsig's
+    # default (True) applies.
+    return_complex = True if return_complex is None else check_bool("return_complex", return_complex)
+    align = (frame.n_fft - frame.win_length) // 2 if _check_align(align_to_window, center) else 0
     pad_mode = check_choice("pad_mode", pad_mode, PAD_MODES)
     is_complex = x.is_complex() or (frame.window is not None and frame.window.is_complex())
     if onesided is None:
@@ -279,7 +303,7 @@ def _stft(
         n_fft=n_fft, hop=frame.hop, window=frame.window, center=center, pad_mode=pad_mode,
         normalized=normalized, onesided=onesided, power=power,
     )  # fmt: skip
-    plan = (chosen, kwargs, return_complex and power is None)
+    plan = (chosen, kwargs, return_complex and power is None, align)
     if key is not None and chosen == "triton":  # (as for istft: only the Triton path is planned)
         if len(_STFT_PLANS) >= _MAX_PLANS:
             _STFT_PLANS.clear()
@@ -288,8 +312,20 @@ def _stft(
     return _stft_run(x, *plan)
 
 
-def _stft_run(x: torch.Tensor, chosen: Backend, kwargs: dict, complex_out: bool, *_) -> torch.Tensor:
-    """The validated stft of ``x`` on backend ``chosen`` (``complex_out``: view the result as complex)."""
+def _stft_run(
+    x: torch.Tensor, chosen: Backend, kwargs: dict, complex_out: bool, align: int, *_
+) -> torch.Tensor:
+    """The validated stft of ``x`` on backend ``chosen`` (``complex_out``: view the result as complex;
+    ``align``: the padding of ``align_to_window``)."""
+    if align:
+        # As torch.stft pads for align_to_window: both ends by pad_mode, then frames from sample 0.
+        # (n_fft <= L was checked, so a reflection or wrap of `align` < n_fft / 2 samples fits.)
+        if kwargs["pad_mode"] == "constant":
+            x = torch.nn.functional.pad(x, (align, align))
+        else:  # reflect/replicate/circular pad the last dim of a (N, C, L) tensor
+            mode = kwargs["pad_mode"]
+            padded = torch.nn.functional.pad(x.reshape(-1, 1, x.shape[-1]), (align, align), mode=mode)
+            x = padded.reshape(*x.shape[:-1], padded.shape[-1])
     lead, length = x.shape[:-1], x.shape[-1]
     spec = _run(_STFT, chosen, x.reshape(-1, length), **kwargs)
     spec = spec.reshape(*lead, *spec.shape[1:])
@@ -297,7 +333,8 @@ def _stft_run(x: torch.Tensor, chosen: Backend, kwargs: dict, complex_out: bool,
 
 
 #: Validated Triton stft calls by signature (``_plan_key``): ``(backend, kwargs, complex output,
-#: the caller's window)``. The launch is not prepared (stft_forward reads the kernel settings per call).
+#: align_to_window's padding, the caller's window)``. The launch is not prepared (stft_forward reads
+#: the kernel settings per call).
 _STFT_PLANS: dict = {}
 
 
@@ -471,7 +508,10 @@ def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
     scalar arguments go in with their types (``20.0 == 20`` and ``True == 1`` as keys, but not as
     arguments); the window by identity, version (in-place changes), data pointer, shape, dtype and
     device (``.data`` assignment changes those without a version bump; a plan keeps its window's
-    storage alive, so no later storage can take that pointer); the environment the dispatch reads."""
+    storage alive, so no later storage can take that pointer); the environment the dispatch reads;
+    whether ``torch.inference_mode`` is on (the window a plan pads to ``n_fft``, or builds for
+    ``window=None``, is then an inference tensor, which autograd refuses to save for a later call
+    that needs a gradient)."""
     if torch.compiler.is_compiling() or type(input) is not torch.Tensor or input.is_neg() or input.is_conj():
         return None
     if window is None:
@@ -486,7 +526,7 @@ def _plan_key(input: object, window: object, *scalars: object) -> tuple | None:
         return None
     return (
         input.shape, input.stride(), input.dtype, input.device, win, scalars, tuple(map(type, scalars)),
-        os.environ.get(ENV_VAR), os.environ.get("TRITON_INTERPRET"),
+        os.environ.get(ENV_VAR), os.environ.get("TRITON_INTERPRET"), torch.is_inference_mode_enabled(),
     )  # fmt: skip
 
 
@@ -565,7 +605,7 @@ def spectrogram(
         power = check_float("power", power, min_value=0.0, min_inclusive=False)
     return _stft(
         input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided,
-        power is None, backend=backend, power=power,
+        power is None, None, backend=backend, power=power,
     )  # fmt: skip
 
 
@@ -583,7 +623,9 @@ def _module_window(
     configuration fails there, not at the first call); return the window buffer (a copy)."""
     check_backend(backend)
     for name, value in flags.items():
-        if value is not None or name != "onesided":  # onesided=None: decided by the data
+        # onesided=None: decided by the data; stft's return_complex=None: True (istft refuses None)
+        optional = name == "onesided" or (name == "return_complex" and fn == "stft")
+        if value is not None or not optional:
             check_bool(name, value)
     _frame_params(
         n_fft,
@@ -616,7 +658,8 @@ class STFT(nn.Module):
         pad_mode: str = "reflect",
         normalized: bool = False,
         onesided: bool | None = None,
-        return_complex: bool = True,
+        return_complex: bool | None = True,
+        align_to_window: bool | None = None,
         *,
         backend: Backend | None = None,
     ) -> None:
@@ -626,9 +669,11 @@ class STFT(nn.Module):
             n_fft, hop_length, win_length, window, fn="stft", backend=backend, flags=flags
         )
         check_choice("pad_mode", pad_mode, PAD_MODES)
+        _check_align(align_to_window, center)
         self.n_fft, self.hop_length, self.win_length = n_fft, hop_length, win_length
         self.center, self.pad_mode, self.normalized = center, pad_mode, normalized
         self.onesided, self.return_complex, self.backend = onesided, return_complex, backend
+        self.align_to_window = align_to_window
         self.register_buffer("window", window_buffer)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -643,6 +688,7 @@ class STFT(nn.Module):
             self.normalized,
             self.onesided,
             self.return_complex,
+            self.align_to_window,
             backend=self.backend,
         )
 

@@ -166,6 +166,60 @@ def test_complex_input_is_two_sided(generator):
     assert_close(out, torch.stft(x, 16, 4, window=w, return_complex=True), atol=1e-13)
 
 
+@pytest.mark.parametrize("pad_mode", ["reflect", "constant", "replicate", "circular"])
+@pytest.mark.parametrize(("n_fft", "win_length", "hop"), [(16, 10, 3), (12, 4, 12), (40, 30, 7), (16, 9, 5)])
+def test_align_to_window(n_fft, win_length, hop, pad_mode, generator, device):
+    """torch.stft's align_to_window (center=False): the signal padded by (n_fft - win_length) // 2 on
+    both sides with pad_mode, so frame t's window starts at sample t·hop. (It was not an argument.)"""
+    x = random_tensor((2, 3 * n_fft + 1), generator=generator, dtype=torch.float64).requires_grad_()
+    w = random_tensor((win_length,), generator=generator, dtype=torch.float64, low=0.2, high=1.2)
+    args = (n_fft, hop, win_length, w, False, pad_mode)
+    left = (n_fft - win_length) // 2
+    padded = torch.nn.functional.pad(x.detach()[:, None], (left, left), mode=pad_mode)[:, 0]
+    expected = definition(padded, n_fft, hop, w, center=False)
+    if (n_fft - win_length) % 2 == 0:  # torch.stft itself fails on an odd difference (its frame count)
+        expected = torch.stft(x, *args, return_complex=True, align_to_window=True)
+        (grad,) = torch.autograd.grad(expected.abs().sum(), x)
+    out = S.stft(x, *args, align_to_window=True, backend="torch")
+    assert out.shape == expected.shape
+    assert_close(out, expected, atol=1e-12)
+    assert_close(S.STFT(*args, align_to_window=True, backend="torch")(x), expected, atol=1e-12)
+    x32 = x.detach().float().to(device).requires_grad_()
+    out = S.stft(x32, *args[:3], w.float().to(device), *args[4:], align_to_window=True, backend="triton")
+    assert_close(out, expected, dtype="float32", rel_error=2e-6)
+    if (n_fft - win_length) % 2 == 0:
+        (grad32,) = torch.autograd.grad(out.abs().sum(), x32)
+        assert_close(grad32, grad, dtype="float32", rel_error=1e-5)
+
+
+def test_align_to_window_errors(generator):
+    x = random_tensor((50,), generator=generator)
+    for center, align in ((True, True), (True, False)):  # torch refuses it with center=True, even False
+        message = rf"align_to_window must be None for center=True \(as in torch.stft\), got {align}"
+        with pytest.raises(ParameterValueError, match=message):
+            S.stft(x, 16, 4, 10, center=center, align_to_window=align)
+        with pytest.raises(ParameterValueError, match="align_to_window must be None for center=True"):
+            S.STFT(16, 4, 10, center=center, align_to_window=align)
+    with pytest.raises(ParameterTypeError, match="align_to_window must be a bool, got 1"):
+        S.stft(x, 16, 4, 10, center=False, align_to_window=1)
+    # torch.stft checks n_fft against the unpadded signal (the padding lies under the window's zeros).
+    with pytest.raises(ParameterValueError, match="n_fft must be <= the padded signal length 50"):
+        S.stft(x, 60, 4, 20, center=False, align_to_window=True)
+
+
+def test_return_complex_none(generator):
+    """torch.stft's return_complex=None (complex for complex data, refused for real data, where
+    nbxsig's default applies); istft keeps torch's bool."""
+    x = random_tensor((2, 50), generator=generator, dtype=torch.complex128)
+    w = torch.hann_window(16, dtype=torch.float64)
+    expected = torch.stft(x, 16, 4, window=w, return_complex=None)
+    assert_close(S.stft(x, 16, 4, window=w, return_complex=None), expected, atol=1e-13)
+    assert_close(S.STFT(16, 4, window=w, return_complex=None)(x), expected, atol=1e-13)
+    assert S.stft(x.real, 16, 4, window=w, return_complex=None).dtype == torch.complex128
+    with pytest.raises(ParameterTypeError, match="return_complex must be a bool, got None"):
+        S.ISTFT(16, 4, return_complex=None)
+
+
 @pytest.mark.parametrize("lead", [(), (3,), (2, 3), (2, 1, 2)], ids=lambda s: f"lead{len(s)}")
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_leading_dims(lead, backend, generator, device):
@@ -272,6 +326,30 @@ def test_inference_mode(backend, generator):
     assert_close(X, ref, dtype="float32")
     assert_close(y, x.double(), dtype="float32")
     assert_close(p, ref.abs() ** 2, dtype="float32")
+
+
+@pytest.mark.filterwarnings("ignore:A window was not provided")  # (torch's; the default is the subject)
+@pytest.mark.parametrize("short_window", ["given", "default"])
+def test_plan_made_in_inference_mode_serves_a_gradient_call(short_window, generator, monkeypatch):
+    """A Triton plan made under torch.inference_mode holds the window it padded there (an inference
+    tensor); the same call later with a gradient reused it and autograd refused to save it."""
+    monkeypatch.setattr(S, "_STFT_PLANS", {})
+    monkeypatch.setattr(S, "_ISTFT_PLANS", {})
+    x = random_tensor((2, 120), generator=generator)
+    w = random_tensor((9,), generator=generator, low=0.2, high=1.2) if short_window == "given" else None
+    spec = torch.stft(x, 12, 3, 9, w, return_complex=True)
+    with torch.inference_mode():
+        S.stft(x, 12, 3, 9, w, backend="triton")
+        S.istft(spec, 12, 3, 9, w, length=120, backend="triton")
+    xg, sg = x.clone().requires_grad_(), spec.clone().requires_grad_()
+    S.stft(xg, 12, 3, 9, w, backend="triton").abs().sum().backward()
+    S.istft(sg, 12, 3, 9, w, length=120, backend="triton").pow(2).sum().backward()
+    x64, s64 = x.double().requires_grad_(), spec.to(torch.complex128).requires_grad_()
+    w64 = None if w is None else w.double()
+    torch.stft(x64, 12, 3, 9, w64, return_complex=True).abs().sum().backward()
+    torch.istft(s64, 12, 3, 9, w64, length=120).pow(2).sum().backward()
+    assert_close(xg.grad, x64.grad, dtype="float32")
+    assert_close(sg.grad, s64.grad, dtype="float32")
 
 
 @pytest.mark.parametrize("n_fft", [20, 400, 4096])
@@ -562,6 +640,41 @@ def test_auto_backend_on_cpu_is_torch_and_window_grad_routes_to_torch(generator)
         S.stft(x, 16, 4, window=w, backend="triton")
     with pytest.raises(BackendUnavailableError, match="complex"):
         S.stft(x.to(torch.complex64), 16, 4, backend="triton")
+
+
+@pytest.fixture
+def float64_default_dtype():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    K._hermitian_scale.cache_clear()  # (cached per n_fft: made under the default dtype before the fix)
+    yield
+    torch.set_default_dtype(previous)
+    K._hermitian_scale.cache_clear()
+
+
+@pytest.mark.filterwarnings("ignore:A window was not provided")  # (torch's; the default is the subject)
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_default_window_ignores_the_default_dtype(backend, float64_default_dtype, generator, device):
+    """window=None with win_length < n_fft is torch's ones in the input's dtype: under a float64 default
+    dtype the implicit window was float64, so the result was promoted to complex128 / float64 and
+    backend="triton" refused "the window is float64"."""
+    x = random_tensor((2, 120), generator=generator).to(device)
+    spec = S.stft(x, 16, 4, 10, backend=backend)
+    expected = torch.stft(x.cpu(), 16, 4, 10, return_complex=True)
+    assert spec.dtype == expected.dtype == torch.complex64
+    assert_close(spec, expected)
+    y = S.istft(spec, 16, 4, 10, length=120, backend=backend)
+    assert y.dtype == torch.float32
+    assert_close(y, torch.istft(expected, 16, 4, 10, length=120))
+
+
+def test_istft_gradient_ignores_the_default_dtype(float64_default_dtype, generator, device):
+    # The fft path's Hermitian weights followed the default dtype: a complex128 gradient, against the
+    # custom op's float32 fake (and float64 arithmetic on the GPU).
+    grad = random_tensor((2, 120), generator=generator).to(device)
+    w = torch.hann_window(64, dtype=torch.float32, device=device)
+    g = K.istft_backward(grad, w, 33, 64, 16, True, False, 8)
+    assert g.dtype == torch.float32
 
 
 @pytest.mark.parametrize("window_dtype", [torch.float64, torch.complex128], ids=str)

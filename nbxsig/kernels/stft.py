@@ -208,7 +208,9 @@ def _basis(n_fft: int, kind: str, device: torch.device) -> torch.Tensor:
 @lru_cache(maxsize=64)
 def _hermitian_scale(n_fft: int, device: torch.device) -> torch.Tensor:
     # w_k / N of an inverse real DFT: the gradient of irfft w.r.t. its input is rfft(g)·w_k/N.
-    w = torch.full((n_fft // 2 + 1,), 2.0 / n_fft, device=device)
+    # float32 whatever torch's default dtype: one built under a float64 default stayed cached and made
+    # every later gradient complex128, against the custom op's float32 fake.
+    w = torch.full((n_fft // 2 + 1,), 2.0 / n_fft, dtype=torch.float32, device=device)
     w[0] = 1.0 / n_fft
     if n_fft % 2 == 0:
         w[-1] = 1.0 / n_fft
@@ -1243,7 +1245,7 @@ def stft_backward(
         g = torch.view_as_complex(grad.transpose(1, 2).contiguous())  # (B, T, F)
         if onesided:
             # Σ_{k<=N/2} Re(G_k e^{iθ}) = N·irfft(G') with the bins irfft counts twice halved.
-            halve = torch.ones(n_bins, device=device)
+            halve = torch.ones(n_bins, dtype=torch.float32, device=device)  # (not the default dtype)
             halve[1 : (n_fft + 1) // 2] = 0.5
             frames = torch.fft.irfft(g * halve, n=n_fft, norm="forward")
         else:
