@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._validate import check_choice, check_float, check_int
-from .errors import bad_type, bad_value
+from ._validate import FLOATING_DTYPES, check_choice, check_device, check_float, check_int
+from .errors import ParameterTypeError, bad_type, bad_value
 
 __all__ = [
     "bandpass_taps",
@@ -64,6 +64,19 @@ _COSINE_WINDOWS = {
     "nuttall": (0.3635819, 0.4891775, 0.1365995, 0.0106411),
 }
 WINDOWS = (*_COSINE_WINDOWS, "boxcar", "rectangular", "bartlett", "triang", "kaiser", "gaussian")
+
+
+def _result_form(dtype: Any, device: Any) -> tuple[torch.dtype, torch.device]:
+    """The ``dtype`` and ``device`` of a design's result, checked: a floating torch dtype (an integer dtype
+    truncated the taps to zeros, silently) and a device torch can parse (else torch's own TypeError or
+    RuntimeError came from the final ``.to()``)."""
+    if not isinstance(dtype, torch.dtype) or dtype not in FLOATING_DTYPES:
+        # Rendered by repr: describe() takes a numpy scalar type (np.float32) for an array and fails on it.
+        raise ParameterTypeError(
+            "dtype must be a floating torch dtype (torch.float16, torch.bfloat16, torch.float32 or "
+            f"torch.float64), got {dtype!r}"
+        )
+    return dtype, check_device(device)
 
 
 def _to_torch(a: np.ndarray, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
@@ -172,7 +185,8 @@ def get_window(window: str | tuple[str, float], numtaps: int) -> np.ndarray:
 
     Raises:
         ParameterValueError / ParameterTypeError: unknown window, missing parameter (or a tensor that
-        requires grad: the window is numpy), a gaussian std <= 0, bad length.
+        requires grad: the window is numpy), a parameter for a window that takes none, a gaussian
+        std <= 0, bad length.
     """
     m = check_int("numtaps", numtaps, min_value=1)
     param: float | None = None
@@ -188,6 +202,9 @@ def get_window(window: str | tuple[str, float], numtaps: int) -> np.ndarray:
     name = check_choice("window", name.lower(), WINDOWS)
     if name in ("kaiser", "gaussian") and param is None:
         raise bad_value("window", window, f"a tuple ({name!r}, parameter): {name} needs its parameter")
+    if name not in ("kaiser", "gaussian") and param is not None:
+        # scipy refuses it too: the parameter would be ignored, whatever the caller meant by it.
+        raise bad_value("window", window, f"the name {name!r} alone: {name} takes no parameter")
     if name == "gaussian" and param <= 0:
         # exp(-n² / 2σ²) at σ = 0 is 0/0 = NaN at the centre (scipy returns it, with a warning).
         raise bad_value("window parameter", param, "> 0 for 'gaussian' (its standard deviation in samples)")
@@ -269,6 +286,7 @@ def firwin(
         >>> h = firwin(101, [500.0, 2000.0], pass_zero=False, fs=16000.0)
     """
     numtaps = check_int("numtaps", numtaps, min_value=1)
+    dtype, device = _result_form(dtype, device)
     fs = _constant("fs", fs, _FIXED_FS, min_value=0.0, min_inclusive=False)
     nyq = 0.5 * fs
     edges = _param_array("cutoff", cutoff, "a frequency or a 1-D sequence of frequencies")
@@ -325,8 +343,27 @@ def firwin(
     return h.to(device=device, dtype=dtype)
 
 
+def _band_edge(name: str, value: Any) -> tuple[Any, float]:
+    """A band edge of the ``*_taps`` helpers, ``(edge, its value)``: one frequency (a number, or a
+    one-element sequence, array or tensor, kept as a 0-d tensor for its gradient). Several are refused by
+    name: firwin reads a sequence as several edges, so ``lowpass_taps([f1, f2])`` designed a bandstop
+    filter and ``highpass_taps([f1, f2])`` a bandpass one."""
+    allowed = "one frequency in Hz (a number or a one-element tensor)"
+    a = _real_array(name, _detached(value), allowed)
+    if a.size != 1:
+        raise bad_value(name, value, allowed)
+    edge = value
+    while isinstance(edge, (list, tuple)):
+        edge = edge[0]
+    if isinstance(edge, torch.Tensor):
+        edge = edge.reshape(())
+    elif isinstance(edge, np.ndarray):
+        edge = edge.reshape(()).item()
+    return edge, float(a.reshape(()))
+
+
 def _band_taps(
-    cutoff: float | Sequence[float],
+    edges: dict[str, Any],
     fs: float,
     numtaps: int,
     window: str | tuple[str, float],
@@ -334,13 +371,26 @@ def _band_taps(
     dtype: torch.dtype,
     device: torch.device | str | None,
     *,
-    pass_zero: bool = True,
+    pass_zero: str,
 ) -> torch.Tensor:
-    """The ``*_taps`` helpers' shared body: check ``fs`` and ``numtaps``, then design with :func:`firwin`."""
+    """The ``*_taps`` helpers' shared body: check ``fs``, ``numtaps`` and the named band ``edges`` (one
+    frequency each, increasing), then design with :func:`firwin` for ``pass_zero`` ("lowpass", ...)."""
     fs = _constant("fs", fs, _FIXED_FS, min_value=0.0, min_inclusive=False)
     numtaps = check_int("numtaps", numtaps, min_value=1)
+    checked = [_band_edge(name, value) for name, value in edges.items()]
+    (_, low), (_, high) = checked[0], checked[-1]
+    if len(checked) == 2 and math.isfinite(low) and math.isfinite(high) and not low < high:
+        raise bad_value("high_hz", edges["high_hz"], f"greater than low_hz={low:g}")
+    cutoff = [edge for edge, _ in checked]
     return firwin(
-        numtaps, cutoff, fs=fs, window=window, width=width_hz, pass_zero=pass_zero, dtype=dtype, device=device
+        numtaps,
+        cutoff[0] if len(cutoff) == 1 else cutoff,
+        fs=fs,
+        window=window,
+        width=width_hz,
+        pass_zero=pass_zero,
+        dtype=dtype,
+        device=device,
     )
 
 
@@ -356,8 +406,11 @@ def lowpass_taps(
 ) -> torch.Tensor:
     """Lowpass FIR taps ``(numtaps,)`` with cutoff ``cutoff_hz`` (Hz) at sampling rate ``fs`` (Hz):
     ``firwin(numtaps, cutoff_hz, fs=fs, window=window, width=width_hz)``; unit gain at DC. Differentiable with
-    respect to a ``cutoff_hz`` (the band helpers: ``low_hz``, ``high_hz``) that is a tensor requiring grad."""
-    return _band_taps(cutoff_hz, fs, numtaps, window, width_hz, dtype, device)
+    respect to a ``cutoff_hz`` (the band helpers: ``low_hz``, ``high_hz``) that is a tensor requiring grad.
+    Each is one frequency: a sequence of them is refused (``firwin`` would read it as several band edges)."""
+    return _band_taps(
+        {"cutoff_hz": cutoff_hz}, fs, numtaps, window, width_hz, dtype, device, pass_zero="lowpass"
+    )
 
 
 def highpass_taps(
@@ -371,7 +424,9 @@ def highpass_taps(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Highpass FIR taps (``numtaps`` odd); unit gain at Nyquist. Arguments as :func:`lowpass_taps`."""
-    return _band_taps(cutoff_hz, fs, numtaps, window, width_hz, dtype, device, pass_zero=False)
+    return _band_taps(
+        {"cutoff_hz": cutoff_hz}, fs, numtaps, window, width_hz, dtype, device, pass_zero="highpass"
+    )
 
 
 def bandpass_taps(
@@ -386,7 +441,8 @@ def bandpass_taps(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Bandpass FIR taps passing ``[low_hz, high_hz]``; unit gain at the band centre."""
-    return _band_taps([low_hz, high_hz], fs, numtaps, window, width_hz, dtype, device, pass_zero=False)
+    edges = {"low_hz": low_hz, "high_hz": high_hz}
+    return _band_taps(edges, fs, numtaps, window, width_hz, dtype, device, pass_zero="bandpass")
 
 
 def bandstop_taps(
@@ -401,7 +457,8 @@ def bandstop_taps(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Bandstop FIR taps (``numtaps`` odd) rejecting ``[low_hz, high_hz]``; unit gain at DC."""
-    return _band_taps([low_hz, high_hz], fs, numtaps, window, width_hz, dtype, device, pass_zero=True)
+    edges = {"low_hz": low_hz, "high_hz": high_hz}
+    return _band_taps(edges, fs, numtaps, window, width_hz, dtype, device, pass_zero="bandstop")
 
 
 def erb_space(
@@ -420,6 +477,7 @@ def erb_space(
         ParameterValueError: ``f_min < 0``, ``f_max <= f_min`` or ``n < 1``; a limit that is a tensor
         requiring grad (the spacing is computed with numpy: no gradient could reach it).
     """
+    dtype, device = _result_form(dtype, device)
     why = "erb_space is computed with numpy"
     f_min = _constant("f_min", f_min, why, min_value=0.0)
     f_max = _constant("f_max", f_max, why)
@@ -468,6 +526,7 @@ def gammatone_bank(
     )
     numtaps = check_int("numtaps", numtaps, min_value=1)
     order = check_int("order", order, min_value=1, max_value=24)
+    dtype, device = _result_form(dtype, device)
     freqs = _param_array("center_freqs", center_freqs, "a frequency or a 1-D sequence of frequencies in Hz")
     if freqs.dim() > 1:
         # One row per frequency: flattening a 2-D grid would hide which row is which.
@@ -516,6 +575,7 @@ def gaussian_kernel1d(
     the limit, a unit impulse (split between the two centre taps for an even size), as kornia does."""
     k = check_int("kernel_size", kernel_size, min_value=1)
     sigma = _param_scalar("sigma", sigma, min_value=0.0, min_inclusive=False)
+    dtype, device = _result_form(dtype, device)
     x = torch.arange(k, dtype=torch.float64) - k // 2 + (0.5 if k % 2 == 0 else 0.0)
     # Distances from the centre taps (x² - min x², which cancels in the normalisation): the centre taps
     # weigh exp(0) = 1, so a small sigma cannot underflow every tap to 0 and return 0/0 = NaN (an even
@@ -540,6 +600,7 @@ def gaussian_kernel2d(
     tuple, a list, a 1-D array or a tensor of length 2; differentiable when it holds a tensor that requires
     grad)."""
     ky, kx = _pair("kernel_size", kernel_size)
+    dtype, device = _result_form(dtype, device)
     if isinstance(sigma, numbers.Real):
         sy, sx = sigma, sigma
     else:
@@ -569,6 +630,7 @@ def sobel_kernels(
 ) -> torch.Tensor:
     """The 3×3 Sobel pair ``(2, 3, 3)``: ``[0]`` = d/dx (columns), ``[1]`` = d/dy (rows), as correlation
     kernels; ``normalized`` divides each by its absolute sum (8), as kornia does."""
+    dtype, device = _result_form(dtype, device)
     gx = np.array([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
     return _gradient_pair(gx, 8.0 if normalized else None, dtype, device)
 
@@ -578,6 +640,7 @@ def scharr_kernels(
 ) -> torch.Tensor:
     """The 3×3 Scharr pair ``(2, 3, 3)`` (d/dx, d/dy), ``[[-3,0,3],[-10,0,10],[-3,0,3]]``; ``normalized``
     divides by the absolute sum (32)."""
+    dtype, device = _result_form(dtype, device)
     gx = np.array([[-3.0, 0.0, 3.0], [-10.0, 0.0, 10.0], [-3.0, 0.0, 3.0]])
     return _gradient_pair(gx, 32.0 if normalized else None, dtype, device)
 
@@ -594,6 +657,7 @@ def laplacian_kernel(
     ky, kx = _pair("kernel_size", kernel_size, odd=True)
     if ky * kx == 1:
         raise bad_value("kernel_size", kernel_size, "at least 3 along one axis")
+    dtype, device = _result_form(dtype, device)
     k = np.ones((ky, kx))
     k[ky // 2, kx // 2] = 1.0 - ky * kx
     if normalized:
@@ -609,6 +673,7 @@ def box_kernel(
 ) -> torch.Tensor:
     """Normalised box ``(ky, kx)`` filled with ``1 / (ky·kx)``."""
     ky, kx = _pair("kernel_size", kernel_size)
+    dtype, device = _result_form(dtype, device)
     return torch.full((ky, kx), 1.0 / (ky * kx), dtype=dtype, device=device)
 
 
@@ -642,6 +707,7 @@ def gabor_kernels(
         Tensor ``(len(thetas), ky, kx)``.
     """
     ky, kx = _pair("kernel_size", kernel_size, odd=True)
+    dtype, device = _result_form(dtype, device)
     sigma = _param_scalar("sigma", sigma, min_value=0.0, min_inclusive=False)
     wavelength = _param_scalar("wavelength", wavelength, min_value=0.0, min_inclusive=False)
     gamma = _param_scalar("gamma", gamma)

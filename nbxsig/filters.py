@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._dispatch import Backend, Op
+from ._dispatch import Backend, Op, check_backend
 from ._validate import FLOATING_DTYPES, check_choice, check_float, check_int, check_tensor
-from .errors import bad_value
+from .errors import bad_type, bad_value
 from .filter_design import (
     bandpass_taps,
     bandstop_taps,
@@ -449,6 +449,14 @@ def _check_sigma_no_grad(sigma: torch.Tensor) -> None:
         )
 
 
+def _check_sigma_tensor(sigma: torch.Tensor) -> None:
+    """A ``(B, 2)`` sigma tensor's dtype and grad: real (``.double()`` would drop an imaginary part with only
+    a warning, and read True as a sigma of 1), and no gradient required."""
+    if sigma.is_complex() or sigma.dtype == torch.bool:
+        raise bad_type("sigma", sigma, "a real tensor (B, 2)")
+    _check_sigma_no_grad(sigma)
+
+
 def _sigma_pair(sigma: Any, allowed: str = "a pair (sy, sx) or a tensor (B, 2)") -> tuple[float, float]:
     """``(sy, sx)`` from a pair of positive numbers: Python or numpy numbers, 0-d arrays, or one-element
     tensors that do not require grad. ``allowed`` is what the caller accepts besides such a pair."""
@@ -475,7 +483,7 @@ def _gaussian_bank(
     ky, kx = _pair("kernel_size", kernel_size)
     if sigma.dim() != 2 or sigma.shape[1] != 2 or sigma.shape[0] not in (1, x.shape[0]):
         raise bad_value("sigma", sigma, f"a pair (sy, sx) or a tensor (B, 2) with B = 1 or {x.shape[0]}")
-    _check_sigma_no_grad(sigma)
+    _check_sigma_tensor(sigma)
     pairs = [(float(s[0]), float(s[1])) for s in sigma.detach().cpu().double()]
     gy = torch.stack([gaussian_kernel1d(ky, sy) for sy, _ in pairs])
     gx = torch.stack([gaussian_kernel1d(kx, sx) for _, sx in pairs])
@@ -490,9 +498,12 @@ def _shared_gaussian_taps(
     them is a host-to-device copy that waits for the GPU, after which the launches' host time shows as
     idle GPU time: on the H200 a 5×5 blur of 8×3×2048×2048 took 1040 µs per call this way against 688 µs
     for the kernel alone."""
-    gy, gx = gaussian_kernel1d(ky, sy), gaussian_kernel1d(kx, sx)
-    wy = gy.to(device=device, dtype=dtype).expand(channels, ky).contiguous()
-    wx = gx.to(device=device, dtype=dtype).expand(channels, kx).contiguous()
+    # Made outside inference mode even when the first call runs under torch.inference_mode: an inference
+    # tensor cannot be saved for backward, so a later call that needs gradients would fail on the cached taps.
+    with torch.inference_mode(False):
+        gy, gx = gaussian_kernel1d(ky, sy), gaussian_kernel1d(kx, sx)
+        wy = gy.to(device=device, dtype=dtype).expand(channels, ky).contiguous()
+        wx = gx.to(device=device, dtype=dtype).expand(channels, kx).contiguous()
     # The host values ride along (the long separable stencil takes them as kernel arguments).
     return mark_shared_taps(wy, gy), mark_shared_taps(wx, gx)
 
@@ -702,14 +713,22 @@ def _build_polyphase(
     *,
     full: bool,
 ) -> tuple[torch.Tensor | CompactBank, int, torch.Tensor, torch.Tensor]:
-    bank = compact_resample_bank(
-        orig, new, lowpass_filter_width=lowpass_filter_width, rolloff=rolloff, method=method, beta=beta
-    )
-    kernel: torch.Tensor | CompactBank = bank
-    if full:
-        kernel, _ = sinc_resample_kernel(
+    # Cached: built outside inference mode (see _shared_gaussian_taps), so that a later call with gradients
+    # can save the bank for backward.
+    with torch.inference_mode(False):
+        bank = compact_resample_bank(
             orig, new, lowpass_filter_width=lowpass_filter_width, rolloff=rolloff, method=method, beta=beta
         )
+        kernel: torch.Tensor | CompactBank = bank
+        if full:
+            kernel, _ = sinc_resample_kernel(
+                orig,
+                new,
+                lowpass_filter_width=lowpass_filter_width,
+                rolloff=rolloff,
+                method=method,
+                beta=beta,
+            )
     return kernel, bank.width, bank.taps, bank.offsets
 
 
@@ -732,8 +751,10 @@ def _polyphase_large(
 @lru_cache(maxsize=64)
 def _on_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A cached device copy of a cached host tensor (read-only): a per-call host-to-device copy waits for
-    the GPU, and the launch's host time after it shows as idle GPU time (see _shared_gaussian_taps)."""
-    return t.to(device)
+    the GPU, and the launch's host time after it shows as idle GPU time (see _shared_gaussian_taps). Made
+    outside inference mode, as the host tensor is."""
+    with torch.inference_mode(False):
+        return t.to(device)
 
 
 # torch indexes the polyphase kernel's taps with int64 (sinc_resample_kernel's arange runs to ~orig).
@@ -853,6 +874,10 @@ class DepthwiseConv1d(nn.Module):
     ) -> None:
         super().__init__()
         weight = check_tensor("weight", weight, dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
+        # Checked now, not at the first call (as every module here).
+        check_int("stride", stride, min_value=1)
+        _pads1d(padding, weight.shape[1])
+        check_backend(backend)
         _register_taps(self, "weight", weight.detach().clone(), trainable)
         self.stride, self.padding, self.boundary, self.backend = (
             stride,
@@ -901,6 +926,10 @@ class DepthwiseConv2d(nn.Module):
         else:
             weight = check_tensor("weight", weight, dtypes=FLOATING_DTYPES, min_dim=3, max_dim=3)
             _register_taps(self, "weight", weight.detach().clone(), trainable)
+        kh, kw = (wy.shape[1], wx.shape[1]) if self.separable else weight.shape[1:]
+        _pair("stride", stride)
+        _pads2d(padding, kh, kw)
+        check_backend(backend)
         self.stride, self.padding, self.boundary, self.backend = (
             stride,
             padding,
@@ -929,6 +958,7 @@ class FIRFilter(nn.Module):
         super().__init__()
         taps = check_tensor("taps", taps, dtypes=FLOATING_DTYPES, min_dim=1, max_dim=2)
         _register_taps(self, "taps", taps.detach().clone(), trainable)
+        check_backend(backend)
         self.boundary, self.backend = _check_boundary(boundary), backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -951,6 +981,7 @@ class FilterBank(nn.Module):
         bank = check_tensor("bank", bank, dtypes=FLOATING_DTYPES, min_dim=2, max_dim=2)
         _register_taps(self, "bank", bank.detach().clone(), trainable)
         self.stride = check_int("stride", stride, min_value=1)
+        check_backend(backend)
         self.boundary, self.backend = _check_boundary(boundary), backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -980,6 +1011,7 @@ class GaussianBlur2d(nn.Module):
             sigma = tuple(sigma.reshape(2))
         (ky, kx), (sy, sx) = _pair("kernel_size", kernel_size), _sigma_pair(sigma, allowed)
         _kornia_border(border_type)
+        check_backend(backend)
         self.register_buffer("kernel_y", gaussian_kernel1d(ky, sy))
         self.register_buffer("kernel_x", gaussian_kernel1d(kx, sx))
         self.border_type, self.separable, self.backend = border_type, separable, backend
@@ -1007,6 +1039,7 @@ class BoxBlur(nn.Module):
         # Checked now, not at the first call.
         _pair("kernel_size", kernel_size)
         _kornia_border(border_type)
+        check_backend(backend)
         self.kernel_size, self.border_type, self.separable, self.backend = (
             kernel_size,
             border_type,
@@ -1023,6 +1056,8 @@ class Sobel(nn.Module):
 
     def __init__(self, normalized: bool = True, eps: float = 1e-6, *, backend: Backend | None = None) -> None:
         super().__init__()
+        check_float("eps", eps, min_value=0.0)  # checked now, not at the first call
+        check_backend(backend)
         self.normalized, self.eps, self.backend = normalized, eps, backend
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -1041,6 +1076,10 @@ class Laplacian(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
+        # Checked now, not at the first call.
+        laplacian_kernel(kernel_size)
+        _kornia_border(border_type)
+        check_backend(backend)
         self.kernel_size, self.border_type, self.normalized, self.backend = (
             kernel_size,
             border_type,
@@ -1069,10 +1108,11 @@ class UnsharpMask(nn.Module):
         if isinstance(sigma, torch.Tensor):
             if sigma.dim() != 2 or sigma.shape[1] != 2:
                 raise bad_value("sigma", sigma, "a pair (sy, sx) or a tensor (B, 2)")
-            _check_sigma_no_grad(sigma)
+            _check_sigma_tensor(sigma)
         else:
             _sigma_pair(sigma)
         _kornia_border(border_type)
+        check_backend(backend)
         self.kernel_size, self.sigma, self.border_type, self.backend = (
             kernel_size,
             sigma,
@@ -1103,6 +1143,7 @@ class Resample(nn.Module):
         _resample_args(
             orig_freq, new_freq, lowpass_filter_width, rolloff, resampling_method, beta
         )  # checked now
+        check_backend(backend)
         self.orig_freq, self.new_freq = orig_freq, new_freq
         self.resampling_method, self.lowpass_filter_width = resampling_method, lowpass_filter_width
         self.rolloff, self.beta, self.backend = rolloff, beta, backend

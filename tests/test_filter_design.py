@@ -261,6 +261,60 @@ def test_design_inputs_accepted_as_arrays_tensors_and_fractions():
         (lambda: nf.firwin(31, [10**400]), ParameterValueError, "(a value overflows float64)"),
         # Strings are refused, not parsed as numbers.
         (lambda: nf.firwin(31, ["0.3"]), ParameterTypeError, "cutoff must be a frequency or a 1-D sequence"),
+        # A window parameter that the window does not take was ignored (scipy refuses it).
+        (
+            lambda: nf.get_window(("hamming", 5.0), 8),
+            ParameterValueError,
+            "window must be the name 'hamming' alone: hamming takes no parameter, got ('hamming', 5.0)",
+        ),
+        (
+            lambda: nf.firwin(31, 0.3, window=("boxcar", 1.0)),
+            ParameterValueError,
+            "boxcar takes no parameter",
+        ),
+        # Two cutoffs made lowpass_taps a bandstop filter and highpass_taps a bandpass one, silently.
+        (
+            lambda: nf.lowpass_taps([1000.0, 2000.0], fs=16000.0, numtaps=31),
+            ParameterValueError,
+            "cutoff_hz must be one frequency in Hz (a number or a one-element tensor), got [1000.0, 2000.0]",
+        ),
+        (
+            lambda: nf.highpass_taps(torch.tensor([1000.0, 2000.0]), fs=16000.0, numtaps=31),
+            ParameterValueError,
+            "cutoff_hz must be one frequency in Hz",
+        ),
+        (
+            lambda: nf.bandpass_taps(3400.0, 300.0, fs=16000.0, numtaps=31),
+            ParameterValueError,
+            "high_hz must be greater than low_hz=3400, got 300.0",
+        ),
+        # An integer dtype truncated the taps to zeros; other bad dtypes and devices were torch's errors.
+        (
+            lambda: nf.firwin(31, 0.3, dtype=torch.int64),
+            ParameterTypeError,
+            "dtype must be a floating torch dtype (torch.float16, torch.bfloat16, torch.float32 or "
+            "torch.float64), got torch.int64",
+        ),
+        (
+            lambda: nf.gaussian_kernel1d(5, 1.0, dtype=np.float32),
+            ParameterTypeError,
+            "got <class 'numpy.float32'>",
+        ),
+        (
+            lambda: nf.sobel_kernels(dtype="float32"),
+            ParameterTypeError,
+            "dtype must be a floating torch dtype",
+        ),
+        (
+            lambda: nf.box_kernel(3, dtype=torch.int32),
+            ParameterTypeError,
+            "dtype must be a floating torch dtype",
+        ),
+        (
+            lambda: nf.erb_space(100.0, 1000.0, 4, device="gpu0"),
+            ParameterValueError,
+            "device must be a torch.device or a device string such as 'cpu' or 'cuda:0', got 'gpu0'",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )

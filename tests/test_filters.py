@@ -614,6 +614,69 @@ def test_static_and_looped_stencils_agree_with_reference(layout, generator, devi
         assert_close(y, ref, dtype=torch.float32)
 
 
+def test_launches_keep_grid_axes_1_and_2_within_the_cuda_limit(generator, device, monkeypatch):
+    """CUDA refuses a grid of more than 65535 programs along axis 1 or 2 ("Triton Error [CUDA]: invalid
+    argument"). The stencils put the output channels and images there, the resampler its signals, and the
+    taps gradient its (image, chunk of positions) pairs: 8 images of 2048×2048 made 65536. With the limit
+    lowered to 3, every launch keeps within it and the results are the reference's."""
+    from nbxsig.kernels import depthwise as dk
+
+    limit = 3
+    monkeypatch.setattr(dk, "_MAX_GRID_YZ", limit, raising=False)
+
+    class Checked:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            assert max(grid[1:], default=1) <= limit, (self.kernel.__name__, grid)
+            return self.kernel[grid]
+
+    for name in dir(dk):
+        kernel = getattr(dk, name)
+        if name.endswith("_kernel") and hasattr(kernel, "__getitem__"):
+            monkeypatch.setattr(dk, name, Checked(kernel))
+
+    x = random_tensor((5, 2, 6, 7), generator=generator, dtype=torch.float64)
+    w = random_tensor((4, 3, 3), generator=generator, dtype=torch.float64)
+    wy, wx = random_tensor((4, 3), generator=generator), random_tensor((4, 5), generator=generator)
+    g = random_tensor((5, 4, 6, 7), generator=generator, dtype=torch.float64)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ref = nf.depthwise_conv2d(xr, wr, boundary="reflect", backend="torch")
+    ref.backward(g)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        xt = x.float().to(device).contiguous(memory_format=layout).requires_grad_()
+        wt = w.float().to(device).requires_grad_()
+        y = nf.depthwise_conv2d(xt, wt, boundary="reflect", backend="triton")
+        assert y.is_contiguous(memory_format=layout)
+        y.backward(g.float().to(device))
+        assert_close(y, ref, dtype=torch.float32)
+        assert_close(xt.grad, xr.grad, dtype=torch.float32)
+        assert_close(wt.grad, wr.grad, dtype=torch.float32)
+    sep = nf.depthwise_conv2d(x.float().to(device), (wy.to(device), wx.to(device)), backend="triton")
+    sep_ref = nf.depthwise_conv2d(x, (wy.double(), wx.double()), backend="torch")
+    assert_close(sep, sep_ref, dtype=torch.float32)
+    # 1-D: a batch of 5 signals of 4 channels, the long-FIR (Toeplitz) kernel and the taps gradient.
+    s = random_tensor((5, 4, 90), generator=generator, dtype=torch.float64)
+    taps = random_tensor((4, 48), generator=generator, dtype=torch.float64)
+    st, tt = s.float().to(device), taps.float().to(device).requires_grad_()
+    tr = taps.clone().requires_grad_()
+    y1 = nf.fir_filter(st, tt, backend="triton")
+    r1 = nf.fir_filter(s, tr, backend="torch")
+    assert_close(y1, r1, dtype=torch.float32)
+    y1.sum().backward()
+    r1.sum().backward()
+    assert_close(tt.grad, tr.grad, dtype=torch.float32, atol=1e-4)
+    for tile in (None, dk._RESAMPLE_TILE):
+        monkeypatch.setattr(dk, "_RESAMPLE_TILE", tile)
+        assert_close(
+            nf.resample(s.float().to(device), 3, 2, backend="triton"),
+            nf.resample(s, 3, 2, backend="torch"),
+            dtype=torch.float32,
+            atol=1e-5,
+        )
+
+
 def test_auto_dispatch_rule_for_channels_last():
     """Pure size rule: channels_last with equal zero padding goes to cuDNN where it was measured faster;
     NCHW, other boundaries and asymmetric padding never do."""
@@ -685,6 +748,26 @@ def test_triton_gradients_match_torch(boundary, stride, m, layout, generator, de
     gx, gw = _grads(fn("triton"), xt, w.float().to(device), g.float().to(device))
     assert_close(gx, gx_ref, dtype=torch.float32, atol=1e-5)
     assert_close(gw, gw_ref, dtype=torch.float32, atol=1e-5)
+
+
+@pytest.mark.parametrize("separable", [False, True], ids=["full", "separable"])
+def test_triton_second_derivatives_match_torch(separable, generator, device):
+    # Under create_graph=True the Triton backward returned gradients without a graph: a gradient penalty
+    # lost every term through them silently (the taps' gradient came out ~1e4 off) and a second grad
+    # raised "does not require grad". They go through the torch twin there now.
+    x = random_tensor((2, 2, 5, 7), generator=generator, dtype=torch.float64)
+    shapes = [(4, 3), (4, 4)] if separable else [(4, 3, 3)]
+    ws = [random_tensor(shape, generator=generator, dtype=torch.float64) for shape in shapes]
+    results = {}
+    for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
+        xx = x.to(dtype).to(device).requires_grad_()
+        ww = [w.to(dtype).to(device).requires_grad_() for w in ws]
+        y = nf.depthwise_conv2d(xx, tuple(ww) if separable else ww[0], boundary="reflect", backend=backend)
+        (gx,) = torch.autograd.grad(y.square().sum(), xx, create_graph=True)
+        penalty = gx.square().sum()
+        results[backend] = torch.autograd.grad(y.sum() + penalty, [xx, *ww])
+    for got, want in zip(results["triton"], results["torch"], strict=True):
+        assert_close(got, want, dtype=torch.float32, rtol=1e-4)
 
 
 def test_triton_filter_bank_gradients_match_torch(generator, device):
@@ -781,6 +864,22 @@ def test_gaussian_blur_module_takes_one_sigma_pair_as_a_tensor():
     )
     with pytest.raises(ParameterValueError, match="sigma must be a tensor that does not require grad"):
         nf.GaussianBlur2d(3, torch.ones(2, requires_grad=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gaussian_blur_gradient_after_a_call_under_inference_mode(backend, device):
+    # The shared taps are cached: made by a first call under torch.inference_mode they were inference
+    # tensors, and every later call with gradients raised "Inference tensors cannot be saved for backward".
+    nf._shared_gaussian_taps.cache_clear()
+    x = torch.rand(1, 2, 9, 9).to(device)
+    with torch.inference_mode():
+        ref = nf.gaussian_blur2d(x, 3, (1.0, 1.5), backend=backend)
+    xg = x.clone().requires_grad_()
+    y = nf.gaussian_blur2d(xg, 3, (1.0, 1.5), backend=backend)
+    y.sum().backward()
+    assert_close(y.detach(), ref)
+    # Interior pixels are read by all nine taps, which sum to 1.
+    assert_close(xg.grad[..., 2:-2, 2:-2], torch.ones(1, 2, 5, 5, device=device), atol=1e-6)
 
 
 PER_CHANNEL_2D_OPS = [
@@ -959,6 +1058,43 @@ def test_modules_equal_functionals(generator):
         (lambda x: nf.UnsharpMask(3, (1.0, 1.0), "mirror"), ParameterValueError, "border_type must be"),
         (lambda x: nf.Resample(0, 16000), ParameterValueError, "orig_freq must be a positive integer rate"),
         (lambda x: nf.Resample(16000, 8000, rolloff=2.0), ParameterValueError, "rolloff must be"),
+        (lambda x: nf.Laplacian(4), ParameterValueError, "kernel_size must be odd sizes, got 4"),
+        (lambda x: nf.Laplacian(3, "mirror"), ParameterValueError, "border_type must be"),
+        (lambda x: nf.Sobel(eps=-1.0), ParameterValueError, "eps must be a finite number >= 0.0, got -1.0"),
+        (
+            lambda x: nf.DepthwiseConv1d(torch.ones(3, 3), stride=0),
+            ParameterValueError,
+            "stride must be >= 1",
+        ),
+        (
+            lambda x: nf.DepthwiseConv1d(torch.ones(3, 3), padding="half"),
+            ParameterValueError,
+            "padding must be",
+        ),
+        (
+            lambda x: nf.DepthwiseConv2d((torch.ones(3, 3), torch.ones(3, 3)), stride=(1, 0)),
+            ParameterValueError,
+            "stride must be >= 1, got 0",
+        ),
+        (
+            lambda x: nf.DepthwiseConv2d(torch.ones(3, 3, 3), padding=(1, 2, 3)),
+            ParameterValueError,
+            "padding",
+        ),
+        (lambda x: nf.Resample(16000, 8000, backend="cuda"), ParameterValueError, "backend must be"),
+        (lambda x: nf.FIRFilter(torch.ones(3), backend="gpu"), ParameterValueError, "backend must be"),
+        (lambda x: nf.GaussianBlur2d(3, (1.0, 1.0), backend="gpu"), ParameterValueError, "backend must be"),
+        # A complex or bool sigma tensor was read as real numbers (the imaginary part dropped, True as 1).
+        (
+            lambda x: nf.gaussian_blur2d(x[None], 3, torch.ones(1, 2, dtype=torch.complex64)),
+            ParameterTypeError,
+            "sigma must be a real tensor (B, 2), got a tensor of shape (1, 2) and dtype torch.complex64",
+        ),
+        (
+            lambda x: nf.UnsharpMask(3, torch.ones(1, 2, dtype=torch.bool)),
+            ParameterTypeError,
+            "sigma must be a real tensor (B, 2)",
+        ),
         (
             lambda x: nf.depthwise_conv1d(x, torch.ones(3, 3), backend="cuda"),
             ParameterValueError,

@@ -108,6 +108,34 @@ def test_triton_gradient_matches_torch(bank, generator, device, monkeypatch):
         _clear_bank_caches()  # banks built under the patched limit must not serve later tests
 
 
+def test_gradient_after_a_call_under_inference_mode(generator, AF):
+    # The cached bank made by a first call under torch.inference_mode was an inference tensor: a later
+    # float64 call with gradients (the bank is applied as it is) raised "Inference tensors cannot be saved
+    # for backward".
+    _clear_bank_caches()
+    x = random_tensor((2, 120), generator=generator, dtype=torch.float64)
+    with torch.inference_mode():
+        nf.resample(x, 3, 2, backend="torch")
+    xr, ref_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    nf.resample(xr, 3, 2, backend="torch").sum().backward()
+    AF.resample(ref_x, 3, 2).sum().backward()
+    assert_close(xr.grad, ref_x.grad, atol=1e-12, rtol=1e-9)
+
+
+def test_triton_second_derivative_matches_torch(generator, device):
+    # The Triton backward's gradient carried no graph under create_graph=True: a second derivative lost
+    # every term through it silently (half the true value here).
+    x = random_tensor((2, 60), generator=generator, dtype=torch.float64)
+    results = {}
+    for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
+        xx = x.to(dtype).to(device).requires_grad_()
+        a = torch.tensor(1.5, dtype=dtype, device=device, requires_grad=True)
+        y = nf.resample(xx * a, 3, 2, backend=backend)
+        (gx,) = torch.autograd.grad(y.square().sum(), xx, create_graph=True)
+        results[backend] = torch.autograd.grad(gx.square().sum(), a)[0]
+    assert_close(results["triton"], results["torch"], dtype=torch.float32)
+
+
 def test_a_tone_keeps_its_level_and_an_alias_is_removed():
     fs, n = 48000, 4800
     t = torch.arange(n, dtype=torch.float64) / fs

@@ -23,7 +23,8 @@ kernel on the output gradient with flipped taps, ``J = M``, ``DIV = 1``: every i
   a larger batch the element offset passes 2^31), 32-bit for columns.
 
 The taps gradient is a per-channel reduction over batch and positions (``_wgrad_kernel``): one program
-per (output channel, tap block), looping in a fixed order, so it is deterministic.
+per (image and chunk of positions, tap block, output channel) writes a partial sum, and the partials are
+added in a fixed order, so it is deterministic.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import triton.language as tl
 
 from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES, is_channels_last, shared_host_taps
+from ..reference.depthwise import depthwise_conv2d as _depthwise_reference
 from ..reference.depthwise import resample as _resample_reference
 from ._launch import divisible_by_16, prefetch_l2
 from ._runtime import cdiv, check_launchable, empty_output, next_pow2, resident_programs, sm_count
@@ -1210,15 +1212,15 @@ def _wgrad_kernel(
     BLOCK_P: tl.constexpr,
     STEPS: tl.constexpr,
 ):
-    """Partial taps gradient of one (output channel, tap block, image, chunk of positions):
+    """Partial taps gradient of one (image and chunk of positions, tap block, output channel):
     ``part[o, t, n, q] = Σ_{p in chunk q} g[n, o, p] · x̃[n, o // M, p_h·sy + t_i - top, p_w·sx + t_k - left]``
     (``x̃`` extended by the boundary).
     The partials are summed over ``(n, q)`` by the launcher in a fixed order (deterministic); loop bounds
     are compile-time constants (``STEPS`` blocks of ``BLOCK_P`` positions per program)."""
-    co = tl.program_id(0)
+    co = tl.program_id(2)
     t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
-    n = tl.program_id(2) // n_chunks
-    q = tl.program_id(2) % n_chunks
+    n = tl.program_id(0) // n_chunks
+    q = tl.program_id(0) % n_chunks
     tmask = t < KH * KW
     ti = t // KW
     tk = t % KW
@@ -1238,8 +1240,9 @@ def _wgrad_kernel(
         m = tmask[:, None] & pm[None, :] & rok & cok
         xv = tl.load(x_base + r.to(tl.int64) * sxh + c * sxw, mask=m, other=0.0).to(tl.float32)
         acc += g[None, :] * xv
-    n_parts = tl.num_programs(2)
-    tl.store(part_ptr + (co * (KH * KW) + t) * n_parts + tl.program_id(2), tl.sum(acc, axis=1), mask=tmask)
+    n_parts = tl.num_programs(0)
+    part = (co.to(tl.int64) * (KH * KW) + t) * n_parts + tl.program_id(0)
+    tl.store(part_ptr + part, tl.sum(acc, axis=1), mask=tmask)
 
 
 @triton.jit
@@ -1338,6 +1341,34 @@ def _bank_kernel(
 
 # ---------------------------------------------------------------------------------------------
 # launchers
+
+
+# CUDA's limit on grid axes 1 and 2 (axis 0 takes 2^31 - 1); a launch beyond it fails with "Triton Error
+# [CUDA]: invalid argument". The stencils put the (output) channels on axis 1 and the images on axis 2, the
+# resampler its signals on axis 1 or 2: calls with more run on slices (_over_grid, _Resample).
+_MAX_GRID_YZ = 65535
+
+
+def _slices(n: int, step: int) -> list[slice]:
+    return [slice(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _over_grid(run, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+    """``run(x, *weights)`` (weights ``(C·M, ...)``), or, where the images or output channels exceed
+    ``_MAX_GRID_YZ``, ``run`` on slices of at most that many (whole input channels with their ``M``
+    filters; a multiplier beyond the limit still exceeds it) joined in ``x``'s memory format. Gradients
+    flow through the join."""
+    n, c = x.shape[0], x.shape[1]
+    m = weights[0].shape[0] // c
+    if n <= _MAX_GRID_YZ and c * m <= _MAX_GRID_YZ:
+        return run(x, *weights)
+    per = max(1, _MAX_GRID_YZ // m)
+    rows = []
+    for b in _slices(n, _MAX_GRID_YZ):
+        parts = [run(x[b, s], *(w[s.start * m : s.stop * m] for w in weights)) for s in _slices(c, per)]
+        rows.append(torch.cat(parts, 1))
+    y = torch.cat(rows, 0)
+    return y.contiguous(memory_format=torch.channels_last) if is_channels_last(x) else y
 
 
 def _tiles(x: torch.Tensor, co: int, ho: int, wo: int, kh: int) -> tuple[int, int, int]:
@@ -1622,6 +1653,18 @@ class _DepthwiseConv2d(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph=True: the kernels' gradients would carry no graph, and second derivatives
+            # (a gradient penalty, Hessian-vector products) would silently lose every term through them.
+            # Through the torch twin on the saved inputs themselves, the gradients keep their dependence
+            # on x, weight and g.
+            stride, pads, boundary = ctx.cfg
+            y = _depthwise_reference(x, weight, stride=stride, pads=pads, boundary=boundary)
+            needs = ctx.needs_input_grad[:2]
+            wanted = [t for t, need in zip((x, weight), needs, strict=True) if need]
+            grads = iter(torch.autograd.grad(y, wanted, g, create_graph=True))
+            gx, gw = (next(grads) if need else None for need in needs)
+            return gx, gw, None, None, None
         stride, (top, bottom, left, right), boundary = ctx.cfg
         n, c, h, w = x.shape
         co, kh, kw = weight.shape
@@ -1657,7 +1700,9 @@ class _DepthwiseConv2d(torch.autograd.Function):
             block_p, steps = 128, 4
             n_chunks = cdiv(ho * wo, block_p * steps)
             part = empty_output((co, kh * kw, n * n_chunks), dtype=torch.float32, device=x.device)
-            _wgrad_kernel[(co, cdiv(kh * kw, block_t), n * n_chunks)](
+            # (image, chunk) pairs on grid axis 0: they pass CUDA's 65535 on axes 1 and 2 at moderate sizes
+            # (8 images of 2048×2048 make 65536); the channels are within it (_over_grid).
+            _wgrad_kernel[(n * n_chunks, cdiv(kh * kw, block_t), co)](
                 x, g, part, h, w, ho, wo, m, *x.stride(), *g.stride(), stride[0], stride[1], top, left,
                 n_chunks, KH=kh, KW=kw, BOUNDARY=_BOUNDARY_CODE[boundary], BLOCK_T=block_t, BLOCK_P=block_p,
                 STEPS=steps,
@@ -1676,7 +1721,8 @@ def depthwise_conv2d(
     boundary: str,
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.depthwise.depthwise_conv2d`."""
-    return _DepthwiseConv2d.apply(x, weight, tuple(stride), tuple(pads), boundary)
+    stride, pads = tuple(stride), tuple(pads)
+    return _over_grid(lambda xs, ws: _DepthwiseConv2d.apply(xs, ws, stride, pads, boundary), x, weight)
 
 
 def _separable_fused(x, wy, wx, *, stride, pads, boundary, config=None):
@@ -1817,6 +1863,16 @@ def depthwise_conv2d_separable(
     With gradients: a column pass into a float32 intermediate (keeps float16 inputs at float32 accuracy
     between the passes), then a row pass, each one launch of the stencil kernel; gradients compose
     through both."""
+    return _over_grid(
+        lambda xs, wy, wx: _separable(xs, wy, wx, stride=stride, pads=pads, boundary=boundary),
+        x,
+        weight_y,
+        weight_x,
+    )
+
+
+def _separable(x, weight_y, weight_x, *, stride, pads, boundary):
+    """:func:`depthwise_conv2d_separable` on at most ``_MAX_GRID_YZ`` images and output channels."""
     top, bottom, left, right = pads
     if not (
         torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
@@ -1994,42 +2050,55 @@ _phase_blocks_small = lru_cache(maxsize=64)(_build_phase_blocks)
 _phase_blocks_large = lru_cache(maxsize=2)(_build_phase_blocks)
 
 
+def _resample_launch(x, y, *, orig, new, length, compact, offsets):
+    """One launch of ``_resample_kernel`` or ``_resample_dot_kernel`` over the signals ``x`` (B, L) into
+    ``y`` (B, LO), B at most ``_MAX_GRID_YZ``."""
+    b, lo = y.shape
+    if _RESAMPLE_TILE is None:
+        bank, off = _device_bank(compact, offsets, x.device)
+        check_launchable(x, bank, off)
+        block = 512
+        _resample_kernel[(cdiv(lo, block), b)](
+            x, bank, off, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
+            bank.shape[1], BLOCK=block,
+        )  # fmt: skip
+    else:
+        bl, bn, bu, warps = _RESAMPLE_TILE
+        bn = min(bn, max(16, next_pow2(new)))
+        _check_tf32_tile("_RESAMPLE_TILE", _RESAMPLE_TILE, bl, (bn,), warps)
+        blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
+        check_launchable(x, blocks, start)
+        grid = (cdiv(cdiv(lo, new), bl), blocks.shape[0], b)
+        _resample_dot_kernel[grid](
+            x, blocks, start, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
+            KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,
+        )  # fmt: skip
+
+
 class _Resample(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, orig, new, kernel, width, compact, offsets):
         b, length = x.shape
         lo = -(-new * length // orig)
         y = empty_output((b, lo), dtype=x.dtype, device=x.device)
-        if _RESAMPLE_TILE is None:
-            bank, off = _device_bank(compact, offsets, x.device)
-            check_launchable(x, bank, off)
-            block = 512
-            _resample_kernel[(cdiv(lo, block), b)](
-                x, bank, off, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
-                bank.shape[1], BLOCK=block,
-            )  # fmt: skip
-        else:
-            bl, bn, bu, warps = _RESAMPLE_TILE
-            bn = min(bn, max(16, next_pow2(new)))
-            _check_tf32_tile("_RESAMPLE_TILE", _RESAMPLE_TILE, bl, (bn,), warps)
-            blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
-            check_launchable(x, blocks, start)
-            grid = (cdiv(cdiv(lo, new), bl), blocks.shape[0], b)
-            _resample_dot_kernel[grid](
-                x, blocks, start, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
-                KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,
-            )  # fmt: skip
+        # The signals ride on grid axis 1 or 2: more than CUDA's 65535 take several launches.
+        for rows in _slices(b, _MAX_GRID_YZ):
+            _resample_launch(
+                x[rows], y[rows], orig=orig, new=new, length=length, compact=compact, offsets=offsets
+            )
         ctx.cfg = (orig, new, kernel, width, x.shape, x.dtype)
         return y
 
     @staticmethod
     def backward(ctx, g):
         orig, new, kernel, width, shape, dtype = ctx.cfg
-        # The adjoint of a fixed linear map, through the reference's autograd (not a hot path).
+        # The adjoint of a fixed linear map, through the reference's autograd (not a hot path); under
+        # create_graph=True with a graph, so that it stays differentiable in g (second derivatives).
+        higher = torch.is_grad_enabled()
         with torch.enable_grad():
             probe = torch.zeros(shape, dtype=torch.float32, device=g.device, requires_grad=True)
             y = _resample_reference(probe, orig=orig, new=new, kernel=kernel.to(g.device), width=width)
-            (gx,) = torch.autograd.grad(y, probe, g.to(torch.float32))
+            (gx,) = torch.autograd.grad(y, probe, g.to(torch.float32), create_graph=higher)
         return gx.to(dtype), None, None, None, None, None, None
 
 
