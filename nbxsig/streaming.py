@@ -40,6 +40,7 @@ import torch
 from ._dispatch import Backend, Op, check_backend
 from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_bool, check_choice, check_int, check_tensor
 from .errors import ParameterValueError, bad_value
+from .kernels import _runtime
 from .reference import mel as _ref
 from .reference.dft import compute_dtype, irdft_basis
 
@@ -544,8 +545,18 @@ class StreamingISTFT:
                 layout = f"a complex ({b}, {n_freq}, frames) or real ({b}, {n_freq}, frames, 2) tensor"
             raise bad_value("spec", spec, f"{layout}, as in the first push (reset() to start over)")
         start = self.frames * self.hop_length
-        out = self._advance(x, x.shape[2] * self.hop_length)
-        self.frames += x.shape[2]
+        # CUDA's grid limit: the Triton push puts its blocks of 16 or more samples on grid axis 1
+        # (nbxsig.kernels.streaming.PushLaunch), so a push of more frames than that covers runs as several.
+        step = max(1, _runtime.MAX_GRID_YZ * 16 // self.hop_length)
+        if x.shape[2] <= step:
+            out = self._advance(x, x.shape[2] * self.hop_length)
+            self.frames += x.shape[2]
+        else:
+            parts = []
+            for frames in _runtime.grid_slices(x.shape[2], step):
+                parts.append(self._advance(x[:, :, frames], (frames.stop - frames.start) * self.hop_length))
+                self.frames += frames.stop - frames.start
+            out = torch.cat(parts, 1)
         out = out[:, max(0, self.pad - start) :]
         return out[0] if squeeze else out
 

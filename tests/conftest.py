@@ -64,9 +64,30 @@ def _interpreter_scalar_loop_bounds() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def _interpreter_grid_limits() -> None:
+    """Make the interpreter refuse a grid that CUDA would refuse: more than 2^31 - 1 programs along axis 0,
+    or more than ``nbxsig.kernels._runtime.MAX_GRID_YZ`` (CUDA's 65535, lowered by ``grid_limit``)
+    along axis 1 or 2. The interpreter itself runs any grid, so a launcher that overflows an axis passed
+    on the CPU and failed on the GPU with "invalid argument"."""
+    from triton.runtime import interpreter
+
+    from nbxsig.kernels import _runtime
+
+    set_grid_dim = interpreter.InterpreterBuilder.set_grid_dim
+
+    def checked(self, nx, ny, nz):
+        if nx > 2**31 - 1 or max(ny, nz) > _runtime.MAX_GRID_YZ:
+            raise AssertionError(f"grid ({nx}, {ny}, {nz}) exceeds CUDA's limits (axes 1 and 2: "
+                                 f"{_runtime.MAX_GRID_YZ})")  # fmt: skip
+        set_grid_dim(self, nx, ny, nz)
+
+    interpreter.InterpreterBuilder.set_grid_dim = checked
+
+
 if TEST_DEVICE == "cpu":
     _interpreter_fma_rounds_once()
     _interpreter_scalar_loop_bounds()
+    _interpreter_grid_limits()
 
 
 @pytest.fixture
@@ -91,6 +112,18 @@ def cuda_device() -> torch.device:
     if not torch.cuda.is_available():
         pytest.fail("this test needs a CUDA device; run it with `make gpu-test` on the GPU machine")
     return torch.device("cuda")
+
+
+@pytest.fixture
+def grid_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    """CUDA's limit on grid axes 1 and 2 lowered to 3 programs (the launchers read it at call time, and on
+    the CPU the interpreter enforces it): a batch of a few signals then exercises what a batch of more
+    than 65535 does on the GPU."""
+    from nbxsig.kernels import _runtime
+
+    assert _runtime.MAX_GRID_YZ == 65535  # (CUDA's, for every compute capability)
+    monkeypatch.setattr(_runtime, "MAX_GRID_YZ", 3)
+    return 3
 
 
 @pytest.fixture

@@ -13,6 +13,11 @@ from ..errors import BackendUnavailableError
 
 POISON_ENV = "NBXSIG_POISON_OUTPUTS"
 
+#: CUDA's limit on grid axes 1 and 2 (axis 0 takes 2^31 - 1); a launch beyond it fails with "Triton Error
+#: [CUDA]: invalid argument". Launchers that put a batch there run it in slices of at most this many
+#: (:func:`grid_slices`). Read at call time: the tests lower it, and the interpreter then enforces it.
+MAX_GRID_YZ = 65535
+
 
 # Plain-Python twins of triton.cdiv / triton.next_power_of_2 for launchers: Triton's are
 # constexpr-function wrappers that cost 3-15 µs per host call, which dominated small launches.
@@ -23,6 +28,20 @@ def cdiv(a: int, b: int) -> int:
 def next_pow2(n: int, minimum: int = 1) -> int:
     """The smallest power of two >= ``n`` (and >= ``minimum``)."""
     return max(minimum, 1 << max(0, n - 1).bit_length())
+
+
+def grid_slices(n: int, step: int | None = None) -> list[slice]:
+    """``range(n)`` in slices of at most ``step`` (default :data:`MAX_GRID_YZ`) items."""
+    step = MAX_GRID_YZ if step is None else step
+    return [slice(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def over_grid_batch(run, x: torch.Tensor, **kwargs) -> torch.Tensor:
+    """``run(x, **kwargs)`` for a launcher that puts ``x``'s rows (dim 0) on grid axis 1 or 2: more rows
+    than :data:`MAX_GRID_YZ` run in slices, joined along dim 0 (gradients flow through the join)."""
+    if x.shape[0] <= MAX_GRID_YZ:
+        return run(x, **kwargs)
+    return torch.cat([run(x[rows], **kwargs) for rows in grid_slices(x.shape[0])])
 
 
 def check_launchable(*tensors: torch.Tensor) -> torch.device:

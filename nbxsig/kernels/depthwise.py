@@ -39,8 +39,17 @@ from ..errors import bad_value
 from ..reference.depthwise import BOUNDARIES, is_channels_last, shared_host_taps
 from ..reference.depthwise import depthwise_conv2d as _depthwise_reference
 from ..reference.depthwise import resample as _resample_reference
+from . import _runtime
 from ._launch import divisible_by_16, prefetch_l2
-from ._runtime import cdiv, check_launchable, empty_output, next_pow2, resident_programs, sm_count
+from ._runtime import (
+    cdiv,
+    check_launchable,
+    empty_output,
+    grid_slices,
+    next_pow2,
+    resident_programs,
+    sm_count,
+)
 
 _BOUNDARY_CODE = {
     name: i for i, name in enumerate(BOUNDARIES)
@@ -1343,29 +1352,20 @@ def _bank_kernel(
 # launchers
 
 
-# CUDA's limit on grid axes 1 and 2 (axis 0 takes 2^31 - 1); a launch beyond it fails with "Triton Error
-# [CUDA]: invalid argument". The stencils put the (output) channels on axis 1 and the images on axis 2, the
-# resampler its signals on axis 1 or 2: calls with more run on slices (_over_grid, _Resample).
-_MAX_GRID_YZ = 65535
-
-
-def _slices(n: int, step: int) -> list[slice]:
-    return [slice(a, min(n, a + step)) for a in range(0, n, step)]
-
-
 def _over_grid(run, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
     """``run(x, *weights)`` (weights ``(C·M, ...)``), or, where the images or output channels exceed
-    ``_MAX_GRID_YZ``, ``run`` on slices of at most that many (whole input channels with their ``M``
-    filters; a multiplier beyond the limit still exceeds it) joined in ``x``'s memory format. Gradients
-    flow through the join."""
+    ``MAX_GRID_YZ`` (CUDA's limit on grid axes 1 and 2, where the stencils put them), ``run`` on slices of
+    at most that many (whole input channels with their ``M`` filters; a multiplier beyond the limit still
+    exceeds it) joined in ``x``'s memory format. Gradients flow through the join."""
     n, c = x.shape[0], x.shape[1]
     m = weights[0].shape[0] // c
-    if n <= _MAX_GRID_YZ and c * m <= _MAX_GRID_YZ:
+    limit = _runtime.MAX_GRID_YZ
+    if n <= limit and c * m <= limit:
         return run(x, *weights)
-    per = max(1, _MAX_GRID_YZ // m)
+    per = max(1, limit // m)
     rows = []
-    for b in _slices(n, _MAX_GRID_YZ):
-        parts = [run(x[b, s], *(w[s.start * m : s.stop * m] for w in weights)) for s in _slices(c, per)]
+    for b in grid_slices(n):
+        parts = [run(x[b, s], *(w[s.start * m : s.stop * m] for w in weights)) for s in grid_slices(c, per)]
         rows.append(torch.cat(parts, 1))
     y = torch.cat(rows, 0)
     return y.contiguous(memory_format=torch.channels_last) if is_channels_last(x) else y
@@ -1872,7 +1872,7 @@ def depthwise_conv2d_separable(
 
 
 def _separable(x, weight_y, weight_x, *, stride, pads, boundary):
-    """:func:`depthwise_conv2d_separable` on at most ``_MAX_GRID_YZ`` images and output channels."""
+    """:func:`depthwise_conv2d_separable` on at most ``MAX_GRID_YZ`` images and output channels."""
     top, bottom, left, right = pads
     if not (
         torch.is_grad_enabled() and (x.requires_grad or weight_y.requires_grad or weight_x.requires_grad)
@@ -2052,7 +2052,7 @@ _phase_blocks_large = lru_cache(maxsize=2)(_build_phase_blocks)
 
 def _resample_launch(x, y, *, orig, new, length, compact, offsets):
     """One launch of ``_resample_kernel`` or ``_resample_dot_kernel`` over the signals ``x`` (B, L) into
-    ``y`` (B, LO), B at most ``_MAX_GRID_YZ``."""
+    ``y`` (B, LO), B at most ``MAX_GRID_YZ``."""
     b, lo = y.shape
     if _RESAMPLE_TILE is None:
         bank, off = _device_bank(compact, offsets, x.device)
@@ -2082,7 +2082,7 @@ class _Resample(torch.autograd.Function):
         lo = -(-new * length // orig)
         y = empty_output((b, lo), dtype=x.dtype, device=x.device)
         # The signals ride on grid axis 1 or 2: more than CUDA's 65535 take several launches.
-        for rows in _slices(b, _MAX_GRID_YZ):
+        for rows in grid_slices(b):
             _resample_launch(
                 x[rows], y[rows], orig=orig, new=new, length=length, compact=compact, offsets=offsets
             )

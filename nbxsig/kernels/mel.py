@@ -45,8 +45,9 @@ import triton.language as tl
 from .._dispatch import interpreter_enabled
 from ..reference import mel as ref
 from ..reference.dft import rdft_basis
+from . import _runtime
 from ._launch import CachedLaunch
-from ._runtime import cdiv, check_launchable, empty_output, next_pow2
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2, over_grid_batch
 from .stft import n_frames as count_frames
 
 _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
@@ -911,6 +912,12 @@ def mel_spectrogram(
     _path: str | None = None,
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.mel.mel_spectrogram` on ``(B, L)`` input."""
+    if x.shape[0] > _runtime.MAX_GRID_YZ:  # the signals ride on grid axis 1 (Whisper's peak is per signal)
+        return over_grid_batch(
+            mel_spectrogram, x, n_fft=n_fft, hop_length=hop_length, window=window, filters=filters,
+            power=power, scale=scale, center=center, pad_mode=pad_mode, floor=floor, log=log,
+            drop_last=drop_last, whisper=whisper, _precision=_precision, _config=_config, _path=_path,
+        )  # fmt: skip
     opts = dict(
         n_fft=n_fft,
         hop_length=hop_length,

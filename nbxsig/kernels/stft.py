@@ -53,8 +53,9 @@ import triton.language as tl
 
 from ..dft import irdft_basis, rdft_basis
 from ..reference.stft import istft_range
+from . import _runtime
 from ._launch import CachedLaunch
-from ._runtime import cdiv, check_launchable, empty_output, next_pow2
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2, over_grid_batch
 
 #: Envelope threshold below which istft does not divide (torch.istft's NOLA threshold).
 NOLA_EPS = 1e-11
@@ -1553,6 +1554,11 @@ def stft(
     power: float | None = None,
 ) -> torch.Tensor:
     """Triton twin of :func:`nbxsig.reference.stft.stft` (``power``: fused ``|X|^power`` output)."""
+    if x.shape[0] > _runtime.MAX_GRID_YZ:  # the signals ride on grid axis 1 or 2
+        return over_grid_batch(
+            stft, x, n_fft=n_fft, hop=hop, window=window, center=center, pad_mode=pad_mode,
+            normalized=normalized, onesided=onesided, power=power,
+        )  # fmt: skip
     args = (n_fft, hop, center, pad_mode, normalized, onesided)
     if torch.compiler.is_compiling():
         spec = torch.ops.nbxsig.stft(x, window, *args)
@@ -1586,6 +1592,11 @@ def istft(
 
     ``spec``: the real layout ``(B, F, T, 2)`` or a complex64 ``(B, F, T)`` spectrum."""
     del onesided, return_complex, strict_nola  # resolved by nbxsig.stft (torch serves the other cases)
+    if spec.shape[0] > _runtime.MAX_GRID_YZ:  # the signals ride on grid axis 1 or 2
+        return over_grid_batch(
+            istft, spec, n_fft=n_fft, hop=hop, window=window, center=center, normalized=normalized,
+            onesided=True, length=length, return_complex=False, strict_nola=False,
+        )  # fmt: skip
     args = (n_fft, hop, center, normalized, -1 if length is None else length)
     if _needs_grad(spec) and not torch.compiler.is_compiling():
         return _IstftFunction.apply(spec, window, *args)
@@ -1624,11 +1635,16 @@ class IstftLaunch:
     @staticmethod
     def prepare(spec, window, *, n_fft, hop, center, normalized, length) -> IstftLaunch | None:
         """The prepared launch for ``spec``'s signature, or None where the call takes another path
-        (the fft or tiled kernels, an empty output): call :func:`istft_forward` then."""
+        (the fft or tiled kernels, an empty output, more signals than one grid axis takes): call
+        :func:`istft` then."""
         check_launchable(spec, *(() if window is None else (window,)))
         n_batch, n_bins_in, T = spec.shape[:3]
         start, _, n_out = istft_range(n_fft, hop, T, center, None if length < 0 else length)
-        if not (use_dense(n_fft) and _unrolled_ola(n_fft, hop)) or n_out == 0:
+        if (
+            not (use_dense(n_fft) and _unrolled_ola(n_fft, hop))
+            or n_out == 0
+            or n_batch > _runtime.MAX_GRID_YZ
+        ):
             return None
         scale = math.sqrt(n_fft) if normalized else 1.0
         config = _ola_unrolled_config(
