@@ -256,6 +256,9 @@ def quantize_int4(weight: torch.Tensor, group_size: int = 128) -> Int4Weight:
     check_tensor("weight", weight, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=2, max_dim=2)
     n, k = weight.shape
     group_size = _check_group(group_size, k)
+    # Rounding to a grid has no gradient: a weight that requires one (a model's parameter) is read as data
+    # (torch warned "Converting a tensor with requires_grad=True to a scalar" on the checks below).
+    weight = weight.detach()
     if not bool(torch.isfinite(weight).all()) or float(weight.abs().max()) >= 65504.0:
         raise bad_value("weight", weight, "finite values below 65504 in magnitude (fp16 scales and mins)")
     packed, scales, mins = _ref.quantize_int4(weight, group_size)

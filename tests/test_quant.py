@@ -53,6 +53,15 @@ def test_quantization_error_within_half_a_step(group_size, dtype, generator):
     assert qw.nbytes() * 8 / (n * k) == pytest.approx(4 + 32 / group_size)
 
 
+def test_quantize_a_weight_that_requires_grad(generator, recwarn):
+    # A model's parameter, quantized directly: read as data, with no warning from torch and no graph.
+    w = random_tensor((8, 64), generator=generator).requires_grad_()
+    qw = Q.quantize_int4(w, 32)
+    assert not (qw.scales.requires_grad or qw.mins.requires_grad)
+    assert torch.equal(Q.dequantize_int4(qw), Q.dequantize_int4(Q.quantize_int4(w.detach(), 32)))
+    assert [str(record.message) for record in recwarn] == []
+
+
 def test_constant_group_is_exact():
     w = torch.full((4, 64), 0.375)
     assert torch.equal(Q.dequantize_int4(Q.quantize_int4(w, 32)), w)
