@@ -39,7 +39,7 @@ import torch
 
 from ._dispatch import Backend, Op, check_backend
 from ._validate import COMPLEX_DTYPES, FLOATING_DTYPES, check_bool, check_choice, check_int, check_tensor
-from .errors import ParameterValueError, bad_value
+from .errors import BackendUnavailableError, ParameterValueError, bad_value
 from .kernels import _runtime
 from .reference import mel as _ref
 from .reference.dft import compute_dtype, irdft_basis
@@ -288,12 +288,20 @@ class StreamingSTFT(_FramedStream):
         dtype = compute_dtype(buf.dtype)  # 16-bit chunks in float32, as the offline stft
         if n == 0:
             return torch.zeros(buf.shape[0], n_freq, 0, dtype=dtype.to_complex(), device=buf.device)
-        if self._basis is None or self._basis.device != buf.device or self._basis.dtype != dtype:
-            self._basis = _ref.analysis_basis(
-                self.window, self.n_fft, self.scale, dtype=dtype, device=buf.device
-            )
+        if self.window.requires_grad and torch.is_grad_enabled():
+            # This push's own basis: a cached one's graph is freed by the first backward.
+            basis = _ref.analysis_basis(self.window, self.n_fft, self.scale, dtype=dtype, device=buf.device)
+        else:
+            if self._basis is None or self._basis.device != buf.device or self._basis.dtype != dtype:
+                # Outside inference mode (and without a graph): a basis first built under
+                # torch.inference_mode could not be saved for a later push's backward.
+                with torch.inference_mode(False):
+                    self._basis = _ref.analysis_basis(
+                        self.window.detach(), self.n_fft, self.scale, dtype=dtype, device=buf.device
+                    )
+            basis = self._basis
         span = buf[:, : (n - 1) * self.hop_length + self.n_fft].to(dtype)
-        spec = span.unfold(-1, self.n_fft, self.hop_length) @ self._basis
+        spec = span.unfold(-1, self.n_fft, self.hop_length) @ basis
         return torch.complex(spec[..., :n_freq], spec[..., n_freq:]).transpose(-1, -2)
 
 
@@ -357,8 +365,11 @@ class StreamingMelSpectrogram(_FramedStream):
     def _emit(self, buf: torch.Tensor, n: int) -> torch.Tensor:
         from . import features as nf
 
-        if n == 0:
-            return buf.new_zeros(buf.shape[0], self.n_mels, 0)
+        if n == 0 or buf.shape[0] == 0:
+            # No stream (a (0, n) chunk) has no mel to compute: its (0, n_mels, k) frames, as
+            # StreamingSTFT gives; the offline function, which refuses an empty batch, raised naming
+            # its internal span, and only once a chunk completed a frame.
+            return buf.new_zeros(buf.shape[0], self.n_mels, n)
         span = buf[:, : (n - 1) * self._kw["hop_length"] + self._kw["n_fft"]]
         return nf.mel_spectrogram(span, **self._kw)
 
@@ -397,7 +408,10 @@ class StreamingISTFT:
         n_fft, hop_length, win_length, window, center, normalized: as :class:`StreamingSTFT`
             (``center=True`` needs ``hop <= n_fft − n_fft // 2``: no emitted sample is trimmed later).
             ``hop_length`` is at most ``win_length``, as for torch.istft.
-        backend: None (Triton for CUDA float32 spectra), "triton" or "torch".
+        backend: None (Triton for CUDA float32 spectra), "triton" or "torch". The Triton push has no
+            backward: a push that needs gradients (a spectrum, window or history that requires grad,
+            with grad enabled) runs the torch push under None and raises BackendUnavailableError
+            under "triton".
 
     ``push(spec)``: ``spec`` complex ``(B, F, k)`` / ``(F, k)`` or real ``(B, F, k, 2)`` / ``(F, k, 2)``;
     returns the ``(B, k·hop)`` samples these frames complete (``(k·hop,)`` for a spectrum without the
@@ -467,12 +481,20 @@ class StreamingISTFT:
             )
         return launch
 
+    def _build_constants(self, window: torch.Tensor, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        inv = irdft_basis(self.n_fft, dtype=torch.float64, device=device)
+        w = window.to(device)
+        return (inv * (w / self.scale)).to(dtype).contiguous(), (w * w).to(dtype).contiguous()
+
     def _constants(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.window.requires_grad and torch.is_grad_enabled():
+            # This push's own: a cached basis's graph is freed by the first backward.
+            return self._build_constants(self.window, device, dtype)
         if self._consts is None or self._consts[0].device != device or self._consts[0].dtype != dtype:
-            inv = irdft_basis(self.n_fft, dtype=torch.float64, device=device)
-            w = self.window.to(device)
-            basis = (inv * (w / self.scale)).to(dtype).contiguous()
-            self._consts = (basis, (w * w).to(dtype).contiguous())
+            # Outside inference mode (and without a graph): constants first built under
+            # torch.inference_mode could not be saved for a later push's backward.
+            with torch.inference_mode(False):
+                self._consts = self._build_constants(self.window.detach(), device, dtype)
         return self._consts
 
     def _as_real(self, spec: torch.Tensor) -> torch.Tensor:
@@ -504,9 +526,28 @@ class StreamingISTFT:
         device = x.device
         # Before the state is created: a push the backend refuses leaves the stream unstarted.
         chosen = _ISTFT_PUSH.backend(self.backend, device=device, dtype=x.dtype, numel=max(1, x.numel()))
+        history = self._history[0] if self._history is not None else None
+        if (
+            chosen == "triton"
+            and torch.is_grad_enabled()
+            and any(t is not None and t.requires_grad for t in (x, self.window, history))
+        ):
+            # The Triton push has no backward: its output carried no graph, so a spectrum (or window)
+            # that requires grad got none, silently. The torch push is differentiable.
+            if self.backend == "triton":
+                raise BackendUnavailableError(
+                    "backend='triton' cannot run this push: the spectrum, the window or the stream's "
+                    "history requires grad, which the Triton push does not give; use backend='torch' "
+                    "or None, or push under torch.no_grad()"
+                )
+            chosen = "torch"
         if self._history is None:
             shape = (x.shape[0], x.shape[1], self.n_history, 2)
-            self._history = [torch.zeros(shape, dtype=x.dtype, device=device) for _ in range(2)]
+            # Outside inference mode: the pushes write the history in place, which torch refuses for
+            # an inference tensor outside inference mode (a stream started under
+            # torch.inference_mode could not go on outside it on the torch backend).
+            with torch.inference_mode(False):
+                self._history = [torch.zeros(shape, dtype=x.dtype, device=device) for _ in range(2)]
         basis, w2 = self._constants(device, x.dtype)
         cur, nxt = self._history
         launch = self._prepared(x, cur, n_out_global) if chosen == "triton" else None
@@ -584,6 +625,7 @@ class StreamingISTFT:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         hist = state["history"]
-        self._history = None if hist is None else [hist.clone(), torch.empty_like(hist)]
+        with torch.inference_mode(False):  # written in place by later pushes, as in _advance
+            self._history = None if hist is None else [hist.clone(), torch.empty_like(hist)]
         self.frames = int(state["frames"])
         self._squeeze = bool(state.get("squeeze", False))

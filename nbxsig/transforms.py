@@ -122,7 +122,7 @@ class Spectrogram(nn.Module):
             self.register_buffer("window", _f.build_window(window_fn, self.win_length, wkwargs))
             # The windowed basis, built once in float64 and rounded (not in state_dict: torchaudio has
             # none).
-            self.register_buffer("basis", self._basis(torch.float32), persistent=False)
+            self.register_buffer("basis", self._basis(torch.float32).detach(), persistent=False)
         self._basis_key = self._window_key
 
     def _padded_window(self) -> torch.Tensor:
@@ -136,14 +136,21 @@ class Spectrogram(nn.Module):
 
         A window made under ``torch.inference_mode`` (a module moved there with ``.to()``) tracks no
         version, so an in-place edit of it could not be seen: its key never matches (rebuilt on every
-        call). The padded window is made outside inference mode, so the kernels' caches can keep it."""
+        call). The padded window is made outside inference mode, so the kernels' caches can keep it.
+
+        The cached padded window carries no graph; a window that requires grad (with grad enabled)
+        gets this call's own padded copy, so its gradient flows as in torchaudio. The cache, keyed on
+        the address and version only, served a copy made before ``window.requires_grad_()`` (no
+        gradient, silently), and a graph kept in it made the module impossible to deep-copy."""
         w = self.window
         key = (w.data_ptr(), object() if w.is_inference() else w._version, w.device)
         if getattr(self, "_window_key", None) != key:
             with torch.inference_mode(False):
-                padded = self._padded_window()
+                padded = self._padded_window().detach()
             self._window_cache = (padded, _f.spec_scale(self.normalized, padded, self.n_fft))
             self._window_key = key
+        if w.requires_grad and torch.is_grad_enabled():
+            return self._padded_window(), self._window_cache[1]
         return self._window_cache
 
     def _scale(self) -> float:
@@ -156,7 +163,8 @@ class Spectrogram(nn.Module):
             self._window_state()  # refreshes _window_key
             if self._basis_key != self._window_key:
                 with torch.inference_mode(False):  # kept for later calls, which may need its gradient
-                    self.basis = self._basis(torch.float32)
+                    # Detached: a buffer holding a window's graph cannot be deep-copied.
+                    self.basis = self._basis(torch.float32).detach()
                 self._basis_key = self._window_key
         return self.basis
 
@@ -238,6 +246,8 @@ class MelScale(nn.Module):
         f_min: default 0. f_max: default ``sample_rate // 2``; ``f_min <= f_max``.
         n_stft: number of STFT bins (default 201). norm: None or "slaney". mel_scale: "htk" or "slaney".
 
+    The filters (buffer ``fb``) are made in the default dtype, as torchaudio's.
+
     Shape:
         ``(…, n_stft, T)`` → ``(…, n_mels, T)``, floating; float16/bfloat16 computed in float32 and
         returned in their dtype.
@@ -263,7 +273,13 @@ class MelScale(nn.Module):
         self.norm = norm
         self.mel_scale = mel_scale
         with torch.inference_mode(False):  # the Triton path's filter caches key on its version
-            fb = _f.mel_filterbank(n_stft, self.f_min, self.f_max, n_mels, self.sample_rate, norm, mel_scale)
+            # In the default dtype, as torchaudio's buffer (melscale_fbanks follows it): under
+            # torch.set_default_dtype(torch.float64) a float32 one projected float64 spectrograms
+            # with filters rounded to float32 (~1e-8 off torchaudio's).
+            fb = _f.mel_filterbank(
+                n_stft, self.f_min, self.f_max, n_mels, self.sample_rate, norm, mel_scale,
+                dtype=torch.get_default_dtype(),
+            )  # fmt: skip
         self.n_stft = n_stft
         self.register_buffer("fb", fb)
 
@@ -298,6 +314,11 @@ class MelSpectrogram(nn.Module):
     ``backend=None``; ``backend="triton"`` raises BackendUnavailableError. Where torchaudio fails
     because its float32 mel filters meet that float64 spectrogram (only ``window_fn`` or
     ``spectrogram`` in float64), the projection here runs in float64, as :class:`MelScale`'s does.
+
+    Autograd: the input, the window and the filters (``mel_scale.fb``) get gradients where they
+    require them, as torchaudio's; the Triton kernels take the filters as constants, so filters that
+    require grad run the torch twin under ``backend=None`` and raise BackendUnavailableError under
+    ``backend="triton"``.
 
     Example:
         >>> MelSpectrogram(n_mels=64)(torch.randn(2, 8000)).shape
@@ -375,6 +396,15 @@ class MelSpectrogram(nn.Module):
             chosen = _f._MEL.backend(
                 self.backend, device=waveform.device, dtype=dtype, numel=waveform.numel()
             )
+            if chosen == "triton" and self.mel_scale.fb.requires_grad and torch.is_grad_enabled():
+                # The Triton kernels take the filters as constants: a filter bank that requires grad
+                # (torchaudio's gets its gradient) got none there, silently. The torch twin gives it.
+                if self.backend == "triton":
+                    raise BackendUnavailableError(
+                        "backend='triton' cannot run this call: the mel filters (mel_scale.fb) require "
+                        "grad, which the Triton kernels do not give them; use backend='torch' or None"
+                    )
+                chosen = "torch"
         if chosen == "torch":
             # The spectrogram in float32 at least (float16's |X|² overflows), rounded once at the end.
             x = waveform.to(_ref.compute_dtype(dtype))

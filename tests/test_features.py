@@ -515,6 +515,28 @@ def test_triton_backward_reaches_the_window(need_x, device, generator):
         assert_close(got.cpu(), expected, rel_error=1e-5)
 
 
+@pytest.mark.parametrize("power", [2.0, 1.0], ids=["power2", "power1"])
+def test_triton_second_derivatives_match_torch(power, device, generator):
+    # The fused op's backward recomputed the torch twin on detached copies: under create_graph=True its
+    # gradients carried no graph, so a second grad raised ("does not require grad") where the torch
+    # backend gives one. Hessian-vector products in x and the window, against the float64 torch backend.
+    x = random_tensor((2, 100), generator=generator)
+    window = random_tensor((48,), generator=generator, low=0.1, high=1.0)
+    weight = random_tensor((2, 12, 7), generator=generator)
+    vx = random_tensor((2, 100), generator=generator)
+    vw = random_tensor((48,), generator=generator)
+    second = {}
+    for backend, dev, dtype in (("triton", device, torch.float32), ("torch", torch.device("cpu"), F64)):
+        xg = x.to(dev, dtype).requires_grad_(True)
+        wg = window.to(dev, dtype).requires_grad_(True)
+        out = nf.mel_spectrogram(xg, window=wg, win_length=48, power=power, backend=backend, **SMALL)
+        gx, gw = torch.autograd.grad((out * weight.to(dev, dtype)).sum(), (xg, wg), create_graph=True)
+        probe = (gx * vx.to(dev, dtype)).sum() + (gw * vw.to(dev, dtype)).sum()
+        second[backend] = torch.autograd.grad(probe, (xg, wg))
+    for got, expected in zip(second["triton"], second["torch"], strict=True):
+        assert_close(got.cpu(), expected, dtype="float32", rel_error=1e-5)
+
+
 @pytest.mark.parametrize("path", [None, "unfused"], ids=["auto", "unfused"])
 def test_triton_mel_under_inference_mode(path, device, generator):
     # Under torch.inference_mode the Triton backend raised "Inference tensors do not track version

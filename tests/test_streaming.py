@@ -200,6 +200,85 @@ def test_streaming_istft_state_dict_is_a_snapshot(backend, generator):
     assert_close(torch.cat(got, -1), torch.cat(expected, -1), atol=0, rtol=0)
 
 
+def test_streams_first_run_under_inference_mode_serve_gradients_later(generator):
+    # The STFT's basis and the iSTFT's constants were cached by the first push: made under
+    # torch.inference_mode they were inference tensors, and a later stream that needs gradients
+    # raised "Inference tensors cannot be saved for backward".
+    w = torch.hann_window(16)
+    x = random_tensor((2, 120), generator=generator)
+    spec = torch.stft(x, 16, 4, window=w, return_complex=True)
+    stft, istft = StreamingSTFT(16, 4, window=w), StreamingISTFT(16, 4, window=w, backend="torch")
+    with torch.inference_mode():
+        run(stft, x, [(0, 120)])
+        run(istft, spec, [(0, spec.shape[-1])])
+    for stream, signal, offline in (
+        (stft, x, lambda t: torch.stft(t, 16, 4, window=w, return_complex=True)),
+        (istft, spec, lambda t: torch.istft(t, 16, 4, window=w)),
+    ):
+        leaf = signal.clone().requires_grad_(True)
+        expected = offline(leaf)
+        weight = random_tensor(expected.shape, generator=generator, dtype=expected.dtype)
+        (expected,) = torch.autograd.grad((expected * weight).real.sum(), leaf)
+        got = run(stream, leaf, cuts(signal.shape[-1], generator))
+        (got,) = torch.autograd.grad((got * weight).real.sum(), leaf)
+        assert_close(got, expected, **STREAM_TOL)
+
+
+def test_streaming_istft_goes_on_outside_inference_mode(generator):
+    # A stream started under torch.inference_mode kept inference-tensor history buffers, which the
+    # torch push writes in place: the next push outside inference mode raised "Inplace update to
+    # inference tensor outside InferenceMode is not allowed" (the Triton push went on).
+    w = torch.hann_window(16)
+    spec = torch.stft(random_tensor((2, 120), generator=generator), 16, 4, window=w, return_complex=True)
+    stream = StreamingISTFT(16, 4, window=w, backend="torch")
+    with torch.inference_mode():
+        first = stream.push(spec[..., :10])
+    got = torch.cat([first, stream.push(spec[..., 10:]), stream.flush()], -1)
+    assert_close(got, torch.istft(spec, 16, 4, window=w), **STREAM_TOL)
+    with torch.inference_mode():
+        stream.push(spec[..., :10])
+        state = stream.state_dict()
+        restored = StreamingISTFT(16, 4, window=w, backend="torch")
+        restored.load_state_dict(state)
+    got = torch.cat([first, restored.push(spec[..., 10:]), restored.flush()], -1)
+    assert_close(got, torch.istft(spec, 16, 4, window=w), **STREAM_TOL)
+
+
+def test_streaming_stft_window_that_requires_grad_serves_every_stream(generator):
+    # The cached basis carried the window's graph: the second stream's backward went through the first
+    # one's freed graph ("Trying to backward through the graph a second time").
+    x = random_tensor((2, 120), generator=generator)
+    w = (0.5 + random_tensor((16,), generator=generator).abs()).requires_grad_(True)
+    (expected,) = torch.autograd.grad(torch.stft(x, 16, 4, window=w, return_complex=True).abs().sum(), w)
+    stream = StreamingSTFT(16, 4, window=w)
+    for _ in range(2):
+        (got,) = torch.autograd.grad(run(stream, x, cuts(120, generator)).abs().sum(), w)
+        assert_close(got, expected, **STREAM_TOL)
+
+
+@pytest.mark.parametrize("backend", [None, "triton"], ids=["auto", "triton"])
+def test_streaming_istft_triton_push_does_not_drop_gradients(backend, device, generator, monkeypatch):
+    # The Triton push has no backward: a spectrum that requires grad gave an output without a graph,
+    # silently. Auto dispatch (Triton on a GPU; on the CPU with NBXSIG_BACKEND=triton) now takes the
+    # differentiable torch push for it; an explicit backend="triton" says why it cannot.
+    monkeypatch.setenv("NBXSIG_BACKEND", "triton")
+    w = torch.hann_window(16)
+    x = random_tensor((2, 120), generator=generator)
+    spec = torch.stft(x, 16, 4, window=w, return_complex=True).requires_grad_(True)
+    (expected,) = torch.autograd.grad((torch.istft(spec, 16, 4, window=w) * x).sum(), spec)
+    stream = StreamingISTFT(16, 4, window=w.to(device), backend=backend)
+    if backend == "triton":
+        with pytest.raises(BackendUnavailableError, match="requires grad"):
+            stream.push(spec.to(device))
+        with torch.no_grad():  # nothing to differentiate: the Triton push serves it
+            got = run(stream, spec.to(device), cuts(spec.shape[-1], generator))
+        assert_close(got.cpu(), torch.istft(spec.detach(), 16, 4, window=w), **STREAM_TOL)
+    else:
+        got = run(stream, spec.to(device), cuts(spec.shape[-1], generator))
+        (grad,) = torch.autograd.grad((got * x.to(device)).sum(), spec)
+        assert_close(grad, expected, **STREAM_TOL)
+
+
 def test_streaming_istft_refuses_another_device(generator):
     # (the torch push failed inside with a raw device error)
     stream = StreamingISTFT(16, 4, backend="torch")
@@ -231,6 +310,17 @@ def test_streaming_mel_equals_offline(backend, device, generator):
     got = run(stream, x.to(device), cuts(700, generator, pieces=4), restore_at=2)
     expected = nf.mel_spectrogram(x.double(), **kw, backend="torch")
     assert_close(got, expected, dtype="float32", rel_error=1e-6)
+
+
+def test_streaming_mel_of_no_stream_gives_empty_frames(generator):
+    # A (0, n) chunk: StreamingSTFT gives (0, F, k) frames; the mel stream gave (0, n_mels, 0) while no
+    # frame was complete and then raised, naming the offline function's internal span ("input must be
+    # a non-empty tensor, got ... (0, 56)").
+    kw = dict(sample_rate=8000, n_fft=16, hop_length=4, n_mels=4)
+    mel, stft = StreamingMelSpectrogram(**kw, backend="torch"), StreamingSTFT(16, 4)
+    for stream, bins in ((mel, 4), (stft, 9)):
+        shapes = [tuple(stream.push(torch.zeros(0, n)).shape) for n in (5, 50)]
+        assert [*shapes, tuple(stream.flush().shape)] == [(0, bins, 0), (0, bins, 12), (0, bins, 2)]
 
 
 def test_streaming_state_is_small(generator):

@@ -142,6 +142,31 @@ def test_mel_scale_matches_torchaudio(generator):
         T.MelScale(f_min=9000.0, sample_rate=16000)
 
 
+def test_mel_filters_follow_the_default_dtype_as_torchaudio(generator):
+    # torchaudio's filter buffer is made in the default dtype (melscale_fbanks' linspace follows it);
+    # ours was float32 always, so under set_default_dtype(float64) a float64 mel spectrogram was
+    # projected with filters rounded to float32: ~1e-8 off torchaudio's, far above float64 rounding.
+    x = random_tensor((2, 600), generator=generator, dtype=torch.float64)
+    spec = random_tensor((2, 33, 9), generator=generator, dtype=torch.float64, low=0.0, high=10.0)
+    kw = dict(sample_rate=8000, n_mels=12, norm="slaney", mel_scale="slaney")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        modules = [
+            (
+                T.MelSpectrogram(n_fft=64, **kw, backend="torch"),
+                torchaudio.transforms.MelSpectrogram(n_fft=64, **kw),
+            ),
+            (T.MelScale(n_stft=33, **kw), torchaudio.transforms.MelScale(n_stft=33, **kw)),
+        ]
+    finally:
+        torch.set_default_dtype(previous)
+    for (ours, theirs), signal in zip(modules, (x, spec), strict=True):
+        fb = ours.mel_scale.fb if isinstance(ours, T.MelSpectrogram) else ours.fb
+        assert fb.dtype == torch.float64
+        assert_close(ours(signal), theirs(signal))
+
+
 @pytest.mark.parametrize(
     "kwargs,length",
     [
@@ -279,6 +304,73 @@ def test_modules_work_under_inference_mode(backend, device, generator):
         got = moved(x)
     theirs = torchaudio.transforms.MelSpectrogram(**kw, window_fn=torch.hamming_window).to(device)
     assert_close(got, theirs(x), rel_error=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_window_made_trainable_after_construction_gets_its_gradient(backend, device, generator):
+    # The padded-window cache was built at construction and keyed on the window's address and
+    # version only: after window.requires_grad_() every call served the graph-free copy, so the
+    # window got no gradient (silently; with x not requiring grad the output had no graph at all).
+    # torchaudio reads its window on every call and gives it one.
+    x = random_tensor((2, 300), generator=generator)
+    weight = random_tensor((2, 12, 19), generator=generator)
+    kw = dict(sample_rate=8000, n_fft=48, win_length=40, hop_length=16, n_mels=12)
+    ours = T.MelSpectrogram(**kw, backend=backend).to(device)
+    theirs = torchaudio.transforms.MelSpectrogram(**kw).double()
+    for module in (ours.spectrogram, theirs.spectrogram):
+        module.window.requires_grad_(True)
+    (expected,) = torch.autograd.grad((theirs(x.double()) * weight.double()).sum(), theirs.spectrogram.window)
+    for _ in range(2):  # the second call reuses what the first one cached
+        out = ours(x.to(device))
+        (got,) = torch.autograd.grad((out * weight.to(device)).sum(), ours.spectrogram.window)
+        assert_close(got.cpu(), expected, dtype="float32", rel_error=1e-5)
+    spec = T.Spectrogram(n_fft=48, power=1.0)
+    spec.window.requires_grad_(True)
+    (got,) = torch.autograd.grad(spec(x).sum(), spec.window)
+    theirs = torchaudio.transforms.Spectrogram(n_fft=48, power=1.0).double()
+    theirs.window.requires_grad_(True)
+    (expected,) = torch.autograd.grad(theirs(x.double()).sum(), theirs.window)
+    assert_close(got, expected, dtype="float32", rel_error=1e-5)
+
+
+def test_module_with_a_trained_window_deep_copies(generator):
+    # A window parameter's graph was kept in the module's caches (the padded window and the float32
+    # basis buffer) after a call: copy.deepcopy then raised "Only Tensors created explicitly by the
+    # user (graph leaves) support the deepcopy protocol". torchaudio's copies.
+    import copy
+
+    x = random_tensor((2, 300), generator=generator)
+    module = T.MelSpectrogram(sample_rate=8000, n_fft=48, n_mels=12, backend="torch")
+    module.spectrogram.window = torch.nn.Parameter(torch.hann_window(48))
+    module(x).sum().backward()
+    twin = copy.deepcopy(module)
+    twin(x).sum().backward()
+    assert_close(twin.spectrogram.window.grad, module.spectrogram.window.grad, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["torch", None, "triton"], ids=["torch", "auto", "triton"])
+def test_mel_filters_that_require_grad_get_their_gradient(backend, device, generator, monkeypatch):
+    # The Triton kernels take the filters as constants: with mel_scale.fb requiring grad the Triton path
+    # returned an output without a graph, silently (torchaudio's filters get their gradient). Auto
+    # dispatch now takes the torch twin for it, and an explicit backend="triton" says why it cannot.
+    # Auto dispatch picks Triton on a GPU, and on the CPU with NBXSIG_BACKEND=triton.
+    monkeypatch.setenv("NBXSIG_BACKEND", "triton")
+    x = random_tensor((2, 300), generator=generator)
+    weight = random_tensor((2, 12, 10), generator=generator)
+    kw = dict(sample_rate=8000, n_fft=48, hop_length=32, n_mels=12)
+    theirs = torchaudio.transforms.MelSpectrogram(**kw).double()
+    theirs.mel_scale.fb.requires_grad_(True)
+    (expected,) = torch.autograd.grad((theirs(x.double()) * weight.double()).sum(), theirs.mel_scale.fb)
+    ours = T.MelSpectrogram(**kw, backend=backend).to(device)
+    ours.mel_scale.fb.requires_grad_(True)
+    if backend == "triton":
+        with pytest.raises(BackendUnavailableError, match=r"mel filters \(mel_scale\.fb\) require grad"):
+            ours(x.to(device))
+        with torch.no_grad():  # nothing to differentiate: the kernels serve it
+            assert_close(ours(x.to(device)).cpu(), theirs(x.double()), dtype="float32", rel_error=1e-5)
+    else:
+        (got,) = torch.autograd.grad((ours(x.to(device)) * weight.to(device)).sum(), ours.mel_scale.fb)
+        assert_close(got.cpu(), expected, dtype="float32", rel_error=1e-5)
 
 
 def test_transform_constructor_errors():

@@ -878,17 +878,23 @@ class _FusedMel(torch.autograd.Function):
         x, window, filters = ctx.saved_tensors
         need_x, need_window = ctx.needs_input_grad[:2]
         opts = {k: v for k, v in ctx.opts.items() if not k.startswith("_")}
+        # Under create_graph=True the recomputation runs on the saved inputs themselves, so the
+        # gradients keep their dependence on x and the window (second derivatives, as the torch
+        # backend's; on detached copies they carried no graph and a second grad raised); otherwise on
+        # detached copies.
+        higher = torch.is_grad_enabled()
         with torch.enable_grad():
             # Recompute the torch twin in fp32 (at least) under autograd: no spectrum was stored.
             # The window's gradient too where the caller's window requires one (as on the torch
             # backend; it was dropped silently).
-            xd = x.detach().to(torch.promote_types(x.dtype, torch.float32)).requires_grad_(need_x)
-            wd = window.detach().requires_grad_(need_window)
-            out = ref.mel_spectrogram(xd, window=wd, filters=filters, **opts)
+            xd = x if higher else x.detach().requires_grad_(need_x)
+            wd = window if higher else window.detach().requires_grad_(need_window)
+            xf = xd.to(torch.promote_types(x.dtype, torch.float32))
+            out = ref.mel_spectrogram(xf, window=wd, filters=filters, **opts)
             inputs = [t for t, need in ((xd, need_x), (wd, need_window)) if need]
-            grads = list(torch.autograd.grad(out, inputs, grad.to(out.dtype)))
-        gx = grads.pop(0).to(x.dtype) if need_x else None
-        gw = grads.pop(0).to(window.dtype) if need_window else None
+            grads = list(torch.autograd.grad(out, inputs, grad.to(out.dtype), create_graph=higher))
+        gx = grads.pop(0) if need_x else None
+        gw = grads.pop(0) if need_window else None
         return gx, gw, None, None
 
 
