@@ -228,7 +228,7 @@ def _execute(
         click.echo(summary.details(), err=True)
     if summary.interrupted:
         sys.exit(128 + int(summary.signal or 2))
-    if summary.failed:
+    if summary.failed or summary.manifest_error:
         sys.exit(1)
 
 

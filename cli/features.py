@@ -68,6 +68,15 @@ def mel_process(
             notice(f"arrays carry no sample rate; assuming {it.sample_rate} Hz (--sample-rate)")
     rate = items[0].sample_rate  # the group key makes the rates equal
     target = 16000 if p.whisper else (p.sample_rate or rate)
+    if not p.whisper and p.f_min > 0 and p.f_min >= target // 2:
+        # The command refuses this band up front where --sample-rate fixes the rate; at each file's own
+        # rate it is known only here. The spectrum's top bin is at target // 2 (the library's default
+        # f_max): f_min there gave all-zero features with a warning (above it the library refused
+        # f_min > f_max), and with an --f-max past Nyquist, all-zero features whatever f_min.
+        raise nio.InputFileError(
+            f"--f-min {p.f_min:g} Hz is not below the Nyquist frequency of {target} Hz audio "
+            f"({target // 2} Hz): no frequency bin lies in the band, every mel would be 0"
+        )
     half = 0 if p.whisper else p.n_fft // 2
     if target == rate:
         arrays = [it.data for it in items]
@@ -266,7 +275,9 @@ def mel(
     # all-zero (torchaudio: NaN) features, which a batch run should refuse before writing any.
     if f_max is not None and f_min >= f_max:
         raise click.BadParameter(f"must be below --f-max ({f_max} Hz), got {f_min} Hz", param_hint="--f-min")
-    if sample_rate is not None and f_max is None and f_min >= sample_rate / 2:
+    # With or without --f-max: a band above the Nyquist frequency holds no bin either (--f-max past it
+    # is allowed, as torchaudio allows it, but does not widen it).
+    if sample_rate is not None and f_min >= sample_rate / 2:
         raise click.BadParameter(
             f"must be below sample_rate / 2 ({sample_rate / 2} Hz), got {f_min} Hz", param_hint="--f-min"
         )

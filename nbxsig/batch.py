@@ -174,7 +174,10 @@ def _expand_lists(
             if lists is not None:
                 lists.append(list_path)
             try:
-                lines = list_path.read_text(encoding="utf-8").splitlines()
+                # utf-8-sig: a byte-order mark (Notepad, PowerShell's Out-File) is not part of the first
+                # entry, which otherwise failed as "no such file" under a name shown with an invisible
+                # character.
+                lines = list_path.read_text(encoding="utf-8-sig").splitlines()
             except (OSError, UnicodeDecodeError) as exc:
                 raise BatchUsageError(f"cannot read the input list {list_path}: {exc}") from None
             entries = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
@@ -332,11 +335,14 @@ def plan(
     # Audio first: its output is what a folder of audio and arrays beside it is run for.
     for task in sorted(tasks, key=lambda t: nio.kind_of(t.input) != "audio"):
         real = os.path.realpath(task.output)
+        # Each message starts with the input that fails ("nbxsig: failed: PATH: reason"): the paths
+        # it names are other files, so without it several inputs failing over one output (a.flac
+        # and a.ogg beside a.wav) printed the same line, naming none of them.
         if real in inputs:
             hint = "" if output is not None else "; name an output with -o"
-            task.error = f"refusing to overwrite the input {task.output}{hint}"
+            task.error = f"{task.input}: refusing to overwrite the input {task.output}{hint}"
         elif real in claimed:
-            task.error = f"its output {task.output} is also the output of {claimed[real]}"
+            task.error = f"{task.input}: its output {task.output} is also the output of {claimed[real]}"
         else:
             claimed[real] = task.input
     return tasks, out_dir
@@ -394,14 +400,16 @@ def resolve_device(spec: str) -> Any:
         return torch.device("cpu")
     if spec == "cuda" or spec.startswith("cuda:"):
         index = spec.partition(":")[2]
-        if index and not index.isdigit():
+        # ASCII digits and nothing else: "cuda:" (no index), "cuda:01" or "cuda:٣" (str.isdigit takes
+        # other scripts' digits) passed here and then failed in torch.device as a traceback.
+        if spec != "cuda" and not (index.isascii() and index.isdigit()):
             raise BatchUsageError(f"--device must be auto, cpu, cuda or cuda:INDEX, got {spec!r}")
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
             raise BatchUsageError(f"--device {spec}: torch sees no CUDA device (use --device cpu or auto)")
         if index and int(index) >= count:
             raise BatchUsageError(f"--device {spec}: torch sees {count} CUDA device(s), 0..{count - 1}")
-        return torch.device(spec)
+        return torch.device("cuda", int(index)) if index else torch.device("cuda")  # "01" is device 1
     raise BatchUsageError(f"--device must be auto, cpu, cuda or cuda:INDEX, got {spec!r}")
 
 
@@ -508,6 +516,8 @@ class Summary:
     interrupted: bool = False
     #: The signal that interrupted the run (SIGINT or SIGTERM), for the exit code 128 + signal.
     signal: int | None = None
+    #: Why the manifest asked for could not be written (None: written, or none asked for).
+    manifest_error: str | None = None
 
     def line(self) -> str:
         """``"1998 ok, 2 failed, 0 skipped in 41.2 s"``."""
@@ -562,7 +572,7 @@ class _Reporter:
             try:
                 self.manifest_file = self.manifest_writer.enter_context(nio.atomic_open(manifest))
             except OSError as exc:
-                self.message(f"nbxsig: cannot write the manifest {manifest}: {exc.strerror or exc}")
+                self._manifest_failed(exc)
         show = not quiet and hasattr(stream, "isatty") and stream.isatty()
         self.bar = tqdm(total=total, unit="file", file=stream, disable=not show, dynamic_ncols=True)
 
@@ -611,7 +621,13 @@ class _Reporter:
         try:
             self.manifest_writer.close()
         except OSError as exc:
-            self.message(f"nbxsig: cannot write the manifest {self.manifest}: {exc.strerror or exc}")
+            self._manifest_failed(exc)
+
+    def _manifest_failed(self, exc: OSError) -> None:
+        # Kept in the summary, not only said: a run whose record of its files is missing must not
+        # exit 0 (the CLI exits 1), or a script would go on to read a manifest that is not there.
+        self.summary.manifest_error = f"cannot write the manifest {self.manifest}: {exc.strerror or exc}"
+        self.message(f"nbxsig: {self.summary.manifest_error}")
 
 
 def _warnings_of(value: Any) -> list[str]:
@@ -669,15 +685,18 @@ def run(
         if task.error is not None:
             reporter.row(task, "failed", error=task.error)
         elif task.output is not None and task.output.is_dir():
-            reporter.row(task, "failed", error=f"{task.output}: the output is an existing folder")
+            # Named by its input too (see plan): the output's name alone may not say which input it was.
+            error = f"{task.input}: {task.output}: the output is an existing folder"
+            reporter.row(task, "failed", error=error)
         elif task.output is not None and task.output.exists() and not overwrite:
             reporter.row(task, "skipped", error=None)
         elif task.output_found:
             reporter.row(
                 task,
                 "failed",
-                error=f"refusing to overwrite {task.output}, found beside its audio in the input folder "
-                "(it may not be an output of nbxsig): remove it to redo it, or name an output folder with -o",
+                error=f"{task.input}: refusing to overwrite {task.output}, found beside its audio in the "
+                "input folder (it may not be an output of nbxsig): remove it to redo it, or name an output "
+                "folder with -o",
             )
         else:
             todo.append(task)

@@ -222,7 +222,7 @@ def read_audio(
                 data = f.read(dtype=dtype, always_2d=True).T
                 rate, subtype = int(f.samplerate), f.subtype
         except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
-            raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
+            raise InputFileError(f"{path}: cannot decode as audio ({_libsndfile_reason(exc)})") from None
     if data.shape[-1] == 0 and not allow_empty:
         raise InputFileError(f"{path}: the audio has zero frames")
     return Audio(check_finite(path, np.ascontiguousarray(data)), rate, subtype)
@@ -280,7 +280,7 @@ def audio_info(path: str | bytes | os.PathLike[str]) -> dict[str, Any]:
         try:
             info = soundfile.info(os.fsencode(path))  # bytes: see read_audio
         except (RuntimeError, soundfile.LibsndfileError, ValueError) as exc:
-            raise InputFileError(f"{path}: cannot decode as audio ({_short(exc)})") from None
+            raise InputFileError(f"{path}: cannot decode as audio ({_libsndfile_reason(exc)})") from None
         rate, channels, frames = int(info.samplerate), int(info.channels), int(info.frames)
         fmt, subtype = info.format, info.subtype
     return {
@@ -367,7 +367,10 @@ def read_signal(path: str | bytes | os.PathLike[str], *, default_rate: int, pcm1
     if path.suffix.lower() != ".npy":
         raise InputFileError(f"{path}: unsupported input type (expected audio or a .npy waveform)")
     arr = read_array(path)
-    assert isinstance(arr, np.ndarray)
+    if not isinstance(arr, np.ndarray):
+        # np.load goes by the content, not the name: an .npz archive renamed .npy (or saved under that
+        # name) loads as several arrays. Said in words, not as the bare AssertionError a check here gave.
+        raise InputFileError(f"{path}: an .npz archive of {len(arr)} array(s), not a .npy waveform")
     if np.iscomplexobj(arr) or not (
         np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
     ):
@@ -647,6 +650,14 @@ def _numpy(data: Any) -> np.ndarray:
 
 def _glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _libsndfile_reason(exc: BaseException) -> str:
+    """libsndfile's reason alone: soundfile's message starts ``Error opening b'NAME': ``, the name as
+    the bytes we opened it by (see :func:`read_audio`), which repeats the file the message names
+    already, as a Python bytes literal."""
+    reason = getattr(exc, "error_string", None)  # soundfile.LibsndfileError's own words
+    return reason.strip() if isinstance(reason, str) and reason.strip() else _short(exc)
 
 
 def _short(exc: BaseException) -> str:

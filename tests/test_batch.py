@@ -68,6 +68,13 @@ def test_discover_list_files_relative_to_the_list(tmp_path: Path) -> None:
     assert sorted(p.path.name for p in found) == ["a.wav", "b.wav", "c.wav"]
 
 
+def test_discover_list_files_written_with_a_byte_order_mark(tmp_path: Path) -> None:
+    _touch(tmp_path, "a.wav", "b.wav")
+    (tmp_path / "list.txt").write_bytes(b"\xef\xbb\xbfa.wav\r\nb.wav\r\n")  # Windows tools write both
+    found = batch.discover([f"@{tmp_path / 'list.txt'}"], extensions=[".wav"])
+    assert [f.path for f in found] == [tmp_path / "a.wav", tmp_path / "b.wav"]
+
+
 def test_discover_deduplicates(tmp_path: Path) -> None:
     _touch(tmp_path, "in/a.wav")
     found = batch.discover([tmp_path / "in", tmp_path / "in/a.wav"], extensions=[".wav"])
@@ -385,6 +392,22 @@ def test_run_reports_unwritable_outputs(tmp_path: Path) -> None:
     assert "blocker" in text
 
 
+def test_run_says_in_its_summary_that_the_manifest_was_not_written(tmp_path: Path) -> None:
+    _arrays(tmp_path / "in", [10, 20])
+    (tmp_path / "blocker").write_text("a regular file where the manifest's folder should be")
+    stream = stdio.StringIO()
+    summary = batch.run(
+        _tasks(tmp_path), ToyJob().job(), jobs=0, manifest=tmp_path / "blocker/m.jsonl", stream=stream
+    )
+    # Every file is written; the record of them is not, which the CLI's exit status must say.
+    assert (summary.ok, summary.failed) == (2, 0)
+    where = tmp_path / "blocker/m.jsonl"
+    assert summary.manifest_error == f"cannot write the manifest {where}: Not a directory"
+    assert f"nbxsig: {summary.manifest_error}" in stream.getvalue()
+    written = batch.run(_tasks(tmp_path), ToyJob().job(), jobs=0, manifest=tmp_path / "m.jsonl")
+    assert written.manifest_error is None and len(_rows(tmp_path / "m.jsonl")) == 2
+
+
 def test_run_writes_the_manifest_atomically(tmp_path: Path) -> None:
     _arrays(tmp_path / "in", [10, 20])
     manifest = tmp_path / "m.jsonl"
@@ -524,6 +547,19 @@ def test_resolve_device() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(batch.BatchUsageError, match="no CUDA device"):
             batch.resolve_device("cuda:0")
+
+
+def test_resolve_device_refuses_cuda_indices_torch_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where CUDA is present these passed the check and failed in torch.device as a traceback.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for bad in ("cuda:", "cuda:\u0663", "cuda:+1", "cuda:-1"):
+        with pytest.raises(batch.BatchUsageError, match="cuda:INDEX"):
+            batch.resolve_device(bad)
+    assert batch.resolve_device("cuda:01") == torch.device("cuda", 1)
+    assert batch.resolve_device(" CUDA ") == torch.device("cuda")
+    with pytest.raises(batch.BatchUsageError, match=r"2 CUDA device\(s\), 0..1"):
+        batch.resolve_device("cuda:2")
 
 
 def test_load_functions_are_picklable() -> None:

@@ -483,6 +483,33 @@ def test_inputs_missing_linked_and_named_oddly(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "nope: no such file" in result.stderr
 
 
+def test_inputs_failing_over_one_output_are_each_named(tmp_path: Path) -> None:
+    # Every failure line starts with its input: the two losers of a.npz printed one line twice,
+    # naming only the winner and the output.
+    src = tmp_path / "c"
+    src.mkdir()
+    for ext in ("wav", "flac", "ogg"):
+        sf.write(src / f"a.{ext}", np.zeros(4000, np.float32), RATE)
+    result = invoke("stft", src, "--n-fft", "64", "-j", "0")
+    assert result.exit_code == 1 and "1 ok, 2 failed" in result.stderr, result.output
+    for loser in ("a.ogg", "a.wav"):
+        reason = f"its output {src / 'a.npz'} is also the output of {src / 'a.flac'}"
+        assert f"nbxsig: failed: {src / loser}: {reason}" in result.stderr.splitlines()
+
+
+def test_an_unwritable_manifest_is_a_nonzero_exit(tmp_path: Path) -> None:
+    src = make_folder(tmp_path)
+    (tmp_path / "blocker").write_text("a regular file where the manifest's folder should be")
+    args = ["stft", src / "a.wav", "--n-fft", "64", "-o", tmp_path / "a.npz"]
+    result = invoke(*args, "--manifest", tmp_path / "blocker/m.jsonl")
+    # The output is written, its record is not: exit 0 would send a script to read a missing manifest.
+    assert result.exit_code == 1 and "1 ok, 0 failed" in result.stderr, result.output
+    where = tmp_path / "blocker/m.jsonl"
+    assert f"nbxsig: cannot write the manifest {where}: Not a directory" in result.stderr
+    assert (tmp_path / "a.npz").is_file()
+    assert invoke(*args, "--overwrite", "--manifest", tmp_path / "m.jsonl").exit_code == 0
+
+
 def test_write_failures_name_the_output(tmp_path: Path) -> None:
     src = make_folder(tmp_path)
     (tmp_path / "afile").write_text("a regular file")
@@ -818,6 +845,30 @@ def test_mel_log_with_resampling(tmp_path: Path) -> None:
     got = torch.from_numpy(np.load(tmp_path / "a.npy")).double()
     assert got.shape == ref.shape
     assert (got - ref).abs().max() < 1e-3  # log10 of float32 power
+
+
+def test_mel_refuses_a_band_above_the_nyquist_frequency(tmp_path: Path) -> None:
+    # At a file's own rate, --f-min at its Nyquist frequency wrote all-zero features with a warning
+    # (above it the library's "f_min must be <= f_max" failed the file), and so did any --f-min above
+    # it with an --f-max past Nyquist.
+    src = tmp_path / "r"
+    src.mkdir()
+    noise = 0.1 * np.random.default_rng(3).standard_normal(8000).astype(np.float32)
+    sf.write(src / "lo.wav", noise, 8000)
+    sf.write(src / "hi.wav", noise, RATE)
+    for band in (["--f-min", "4000"], ["--f-min", "5000", "--f-max", "7000"]):
+        out = tmp_path / f"out{len(band)}"
+        result = invoke("mel", src, "-o", out, "-j", "0", *band)
+        assert result.exit_code == 1 and "1 ok, 1 failed" in result.stderr, result.output
+        assert (
+            f"{src / 'lo.wav'}: --f-min {band[1]} Hz is not below the Nyquist frequency of 8000 Hz audio "
+            "(4000 Hz): no frequency bin lies in the band" in result.stderr
+        )
+        assert not (out / "lo.npy").exists() and np.abs(np.load(out / "hi.npy")).max() > 0
+    # Where --sample-rate fixes the rate, a usage error before any file, whatever --f-max says.
+    result = invoke("mel", src, "--sample-rate", "8000", "--f-min", "5000", "--f-max", "7000")
+    assert result.exit_code == 2 and "below sample_rate / 2 (4000.0 Hz)" in result.stderr
+    assert sorted(p.name for p in src.iterdir()) == ["hi.wav", "lo.wav"]
 
 
 def test_mel_whisper_equals_per_file(tmp_path: Path) -> None:

@@ -101,6 +101,17 @@ def test_bad_audio_files_are_refused(tmp_path: Path) -> None:
     assert nio.read_audio(tmp_path / "zero.wav", allow_empty=True).data.shape == (1, 0)
 
 
+def test_a_decode_error_gives_libsndfile_s_reason_not_the_name_as_bytes(tmp_path: Path) -> None:
+    # The file is opened by its name as bytes (see read_audio); soundfile's message repeated that name
+    # as a Python bytes literal: "x.wav: cannot decode as audio (Error opening b'.../x.wav': ...)".
+    path = tmp_path / "fake.wav"
+    path.write_bytes(b"this is not audio, whatever its name says " * 8)
+    for read in (nio.read_audio, nio.audio_info):
+        with pytest.raises(nio.InputFileError) as info:
+            read(path)
+        assert str(info.value) == f"{path}: cannot decode as audio (Format not recognised.)"
+
+
 @pytest.mark.parametrize(
     ("name", "data_bytes", "soundfile_present"),
     [
@@ -181,6 +192,13 @@ def test_read_signal_refusals(tmp_path: Path) -> None:
             warnings.simplefilter("error")  # no numpy overflow warning on the way
             with pytest.raises(nio.InputFileError, match=message):
                 nio.read_signal(tmp_path / name, default_rate=16000)
+
+
+def test_read_signal_refuses_an_npz_archive_named_npy(tmp_path: Path) -> None:
+    np.savez(tmp_path / "x.npz", a=np.ones(100, np.float32))
+    (tmp_path / "x.npy").write_bytes((tmp_path / "x.npz").read_bytes())
+    with pytest.raises(nio.InputFileError, match=r"x\.npy: an \.npz archive of 1 array\(s\), not a \.npy"):
+        nio.read_signal(tmp_path / "x.npy", default_rate=16000)
 
 
 def test_audio_with_a_name_that_is_not_utf8(tmp_path: Path) -> None:
