@@ -126,3 +126,19 @@ def test_stft_modules_onnx_match_torch(center, generator):
         )
         got = torch.from_numpy(session.run(None, {"x": torch.view_as_real(spec).numpy()})[0])
         assert_close(got, torch.istft(spec, 64, 16, window=window, center=center), **ONNX_TOL)
+
+
+@pytest.mark.parametrize("pad_mode", ["reflect", "constant"])
+def test_stft_align_to_window_onnx_matches_torch(pad_mode, generator):
+    # torch 2.11's align_to_window (the signal padded by (n_fft - win_length) // 2 with pad_mode) exports
+    # with the rest of the module: the padding is an ONNX Pad.
+    from nbxsig.stft import STFT
+
+    window = torch.hann_window(40)
+    args = dict(window=window, center=False, pad_mode=pad_mode, align_to_window=True)
+    forward = STFT(64, 16, 40, **args, return_complex=False, backend="torch")
+    session = export(forward, random_tensor((2, 1000), generator=generator), {0: "batch", 1: "time"})
+    for length in (1000, 777):
+        x = random_tensor((3, length), generator=generator)
+        expected = torch.view_as_real(torch.stft(x, 64, 16, 40, **args, return_complex=True))
+        assert_close(torch.from_numpy(session.run(None, {"x": x.numpy()})[0]), expected, **ONNX_TOL)
