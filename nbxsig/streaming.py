@@ -526,11 +526,15 @@ class StreamingISTFT:
         device = x.device
         # Before the state is created: a push the backend refuses leaves the stream unstarted.
         chosen = _ISTFT_PUSH.backend(self.backend, device=device, dtype=x.dtype, numel=max(1, x.numel()))
-        history = self._history[0] if self._history is not None else None
         if (
             chosen == "triton"
             and torch.is_grad_enabled()
-            and any(t is not None and t.requires_grad for t in (x, self.window, history))
+            # (a chain, not any() over a generator: a push is host-bound, see PushLaunch)
+            and (
+                x.requires_grad
+                or self.window.requires_grad
+                or (self._history is not None and self._history[0].requires_grad)
+            )
         ):
             # The Triton push has no backward: its output carried no graph, so a spectrum (or window)
             # that requires grad got none, silently. The torch push is differentiable.
