@@ -4,8 +4,9 @@ The filter banks are torchaudio's (``torchaudio.functional.melscale_fbanks``) fo
 ``mel_scale``/``norm``, computed in float64 and rounded once; with ``mel_scale="slaney",
 norm="slaney"`` they are librosa's. The spectrograms run either the Triton backend
 (:mod:`nbxsig.kernels.mel`: on a GPU ``nbxsig.stft.spectrogram`` -- the four-step kernel of
-:mod:`nbxsig.kernels.fourstep` at n_fft 400, else the FFT path -- + one mel matmul, measured fastest;
-fused waveform → mel kernels that keep nothing in between in memory are the other paths) or the
+:mod:`nbxsig.kernels.fourstep` at n_fft 256/400/512 (1000 at TF32), else the FFT path -- + one mel
+projection kernel, measured fastest; fused waveform → mel kernels that keep nothing in between in
+memory are the other paths) or the
 pure-torch twin (:mod:`nbxsig.reference.mel`: torch.fft eagerly, real-valued ops only in an ONNX
 export; float64-capable).
 

@@ -3,9 +3,10 @@
 Constructor arguments, defaults, buffers and ``state_dict`` keys are torchaudio.transforms' (a
 torchaudio checkpoint loads into these modules), and the outputs are the same. Differences:
 
-* the STFT is real-valued (a matmul with a windowed DFT basis; ``fold`` for the inverse), so every
-  module built with ``backend="torch"`` exports with ``torch.onnx.export`` (no complex op);
-* ``MelSpectrogram`` runs the fused Triton kernel on CUDA float16/bfloat16/float32 input
+* under export the STFT is real-valued ops only (a matmul with a windowed DFT basis; a transposed
+  convolution overlap-adds the inverse; eagerly both run ``torch.fft``), so every module built with
+  ``backend="torch"`` exports with ``torch.onnx.export`` (no complex op);
+* ``MelSpectrogram`` runs the Triton backend on CUDA float16/bfloat16/float32 input
   (``backend=None``); pass ``backend="torch"`` for the twin;
 * ``Spectrogram(power=None)`` returns a complex tensor (as torchaudio) and is not exportable;
   ``InverseSpectrogram`` also takes a real ``(…, F, T, 2)`` tensor (``torch.view_as_real`` layout),
@@ -302,7 +303,7 @@ class MelSpectrogram(nn.Module):
         sample_rate, n_fft, win_length, hop_length, f_min, f_max, pad, n_mels, window_fn, power,
         normalized, wkwargs, center, pad_mode, onesided (ignored, as torchaudio), norm, mel_scale:
             torchaudio's (see :class:`Spectrogram`, :class:`MelScale`).
-        backend: None (fused Triton kernel on CUDA fp16/bf16/fp32), "triton" or "torch" (exportable).
+        backend: None (the Triton backend on CUDA fp16/bf16/fp32), "triton" or "torch" (exportable).
 
     Shape:
         ``(…, L)`` → ``(…, n_mels, T)``; float16/bfloat16 computed in float32 and returned in their
