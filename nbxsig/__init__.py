@@ -14,14 +14,18 @@ from typing import Any
 __version__ = "0.1.0"
 
 _SUBMODULES = (
+    "attention",
+    "batch",
     "dft",
     "errors",
-    "stft",
     "features",
+    "filter_design",
     "filters",
-    "quant",
-    "models",
     "io",
+    "models",
+    "quant",
+    "stft",
+    "streaming",
     "testing",
     "transforms",
 )
