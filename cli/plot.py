@@ -211,7 +211,7 @@ def plot_save(item: Plottable, png: bytes, output: Path) -> None:
 @click.option(
     "--segments",
     metavar="FILE",
-    help="Segments to overlay, in s: JSON [[start, end], ...] or 'start end' lines.",
+    help="Segments to overlay, in s: JSON [[start, end], ...], `nbxsig vad`'s JSON, or 'start end' lines.",
 )
 @batch_options
 def plot(
