@@ -253,7 +253,7 @@ def firwin(
     window: str | tuple[str, float] = "hamming",
     pass_zero: bool | str = True,
     scale: bool = True,
-    fs: float = 2.0,
+    fs: float | None = 2.0,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
@@ -269,8 +269,8 @@ def firwin(
         window: see :func:`get_window`. Default "hamming".
         pass_zero: True/"lowpass"/"bandstop" (DC in the passband) or False/"highpass"/"bandpass".
         scale: normalise the gain to 1 at DC, Nyquist or the first passband's centre.
-        fs: sampling rate. Default 2.0 (cutoffs as fractions of Nyquist). A number: ``fs`` and ``width``
-            refuse a tensor that requires grad.
+        fs: sampling rate. Default 2.0 (cutoffs as fractions of Nyquist); None is 2.0, as in scipy. A
+            number: ``fs`` and ``width`` refuse a tensor that requires grad.
         dtype, device: of the returned taps (computed in float64).
 
     Returns:
@@ -287,7 +287,9 @@ def firwin(
     """
     numtaps = check_int("numtaps", numtaps, min_value=1)
     dtype, device = _result_form(dtype, device)
-    fs = _constant("fs", fs, _FIXED_FS, min_value=0.0, min_inclusive=False)
+    # scipy's default is fs=None, meaning 2 (cutoffs relative to Nyquist): code that forwards an optional
+    # sampling rate passes None, which was refused here.
+    fs = _constant("fs", 2.0 if fs is None else fs, _FIXED_FS, min_value=0.0, min_inclusive=False)
     nyq = 0.5 * fs
     edges = _param_array("cutoff", cutoff, "a frequency or a 1-D sequence of frequencies")
     edges = edges.reshape(1) if edges.dim() == 0 else edges

@@ -1126,7 +1126,11 @@ class UnsharpMask(nn.Module):
 
 class Resample(nn.Module):
     """:func:`resample` as a module (torchaudio's ``transforms.Resample`` arguments); the polyphase bank is
-    cached per rate pair."""
+    cached per rate pair.
+
+    ``dtype`` is torchaudio's keyword (the dtype its kernel is built in, which the input must then have):
+    accepted and checked so that its calls run unchanged, but it changes nothing here -- the bank is built
+    in float64 and applied in the waveform's own dtype (float32 for float16/bfloat16), whatever it is."""
 
     def __init__(
         self,
@@ -1137,12 +1141,16 @@ class Resample(nn.Module):
         rolloff: float = 0.99,
         beta: float | None = None,
         *,
+        dtype: torch.dtype | None = None,
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
         _resample_args(
             orig_freq, new_freq, lowpass_filter_width, rolloff, resampling_method, beta
         )  # checked now
+        # torchaudio.transforms.Resample(..., dtype=torch.float64) raised a TypeError here.
+        if dtype is not None and dtype not in FLOATING_DTYPES:
+            raise bad_type("dtype", dtype, "None or a floating torch dtype")
         check_backend(backend)
         self.orig_freq, self.new_freq = orig_freq, new_freq
         self.resampling_method, self.lowpass_filter_width = resampling_method, lowpass_filter_width

@@ -33,6 +33,9 @@ FIRWIN_CASES = [
     (33, 0.3, {"window": "blackmanharris"}),
     (33, 0.3, {"window": "nuttall"}),
     (33, 0.3, {"window": ("gaussian", 5.0)}),
+    # scipy's default fs is None (= 2): forwarded as such, it was refused.
+    (31, 0.3, {"fs": None}),
+    (41, [0.2, 0.7], {"fs": None, "pass_zero": "bandpass", "width": 0.1}),
 ]
 
 

@@ -189,6 +189,47 @@ def test_fir_filter_with_boundary_extends_the_past(generator):
     assert_close(y, torch.from_numpy(np.convolve(xe, taps.numpy(), mode="valid")))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_padding_beside_an_infinite_edge_reads_zeros(backend, generator, device):
+    # The torch path gathered the padding from the edge sample it clamps to and multiplied it by 0: an edge
+    # at -inf (log(0) at the start of a log-energy) or NaN made the padding NaN, so outputs that lfilter and
+    # F.conv2d give as -inf (or 0, reading padding only) came out NaN.
+    dtype = torch.float64 if backend == "torch" else torch.float32
+    x = random_tensor((2, 30), generator=generator, dtype=torch.float64, low=0.5, high=1.5)
+    x[:, 0] = -torch.inf
+    taps = random_tensor((5,), generator=generator, dtype=torch.float64, low=0.5, high=1.5)
+    y = nf.fir_filter(x.to(device, dtype), taps.to(device, dtype), backend=backend)
+    ref = torch.from_numpy(ss.lfilter(taps.numpy(), [1.0], x.numpy(), axis=-1))
+    assert bool(ref[:, :5].isneginf().all())
+    assert_close(y, ref, dtype=dtype)
+
+    img = random_tensor((1, 2, 6, 7), generator=generator, dtype=torch.float64, low=0.5, high=1.5)
+    img[0, 0, 0, 0], img[0, 1, -1, -1] = -torch.inf, torch.nan
+    w = random_tensor((2, 3, 3), generator=generator, dtype=torch.float64, low=0.5, high=1.5)
+    y = nf.depthwise_conv2d(img.to(device, dtype), w.to(device, dtype), padding=3, backend=backend)
+    ref = torch.nn.functional.conv2d(img, w[:, None], padding=3, groups=2)  # the corners read padding only
+    assert_close(y, ref, dtype=dtype)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="the looped Triton stencils multiply out-of-range taps (loaded as 0) by every row of their "
+    "band: an inf pixel makes NaN beyond the kernel's reach (0 * inf); the fix is in the hot loop and "
+    "needs GPU timing",
+)
+@pytest.mark.parametrize("ksize", [(9, 9), (3, 31)], ids=["9x9", "3x31"])
+def test_triton_stencil_keeps_an_infinite_pixel_within_its_reach(ksize, generator, device):
+    # A NaN/inf hole in an image (a no-data mask) must reach only the outputs whose window holds it, as
+    # F.conv2d's do.
+    img = random_tensor((1, 1, 24, 64), generator=generator, dtype=torch.float64, low=0.5, high=1.5)
+    img[0, 0, 12, 30] = torch.inf
+    w = random_tensor((1, *ksize), generator=generator, dtype=torch.float64, low=0.5, high=1.5)
+    y = nf.depthwise_conv2d(img.float().to(device), w.float().to(device), padding="same", backend="triton")
+    ref = torch.nn.functional.conv2d(img, w[:, None], padding=(ksize[0] // 2, ksize[1] // 2))
+    assert_close(y, ref, dtype=torch.float32)
+
+
 # ---------------------------------------------------------------------------------------------
 # 2-D
 

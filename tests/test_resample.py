@@ -89,6 +89,19 @@ def test_identity_returns_input():
     assert nf.resample(x, 16000, 16000.0) is x
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_module_takes_torchaudios_dtype_keyword(dtype, generator, AF):
+    # torchaudio.transforms.Resample(..., dtype=...) (its kernel's dtype) raised a TypeError here; the bank
+    # is float64 whatever it says, applied in the waveform's dtype.
+    x = random_tensor((2, 300), generator=generator, dtype=dtype)
+    y = nf.Resample(44100, 16000, "sinc_interp_kaiser", dtype=dtype)(x)
+    assert y.dtype == dtype
+    ref = AF.resample(x.double(), 44100, 16000, resampling_method="sinc_interp_kaiser")
+    assert_close(y, ref, dtype=dtype)
+    with pytest.raises(ParameterTypeError, match="dtype must be None or a floating torch dtype"):
+        nf.Resample(44100, 16000, dtype=torch.int16)
+
+
 @pytest.mark.parametrize("bank", ["full", "compact"])
 def test_triton_gradient_matches_torch(bank, generator, device, monkeypatch):
     # The Triton path's backward runs the torch reference on the bank it was given: torchaudio's full

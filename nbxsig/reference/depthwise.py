@@ -65,7 +65,10 @@ def _extend(x: torch.Tensor, dim: int, before: int, after: int, boundary: str) -
     if not bool(valid.all()):
         shape = [1] * x.dim()
         shape[dim] = -1
-        out = out * valid.view(shape).to(out.dtype)
+        # Selected, not multiplied by the mask: a padded position holds the edge sample it was clamped to,
+        # and 0 · inf = NaN, so a ±inf or NaN edge sample (log(0) at the start of a log-energy) turned the
+        # zero padding into NaN where F.conv*, lfilter and the Triton kernels read 0.
+        out = torch.where(valid.view(shape), out, 0.0)
     return out
 
 
