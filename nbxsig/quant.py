@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._dispatch import Backend, Op
-from ._validate import check_int, check_tensor
+from ._dispatch import Backend, Op, check_backend
+from ._validate import check_device, check_int, check_tensor
 from .errors import ParameterValueError, bad_type, bad_value
 from .io import as_path, atomic_open
 from .reference import int4 as _ref
@@ -127,11 +127,23 @@ class Int4Weight:
                 f"laid out as scales (strides {self.mins.stride()} against {self.scales.stride()})",
             )
 
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # Not a tensor: torch functions given one fail with a TypeError naming the function. Defining
+        # this makes torch.overrides.has_torch_function() true for an Int4Linear's ``weight``, which is
+        # what nn.TransformerEncoderLayer / nn.TransformerEncoder check before their fused inference
+        # fast path (eval + no_grad): without it they passed the Int4Weight to
+        # torch._transformer_encoder_layer_fwd as a dense weight ("must be Tensor, not Int4Weight").
+        return NotImplemented
+
     @property
     def device(self) -> torch.device:
         return self.packed.device
 
     def to(self, device: torch.device | str) -> Int4Weight:
+        # A device only: the parts' dtypes are the format (w.to(torch.float16) was refused as "packed
+        # must be a torch.int32 tensor", an unparsable device with torch's own RuntimeError).
+        device = check_device(device)
         return Int4Weight(
             self.packed.to(device), self.scales.to(device), self.mins.to(device), self.group_size, self.shape
         )
@@ -156,7 +168,7 @@ class Int4Weight:
                 raise bad_value("path", str(path), "a safetensors file written by Int4Weight.save")
             try:
                 shape, group_size = tuple(json.loads(meta["shape"])), int(meta["group_size"])
-            except (KeyError, ValueError) as err:
+            except (KeyError, ValueError, TypeError) as err:  # TypeError: a shape such as "24" or "null"
                 raise bad_value(
                     "path", str(path), f"an Int4Weight file with valid metadata ({err})"
                 ) from None
@@ -259,6 +271,8 @@ def quantize_int4(weight: torch.Tensor, group_size: int = 128) -> Int4Weight:
     # Rounding to a grid has no gradient: a weight that requires one (a model's parameter) is read as data
     # (torch warned "Converting a tensor with requires_grad=True to a scalar" on the checks below).
     weight = weight.detach()
+    if weight.is_meta:  # no values to quantize (the checks below would fail inside torch's .item())
+        raise bad_value("weight", weight, "a tensor with values, not on the meta device")
     if not bool(torch.isfinite(weight).all()) or float(weight.abs().max()) >= 65504.0:
         raise bad_value("weight", weight, "finite values below 65504 in magnitude (fp16 scales and mins)")
     packed, scales, mins = _ref.quantize_int4(weight, group_size)
@@ -298,7 +312,8 @@ def int4_linear(
     """``x @ dequantize(w)ᵀ + bias``, without materialising the weight for up to 8 rows.
 
     Args:
-        x: ``(..., K)`` float16/bfloat16/float32 (float64 on the torch backend).
+        x: ``(..., K)`` float16/bfloat16/float32 (float64 on the torch backend); M = 0 rows gives an
+            empty result, as ``F.linear`` (on the torch backend: ``backend="triton"`` refuses empty input).
         w: the quantized weight, logical shape ``(N, K)``, on ``x``'s device.
         bias: optional ``(N,)``.
         backend: None (auto: Triton on CUDA), "triton" or "torch".
@@ -322,7 +337,9 @@ def int4_linear(
     """
     if not isinstance(w, Int4Weight):
         raise bad_type("w", w, "an Int4Weight (see quantize_int4)")
-    check_tensor("x", x, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=1)
+    # Empty x (M = 0 rows) is allowed, as F.linear allows it: an empty batch gives an empty output (auto
+    # dispatch sends empty inputs to the torch backend; backend="triton" refuses them, as every op does).
+    check_tensor("x", x, dtypes=(*_FLOAT_DTYPES, torch.float64), min_dim=1, allow_empty=True)
     n, k = w.shape
     if x.shape[-1] != k:
         raise bad_value("x", x, f"a tensor whose last dimension is K={k} (the weight's input features)")
@@ -395,6 +412,11 @@ class Int4Linear(nn.Module):
         backend: Backend | None = None,
     ) -> None:
         super().__init__()
+        # Checked here, as the dispatch's other modules do: a bad value otherwise surfaced at the first
+        # forward (backend) or as torch's RuntimeError (device).
+        check_backend(backend)
+        if device is not None:  # None: torch's default device (a `with torch.device(...)` block)
+            device = check_device(device)
         self.in_features = check_int("in_features", in_features, min_value=8)
         self.out_features = check_int("out_features", out_features, min_value=1)
         self.group_size = _check_group(group_size, in_features, name="in_features")
@@ -424,6 +446,11 @@ class Int4Linear(nn.Module):
         """Quantize an ``nn.Linear`` (its bias is kept in its own dtype)."""
         if not isinstance(linear, nn.Linear):
             raise bad_type("linear", linear, "a torch.nn.Linear")
+        if isinstance(linear.weight, nn.parameter.UninitializedParameter):
+            # An nn.LazyLinear before its first forward (torch raised a ValueError from .detach()).
+            raise bad_value(
+                "linear", linear, "an initialised linear (run a forward through a LazyLinear first)"
+            )
         w = linear.weight.detach()
         layer = cls(
             linear.in_features,
@@ -432,6 +459,12 @@ class Int4Linear(nn.Module):
             bias=linear.bias is not None,
             device=w.device,
         )
+        if w.is_meta:
+            # A model built on the meta device (no values): the layer is the int4 skeleton, to be
+            # materialised with to_empty() and filled by load_quantized / load_state_dict.
+            if linear.bias is not None:
+                layer.bias = nn.Parameter(torch.empty_like(linear.bias), requires_grad=False)
+            return layer
         q = quantize_int4(w, group_size)
         layer.packed.copy_(q.packed)
         layer.scales.copy_(q.scales)
@@ -469,8 +502,13 @@ def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] 
         model: any module.
         group_size: as :func:`quantize_int4`.
         skip: qualified names (``model.named_modules()`` keys) of linears to leave in floating point
-            (a linear shared under several names stays if any of them is listed). The linears of an
-            ``nn.MultiheadAttention`` always stay: it reads their weights as tensors.
+            (a linear shared under several names stays if any of them is listed); a single string is
+            one name. Exact names, not prefixes or patterns: a name that is not a linear of ``model``
+            is an error. The linears of an ``nn.MultiheadAttention`` always stay: it reads their
+            weights as tensors.
+
+    A model on the meta device gets int4 layers on the meta device (no values): materialise it with
+    ``model.to_empty(device=...)`` and fill it with :func:`load_quantized`.
 
     Returns:
         ``model`` itself.
@@ -478,8 +516,9 @@ def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] 
     Raises:
         ParameterValueError: a linear not in ``skip`` has in_features not divisible by ``group_size``
         (the message names it); ``model`` is itself an ``nn.Linear`` (use
-        :meth:`Int4Linear.from_linear`); ``group_size`` not a multiple of 8.
-        ParameterTypeError: ``model`` is not a module.
+        :meth:`Int4Linear.from_linear`); ``group_size`` not a multiple of 8; ``skip`` names something
+        other than a linear of ``model``.
+        ParameterTypeError: ``model`` is not a module; ``skip`` is not an iterable of strings.
     """
     if not isinstance(model, nn.Module):
         raise bad_type("model", model, "a torch.nn.Module")
@@ -488,7 +527,16 @@ def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] 
             "model", model, "a module containing linears (for one linear: Int4Linear.from_linear)"
         )
     group_size = check_group_size(group_size)
-    skip = set(skip)
+    # A bare string is one name: set("head") was {"h", "e", "a", "d"}, which skipped nothing (or a
+    # linear named "h").
+    if isinstance(skip, str):
+        skip = (skip,)
+    try:
+        skip = set(skip)
+    except TypeError:
+        raise bad_type("skip", skip, "an iterable of qualified module names (str)") from None
+    if not all(isinstance(name, str) for name in skip):
+        raise bad_type("skip", skip, "an iterable of qualified module names (str)")
     # Every place a linear sits, under its qualified name (a shared linear under each of its names).
     # named_children() would list a shared child once, hence _modules. The linears inside
     # nn.MultiheadAttention stay: it reads out_proj.weight as a tensor.
@@ -499,6 +547,19 @@ def quantize_model(model: nn.Module, group_size: int = 128, skip: Iterable[str] 
         for attr, child in parent._modules.items()
         if isinstance(child, nn.Linear)
     ]
+    # A name that is not a linear of the model (a typo, or a container such as "encoder", which is no
+    # prefix here) used to be ignored silently, quantizing the layer meant to stay.
+    linears = {
+        name
+        for name, mod in model.named_modules(remove_duplicate=False)
+        if isinstance(mod, (nn.Linear, Int4Linear))
+    }
+    if not skip <= linears:
+        raise bad_value(
+            "skip",
+            sorted(skip - linears),
+            "qualified names of the model's linears (model.named_modules() keys)",
+        )
     skipped = {id(child) for name, _, _, child in places if name in skip}
     targets = {id(child): (name, child) for name, _, _, child in places if id(child) not in skipped}
     for name, child in targets.values():
@@ -522,7 +583,10 @@ def save_quantized(model: nn.Module, path: str | Path) -> None:
     state: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     first_name: dict[tuple, str] = {}
-    for name, tensor in model.state_dict().items():
+    own = model.state_dict()
+    if any(t.is_meta for t in own.values()):  # no values to write (torch's .cpu() raised NotImplementedError)
+        raise bad_value("model", model, "a model whose tensors hold values, not on the meta device")
+    for name, tensor in own.items():
         view = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
         if view in first_name and tensor.numel():
             aliases[name] = first_name[view]
@@ -554,6 +618,13 @@ def load_quantized(model: nn.Module, path: str | Path) -> nn.Module:
     if not own:
         raise bad_value("model", model, "a module with a state (parameters or buffers) to load into")
     device = next(iter(own.values())).device
+    if any(t.is_meta for t in own.values()):
+        # safe_open refused device "meta" with a message that blamed the file.
+        raise bad_value(
+            "model",
+            model,
+            "a model with allocated tensors (for one on the meta device: model.to_empty(device=...))",
+        )
     with _open_safetensors(path, device) as f:
         metadata = f.metadata() or {}
         if metadata.get("format") != "nbxsig-quantized-model":
@@ -586,5 +657,18 @@ def load_quantized(model: nn.Module, path: str | Path) -> nn.Module:
             )
             raise bad_value("path", str(path), f"a state of this model's names and shapes ({details})")
         tensors = {k: f.get_tensor(k) for k in stored}
+    # load_state_dict casts silently: a float tensor stored under an int32 name (packed) would be
+    # truncated into garbage nibbles. Floating tensors may change precision (a .half() model's bias),
+    # integer ones must match exactly.
+    dtypes = sorted(
+        k
+        for k, t in own.items()
+        if t.dtype != tensors[source[k]].dtype
+        and not (t.is_floating_point() and tensors[source[k]].is_floating_point())
+    )
+    if dtypes:
+        raise bad_value(
+            "path", str(path), f"a state of this model's dtypes (other dtype: {', '.join(dtypes[:4])})"
+        )
     model.load_state_dict({k: tensors[source[k]] for k in source}, strict=True)
     return model

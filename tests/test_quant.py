@@ -378,6 +378,14 @@ def test_a_shared_linear_saves_once_and_loads_into_both_names(tmp_path, generato
 
 def test_a_corrupt_or_misnamed_weight_file_is_a_clear_error(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
+    from safetensors.torch import save_file
+
+    qw = Q.quantize_int4(torch.randn(8, 64), 32)
+    for shape in ("24", "null"):  # json that tuple() cannot take: a TypeError got through
+        meta = {"format": "nbxsig-int4", "group_size": "32", "shape": shape}
+        save_file({"packed": qw.packed, "scales": qw.scales, "mins": qw.mins}, tmp_path / "m", metadata=meta)
+        with pytest.raises(ParameterValueError, match="an Int4Weight file with valid metadata"):
+            Q.Int4Weight.load(tmp_path / "m")
     model = Q.quantize_model(nn.Sequential(nn.Linear(64, 32)), group_size=32)
     for load in (lambda p: Q.load_quantized(model, p), Q.Int4Weight.load):
         with pytest.raises(ParameterValueError, match=r"path must be a safetensors file \(reading it: "):
@@ -465,6 +473,103 @@ def test_quantize_model_edge_cases(generator):
         Q.quantize_model(nn.ReLU(), 12)  # checked even where no layer would use it
 
 
+def test_quantized_transformer_encoder_runs_in_inference_mode(generator, device):
+    # eval() + no_grad is where nn.TransformerEncoder(Layer) takes its fused fast path, which passes
+    # linear1.weight to a native kernel as a dense tensor: it raised "argument 'ffn_weight_1' must be
+    # Tensor, not Int4Weight". The Int4Weight now makes the layer decline it (has_torch_function).
+    torch.manual_seed(5)
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+    encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=True)
+    encoder = Q.quantize_model(encoder, 32).to(device).eval()
+    x = random_tensor((2, 5, 64), generator=generator, device=device)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2], device=device)
+    for kwargs in ({}, {"src_key_padding_mask": mask}):
+        ref = encoder(x, **kwargs)  # grad enabled: the layer-by-layer path
+        with torch.no_grad():
+            out = encoder(x, **kwargs)
+        with torch.inference_mode():
+            out_inference = encoder.layers[0](x, **kwargs)
+        assert_close(out, ref, dtype="float32")
+        assert_close(out_inference, encoder.layers[0](x, **kwargs), dtype="float32")
+
+
+def test_int4_linear_takes_an_empty_batch(generator, device):
+    # F.linear maps (0, K) to (0, N); int4_linear refused it ("x must be a non-empty tensor"), so an
+    # empty batch (no active streams) failed where the float model ran.
+    layer = Q.Int4Linear.from_linear(nn.Linear(64, 24), 32).to(device)
+    for shape in ((0, 64), (2, 0, 64)):
+        x = random_tensor(shape, generator=generator, device=device).requires_grad_()
+        bias = layer.bias.detach().clone().requires_grad_()
+        out = Q.int4_linear(x, layer.weight, bias)
+        assert out.shape == (*shape[:-1], 24) and out.dtype == x.dtype
+        out.sum().backward()
+        assert x.grad.shape == x.shape and torch.equal(bias.grad, torch.zeros_like(bias))
+        assert layer(x).shape == (*shape[:-1], 24)
+
+
+def test_quantize_model_skip_takes_exact_linear_names():
+    def build():
+        return nn.Sequential(nn.Linear(64, 32), nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 8)))
+
+    def floating(model):
+        return [name for name, mod in model.named_modules() if isinstance(mod, nn.Linear)]
+
+    # A bare string is one name (it was iterated: skip="1.1" skipped "1" and "." and "1", i.e. nothing).
+    assert floating(Q.quantize_model(build(), 32, skip="1.1")) == ["1.1"]
+    assert floating(Q.quantize_model(build(), 32, skip=["0", "1.0"])) == ["0", "1.0"]
+    # A typo or a container name was ignored silently, quantizing the layer meant to stay.
+    for skip in (("head",), ("1",), ("1.*",)):
+        with pytest.raises(ParameterValueError, match=r"skip must be qualified names of the model's linears"):
+            Q.quantize_model(build(), 32, skip=skip)
+    for skip in (None, 3, [0]):
+        with pytest.raises(ParameterTypeError, match="skip must be an iterable of qualified module names"):
+            Q.quantize_model(build(), 32, skip=skip)
+    # Quantizing again is a no-op, and names of layers already int4 are accepted.
+    model = Q.quantize_model(build(), 32, skip=("0",))
+    assert floating(Q.quantize_model(model, 32, skip=("0", "1.1"))) == ["0"]
+
+
+def test_a_meta_model_quantizes_to_a_skeleton_that_loads(tmp_path, generator):
+    def build():
+        return nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 8))
+
+    torch.manual_seed(2)
+    model = Q.quantize_model(build(), 32)
+    Q.save_quantized(model, tmp_path / "m.safetensors")
+    # On the meta device quantize_int4 raised torch's "Tensor.item() cannot be called on meta tensors".
+    with torch.device("meta"):
+        skeleton = build()
+    Q.quantize_model(skeleton, 32)
+    assert isinstance(skeleton[0], Q.Int4Linear) and skeleton[0].packed.is_meta
+    with pytest.raises(ParameterValueError, match=r"model must be a model with allocated tensors"):
+        Q.load_quantized(skeleton, tmp_path / "m.safetensors")  # safe_open's error blamed the file
+    with pytest.raises(ParameterValueError, match="model must be a model whose tensors hold values"):
+        Q.save_quantized(skeleton, tmp_path / "s.safetensors")
+    with pytest.raises(ParameterValueError, match="weight must be a tensor with values"):
+        Q.quantize_int4(torch.empty(8, 64, device="meta"), 32)
+    Q.load_quantized(skeleton.to_empty(device="cpu"), tmp_path / "m.safetensors")
+    assert skeleton[0].scales.dtype == torch.float16
+    x = random_tensor((3, 64), generator=generator)
+    assert torch.equal(skeleton(x), model(x))
+
+
+def test_loading_an_integer_tensor_of_another_dtype_is_refused(tmp_path):
+    # load_state_dict casts: float "packed" words were truncated into other nibbles without a word.
+    from safetensors.torch import save_file
+
+    model = Q.quantize_model(nn.Sequential(nn.Linear(64, 32)), group_size=32)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state["0.packed"] = state["0.packed"].float()
+    save_file(state, tmp_path / "m.safetensors", metadata={"format": "nbxsig-quantized-model"})
+    before = model[0].packed.clone()
+    with pytest.raises(ParameterValueError, match=r"other dtype: 0\.packed"):
+        Q.load_quantized(model, tmp_path / "m.safetensors")
+    assert torch.equal(model[0].packed, before)
+    # Floating tensors may change precision, as load_state_dict does (a .half() model's bias).
+    Q.save_quantized(Q.quantize_model(nn.Sequential(nn.Linear(64, 32)), group_size=32).half(), tmp_path / "h")
+    assert Q.load_quantized(model, tmp_path / "h")[0].bias.dtype == torch.float32
+
+
 def test_errors_name_the_problem():
     with pytest.raises(ParameterValueError, match="not a multiple of group_size=128"):
         Q.quantize_int4(torch.randn(8, 200))
@@ -485,6 +590,16 @@ def test_errors_name_the_problem():
         Q.pack_int4(torch.full((8, 2), 16))
     with pytest.raises(ParameterValueError, match="layer '0'"):
         Q.quantize_model(nn.Sequential(nn.Linear(60, 4)), group_size=32)
+    # These surfaced as torch's own errors (or, for backend, only at the first forward).
+    with pytest.raises(ParameterValueError, match="linear must be an initialised linear"):
+        Q.Int4Linear.from_linear(nn.LazyLinear(8), 32)
+    with pytest.raises(ParameterValueError, match="backend must be None, 'triton' or 'torch'"):
+        Q.Int4Linear(128, 8, backend="cuda")
+    with pytest.raises(ParameterValueError, match=r"device must be a torch\.device"):
+        Q.Int4Linear(128, 8, device="nonsense")
+    for device in (torch.float16, "nonsense"):
+        with pytest.raises(ParameterValueError, match=r"device must be a torch\.device"):
+            qw.to(device)
 
 
 @pytest.mark.gpu
