@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _marks import suite_dependency
 from click.testing import CliRunner
 from nbxsig.cli.main import main
 from nbxsig.cli.plot import read_segments
@@ -15,7 +16,7 @@ from nbxsig.cli.vad import VadParams, VadResult, segments_from_mask, vad_save
 from nbxsig import io as nio
 
 # soundfile is not on the GPU machine's image; `make gpu-test` collects this module too (no gpu tests here).
-sf = pytest.importorskip("soundfile")
+sf = suite_dependency("soundfile")
 
 RATE = 16000
 

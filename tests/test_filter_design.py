@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.signal as ss
 import torch
+from _marks import suite_dependency
 
 import nbxsig.filter_design as fd
 import nbxsig.filters as nf
@@ -132,7 +133,7 @@ def test_erb_space_is_uniform_on_the_erb_rate_scale():
 
 @pytest.mark.parametrize("k", [1, 4, 5, 31])
 def test_gaussian_kernels_are_kornia(k):
-    kornia = pytest.importorskip("kornia")
+    kornia = suite_dependency("kornia")
     ours = nf.gaussian_kernel1d(k, 1.7)
     # kornia's public builder takes odd sizes only; its `gaussian` holds the (even-size) convention.
     ref = kornia.filters.kernels.gaussian(k, 1.7, dtype=torch.float64)
@@ -143,7 +144,7 @@ def test_gaussian_kernels_are_kornia(k):
 
 
 def test_image_kernels():
-    kornia = pytest.importorskip("kornia")
+    kornia = suite_dependency("kornia")
     assert_close(
         nf.laplacian_kernel(5), kornia.filters.get_laplacian_kernel2d(5, dtype=torch.float64), atol=0, rtol=0
     )
@@ -452,7 +453,7 @@ def test_design_parameter_tensors_are_checked():
 def test_gaussian_kernel_small_sigma_is_kornias_impulse_limit(k, sigma):
     """An even size at sigma = 0.01 underflowed every tap to 0 and returned 0/0 = NaN (and so did
     gaussian_blur2d); kornia returns the limit, the centre taps' impulse, and so do we now."""
-    kornia = pytest.importorskip("kornia")
+    kornia = suite_dependency("kornia")
     ours = nf.gaussian_kernel1d(k, sigma)
     assert torch.isfinite(ours).all() and ours.sum().item() == pytest.approx(1.0, abs=1e-15)
     assert_close(ours, kornia.filters.kernels.gaussian(k, sigma, dtype=torch.float64).reshape(-1), atol=1e-15)

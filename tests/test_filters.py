@@ -11,6 +11,7 @@ import pytest
 import scipy.ndimage as ndi
 import scipy.signal as ss
 import torch
+from _marks import suite_dependency
 
 import nbxsig.filters as nf
 from nbxsig.errors import BackendUnavailableError, ParameterTypeError, ParameterValueError
@@ -832,7 +833,7 @@ KORNIA_CASES = [
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("name", "args", "kwargs"), KORNIA_CASES, ids=lambda v: str(v).replace(" ", ""))
 def test_kornia_ops(name, args, kwargs, backend, generator, device):
-    kornia = pytest.importorskip("kornia")
+    kornia = suite_dependency("kornia")
     shape = (2, 3, 14, 17) if backend == "torch" else (1, 2, 9, 17)  # the interpreter is slow
     x = random_tensor(shape, generator=generator, dtype=torch.float64)
     ref = getattr(kornia.filters, name)(x, *args, **kwargs)
@@ -845,7 +846,7 @@ def test_kornia_ops(name, args, kwargs, backend, generator, device):
 
 
 def test_gaussian_blur_per_image_sigma(generator):
-    kornia = pytest.importorskip("kornia")
+    kornia = suite_dependency("kornia")
     x = random_tensor((2, 2, 12, 12), generator=generator, dtype=torch.float64)
     sigma = torch.tensor([[1.0, 2.0], [0.7, 1.3]], dtype=torch.float64)
     assert_close(

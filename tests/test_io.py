@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _marks import suite_dependency
 
 from nbxsig import io as nio
 from nbxsig.errors import ParameterTypeError, ParameterValueError
 
 # soundfile is not on the GPU machine's image; `make gpu-test` collects this module too (no gpu tests here).
-sf = pytest.importorskip("soundfile")
+sf = suite_dependency("soundfile")
 
 
 def _noise(generator_seed: int, shape: tuple[int, ...]) -> np.ndarray:
