@@ -37,10 +37,9 @@ def grid_slices(n: int, step: int | None = None) -> list[slice]:
 
 
 def over_grid_batch(run, x: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``run(x, **kwargs)`` for a launcher that puts ``x``'s rows (dim 0) on grid axis 1 or 2: more rows
-    than :data:`MAX_GRID_YZ` run in slices, joined along dim 0 (gradients flow through the join)."""
-    if x.shape[0] <= MAX_GRID_YZ:
-        return run(x, **kwargs)
+    """``run(x[rows], **kwargs)`` on slices of at most :data:`MAX_GRID_YZ` rows, joined along dim 0
+    (gradients flow through the join), for a launcher that puts ``x``'s rows on grid axis 1 or 2. Its
+    callers test ``x.shape[0] > MAX_GRID_YZ`` themselves, which keeps this call off their common path."""
     return torch.cat([run(x[rows], **kwargs) for rows in grid_slices(x.shape[0])])
 
 
