@@ -240,7 +240,9 @@ def mel_save(item: nio.Audio, mel: np.ndarray, output: Path) -> None:
 @click.option("--hop-length", type=click.IntRange(min=1), default=160, show_default=True)
 @click.option("--n-mels", type=click.IntRange(min=1), default=80, show_default=True)
 @click.option("--f-min", type=FiniteFloat(min=0), default=0.0, show_default=True, help="Hz.")
-@click.option("--f-max", type=FiniteFloat(min=0, min_open=True), help="Hz. Default: sample_rate / 2.")
+@click.option(
+    "--f-max", type=FiniteFloat(min=0, min_open=True), help="Hz. Default: sample_rate // 2 (torchaudio's)."
+)
 @click.option("--log", is_flag=True, help="log10 of the mel power (floored at 1e-10).")
 @click.option(
     "--whisper", is_flag=True, help="The Whisper front end (16 kHz, n_fft 400, hop 160, 80 or 128 mels)."
@@ -276,10 +278,13 @@ def mel(
     if f_max is not None and f_min >= f_max:
         raise click.BadParameter(f"must be below --f-max ({f_max} Hz), got {f_min} Hz", param_hint="--f-min")
     # With or without --f-max: a band above the Nyquist frequency holds no bin either (--f-max past it
-    # is allowed, as torchaudio allows it, but does not widen it).
-    if sample_rate is not None and f_min >= sample_rate / 2:
+    # is allowed, as torchaudio allows it, but does not widen it). The same bound, rate // 2, as each
+    # file's check in _features (an odd rate's f_min between the two was refused once per file).
+    if sample_rate is not None and f_min >= sample_rate // 2:
         raise click.BadParameter(
-            f"must be below sample_rate / 2 ({sample_rate / 2} Hz), got {f_min} Hz", param_hint="--f-min"
+            f"must be below the Nyquist frequency of {sample_rate} Hz audio ({sample_rate // 2} Hz), "
+            f"got {f_min:g} Hz",
+            param_hint="--f-min",
         )
     p = MelParams(sample_rate, n_fft, hop_length, n_mels, f_min, f_max, log, whisper)
     device = resolve_device(opts)

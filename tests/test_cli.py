@@ -263,7 +263,14 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         (["filter", "{src}", "--bandpass", "100", "inf"], "--bandpass"),
         (["mel", "{src}", "--f-max", "nan"], "--f-max"),
         (["mel", "{src}", "--f-min", "5000", "--f-max", "1000"], "--f-min"),
-        (["mel", "{src}", "--sample-rate", "8000", "--f-min", "4000"], "below sample_rate / 2 (4000.0 Hz)"),
+        (
+            ["mel", "{src}", "--sample-rate", "8000", "--f-min", "4000"],
+            "of 8000 Hz audio (4000 Hz), got 4000",
+        ),
+        (
+            ["mel", "{src}", "--sample-rate", "8001", "--f-min", "4000.2"],
+            "of 8001 Hz audio (4000 Hz), got 4000.2",
+        ),
         (["mel", "{src}", "--f-min", "1000", "--f-max", "1000"], "below --f-max (1000.0 Hz)"),
         (["stft", "{src}", "--n-fft", "3"], "--hop-length: hop_length must be >= 1 (the default n_fft // 4"),
         (["filter", "{src}", "--highpass", "100", "--numtaps", "100"], "--numtaps: numtaps must be odd"),
@@ -300,6 +307,7 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         "mel-nan-f-max",
         "mel-f-min-above-f-max",
         "mel-f-min-at-nyquist",
+        "mel-f-min-at-odd-rate-nyquist",
         "mel-empty-band",
         "stft-no-default-hop",
         "filter-highpass-even-taps",
@@ -869,7 +877,7 @@ def test_mel_refuses_a_band_above_the_nyquist_frequency(tmp_path: Path) -> None:
         assert not (out / "lo.npy").exists() and np.abs(np.load(out / "hi.npy")).max() > 0
     # Where --sample-rate fixes the rate, a usage error before any file, whatever --f-max says.
     result = invoke("mel", src, "--sample-rate", "8000", "--f-min", "5000", "--f-max", "7000")
-    assert result.exit_code == 2 and "below sample_rate / 2 (4000.0 Hz)" in result.stderr
+    assert result.exit_code == 2 and "below the Nyquist frequency of 8000 Hz audio (4000 Hz)" in result.stderr
     assert sorted(p.name for p in src.iterdir()) == ["hi.wav", "lo.wav"]
 
 
