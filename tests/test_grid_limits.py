@@ -64,6 +64,22 @@ def test_stft_istft_spectrogram_over_the_grid_limit(
         assert_close(y, signal.detach(), dtype="float32", rel_error=2e-6)
 
 
+def test_fft_path_frames_of_more_sample_blocks_than_a_grid_axis_holds(grid_limit, generator, device):
+    # The fft path frames in blocks of 256 samples: on grid axis 1 of their own, they passed CUDA's limit
+    # from n_fft ≈ 16.8M (here 1031 > 3 · 256, forward and backward).
+    n_fft, hop = 1031, 300
+    x = random_tensor((2, 2500), generator=generator, dtype=F64)
+    window = torch.hann_window(n_fft, dtype=F64)
+    xr = x.clone().requires_grad_()
+    expected = torch.stft(xr, n_fft, hop, window=window, return_complex=True)
+    (expected_grad,) = torch.autograd.grad(expected.abs().pow(2).sum(), xr)
+    xt = x.float().to(device).requires_grad_()
+    spec = S.stft(xt, n_fft, hop, window=window.float().to(device), backend="triton")
+    assert_close(spec, expected, dtype="float32")
+    (grad,) = torch.autograd.grad(spec.abs().pow(2).sum(), xt)
+    assert_close(grad, expected_grad, dtype="float32")
+
+
 def test_four_step_paths_over_the_grid_limit(grid_limit, generator, device, monkeypatch):
     # The GPU's four-step stft and spectrogram kernels (the CPU takes the fft path unless forced).
     monkeypatch.setattr(fourstep, "stft_path", lambda **route: "fourstep")

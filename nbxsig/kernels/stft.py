@@ -851,9 +851,12 @@ def _frame_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Windowed frames ``out[b, t, n] = scale · w[n] · s_pad[b, t·hop + n]`` (contiguous ``(B, T, N)``),
-    the input of torch.fft on the large-n_fft path."""
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    the input of torch.fft on the large-n_fft path. Grid axis 0 holds the (frame block, sample block)
+    pairs, sample blocks fastest: n_fft / BLOCK_N blocks on an axis of their own passed CUDA's 65535
+    from n_fft ≈ 16.8M."""
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    t = (tl.program_id(0) // n_blocks) * BLOCK_T + tl.arange(0, BLOCK_T)
+    n = (tl.program_id(0) % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     b = tl.program_id(2).to(tl.int64)
     n_ok = n < N
     mask = (t[:, None] < T) & n_ok[None, :]
@@ -1079,7 +1082,7 @@ def _frames(x, win, has_window, length, pad, hop, T, n_fft, scale, mode, inv) ->
     frames = empty_output((n_batch, T, n_fft), dtype=torch.float32, device=x.device)
     block_n = min(next_pow2(n_fft), 256)
     block_t = max(1, 2048 // block_n)
-    grid = (cdiv(T, block_t), cdiv(n_fft, block_n), n_batch)
+    grid = (cdiv(T, block_t) * cdiv(n_fft, block_n), 1, n_batch)
     _frame_kernel[grid](
         x, x.stride(0), x.stride(1), length, pad, hop, T, n_fft, win, inv, frames, scale,
         MODE=mode, HAS_WINDOW=has_window, BLOCK_T=block_t, BLOCK_N=block_n,
