@@ -203,10 +203,13 @@ def _col_load(
 
 @triton.jit
 def _tap_into_row(acc, xv, w_row, d, k, cmask, w_ts, KH: tl.constexpr, KW: tl.constexpr, i):
-    """``acc + w[i, k]·xv``: input row ``d`` of the band is row ``i`` of this output row's taps
-    (a zero weight where ``i`` is outside ``0..KH-1``)."""
-    w = tl.load(w_row + (i * KW + k) * w_ts, mask=cmask & (i >= 0) & (i < KH), other=0.0)
-    return acc + w[:, None] * xv
+    """``acc + w[i, k]·xv``: input row ``d`` of the band is row ``i`` of this output row's taps. Rows
+    outside ``0..KH-1`` are skipped by a uniform branch, not given a zero weight: ``0·inf`` would carry
+    an infinite pixel as NaN into outputs beyond the filter's reach."""
+    if (i >= 0) & (i < KH):
+        w = tl.load(w_row + (i * KW + k) * w_ts, mask=cmask, other=0.0)
+        acc = acc + w[:, None] * xv
+    return acc
 
 
 @triton.jit
@@ -473,31 +476,33 @@ def _dw_static_kernel(
 
 
 @triton.jit
+def _band_tap(acc, hv, wy_row, i, cmask, w_ts, KH: tl.constexpr):
+    """``acc + wy[i]·hv`` where ``i`` is a tap row (``0..KH-1``); other rows skipped by a uniform
+    branch, as in ``_tap_into_row``."""
+    if (i >= 0) & (i < KH):
+        acc = acc + tl.load(wy_row + i * w_ts, mask=cmask, other=0.0)[:, None] * hv
+    return acc
+
+
+@triton.jit
 def _acc_band(
     a0, a1, a2, a3, a4, a5, a6, a7, hv, wy_row, d, cmask, w_ts,
     KH: tl.constexpr, STRIDE_H: tl.constexpr, ROWS: tl.constexpr,
 ):  # fmt: skip
     """Add the filtered input row ``hv`` (band row ``d``) into the output rows it reaches:
-    ``a_r += wy[d - r·sy] · hv`` (zero weight outside ``0..KH-1``)."""
+    ``a_r += wy[d - r·sy] · hv`` for ``d - r·sy`` in ``0..KH-1``."""
     if ROWS > 0:
-        a0 += tl.load(wy_row + d * w_ts, mask=cmask & (d < KH), other=0.0)[:, None] * hv
+        a0 = _band_tap(a0, hv, wy_row, d, cmask, w_ts, KH)
     if ROWS > 1:
-        i1 = d - STRIDE_H
-        a1 += tl.load(wy_row + i1 * w_ts, mask=cmask & (i1 >= 0) & (i1 < KH), other=0.0)[:, None] * hv
+        a1 = _band_tap(a1, hv, wy_row, d - STRIDE_H, cmask, w_ts, KH)
     if ROWS > 2:
-        i2 = d - 2 * STRIDE_H
-        a2 += tl.load(wy_row + i2 * w_ts, mask=cmask & (i2 >= 0) & (i2 < KH), other=0.0)[:, None] * hv
-        i3 = d - 3 * STRIDE_H
-        a3 += tl.load(wy_row + i3 * w_ts, mask=cmask & (i3 >= 0) & (i3 < KH), other=0.0)[:, None] * hv
+        a2 = _band_tap(a2, hv, wy_row, d - 2 * STRIDE_H, cmask, w_ts, KH)
+        a3 = _band_tap(a3, hv, wy_row, d - 3 * STRIDE_H, cmask, w_ts, KH)
     if ROWS > 4:
-        i4 = d - 4 * STRIDE_H
-        a4 += tl.load(wy_row + i4 * w_ts, mask=cmask & (i4 >= 0) & (i4 < KH), other=0.0)[:, None] * hv
-        i5 = d - 5 * STRIDE_H
-        a5 += tl.load(wy_row + i5 * w_ts, mask=cmask & (i5 >= 0) & (i5 < KH), other=0.0)[:, None] * hv
-        i6 = d - 6 * STRIDE_H
-        a6 += tl.load(wy_row + i6 * w_ts, mask=cmask & (i6 >= 0) & (i6 < KH), other=0.0)[:, None] * hv
-        i7 = d - 7 * STRIDE_H
-        a7 += tl.load(wy_row + i7 * w_ts, mask=cmask & (i7 >= 0) & (i7 < KH), other=0.0)[:, None] * hv
+        a4 = _band_tap(a4, hv, wy_row, d - 4 * STRIDE_H, cmask, w_ts, KH)
+        a5 = _band_tap(a5, hv, wy_row, d - 5 * STRIDE_H, cmask, w_ts, KH)
+        a6 = _band_tap(a6, hv, wy_row, d - 6 * STRIDE_H, cmask, w_ts, KH)
+        a7 = _band_tap(a7, hv, wy_row, d - 7 * STRIDE_H, cmask, w_ts, KH)
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
