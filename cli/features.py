@@ -68,11 +68,12 @@ def mel_process(
             notice(f"arrays carry no sample rate; assuming {it.sample_rate} Hz (--sample-rate)")
     rate = items[0].sample_rate  # the group key makes the rates equal
     target = 16000 if p.whisper else (p.sample_rate or rate)
-    if not p.whisper and p.f_min > 0 and p.f_min >= target // 2:
+    if not p.whisper and p.f_min >= target // 2:
         # The command refuses this band up front where --sample-rate fixes the rate; at each file's own
         # rate it is known only here. The spectrum's top bin is at target // 2 (the library's default
         # f_max): f_min there gave all-zero features with a warning (above it the library refused
-        # f_min > f_max), and with an --f-max past Nyquist, all-zero features whatever f_min.
+        # f_min > f_max), and with an --f-max past Nyquist, all-zero features whatever f_min; at 1 Hz
+        # (Nyquist 0 Hz) even f_min 0 is there, and the 0..0 Hz band gave NaN features without a word.
         raise nio.InputFileError(
             f"--f-min {p.f_min:g} Hz is not below the Nyquist frequency of {target} Hz audio "
             f"({target // 2} Hz): no frequency bin lies in the band, every mel would be 0"
@@ -137,6 +138,15 @@ def mel_process(
             key=("empty mel filters", target),
         )
     mel_np = host_mel.numpy()
+    if not np.isfinite(mel_np).all():
+        # Samples loud enough that their power passes float32's range (~1e17 for n_fft 400: a float WAV
+        # or .npy may hold them) gave NaN features written as a success. The batch is redone file by
+        # file, so only such a file fails.
+        peak = max(float(np.abs(it.float32()).max()) for it in items)
+        raise nio.InputFileError(
+            f"the mel features are not finite (their power overflows float32): samples up to {peak:.3g} "
+            "in magnitude, where audio is at most 1; scale the input down"
+        )
     if p.whisper:
         frames = [mel_np.shape[-1]] * len(items)
     out, r = [], 0
@@ -273,13 +283,23 @@ def mel(
             raise click.UsageError(
                 f"--whisper fixes the rate (16 kHz), n_fft, hop, band and log scale; drop {', '.join(given)}"
             )
+    # A frequency bin lies inside at most two triangular filters, so past 2 · (n_fft // 2 + 1) mels some
+    # are always empty (a warning, as the library's, below that); a count like 10^9 built a filter bank
+    # of terabytes and the process was killed.
+    bins = n_fft // 2 + 1
+    if not whisper and n_mels > 2 * bins:
+        raise click.BadParameter(
+            f"at most {2 * bins} mels at --n-fft {n_fft} (each of its {bins} frequency bins lies in at most "
+            f"two filters), got {n_mels}",
+            param_hint="--n-mels",
+        )
     # Stricter than the library (which, as torchaudio, refuses only f_min > f_max): an empty band gives
     # all-zero (torchaudio: NaN) features, which a batch run should refuse before writing any.
     if f_max is not None and f_min >= f_max:
         raise click.BadParameter(f"must be below --f-max ({f_max} Hz), got {f_min} Hz", param_hint="--f-min")
     # With or without --f-max: a band above the Nyquist frequency holds no bin either (--f-max past it
     # is allowed, as torchaudio allows it, but does not widen it). The same bound, rate // 2, as each
-    # file's check in _features (an odd rate's f_min between the two was refused once per file).
+    # file's check in mel_process (an odd rate's f_min between the two was refused once per file).
     if sample_rate is not None and f_min >= sample_rate // 2:
         raise click.BadParameter(
             f"must be below the Nyquist frequency of {sample_rate} Hz audio ({sample_rate // 2} Hz), "

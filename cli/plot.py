@@ -16,7 +16,7 @@ from nbxsig import batch
 from nbxsig import io as nio
 
 from ._common import BatchOptions, batch_options, execute, make_window, resolve_device
-from .spectral import stored_param
+from .spectral import stored_param, stored_params
 
 #: dB range shown below each picture's peak.
 DYNAMIC_RANGE_DB = 100.0
@@ -65,7 +65,7 @@ def _load_plottable(path: Path, *, sample_rate: int, hop_length: int | None) -> 
         spec = loaded["spec"]
         # Checked as istft checks them: a 0 rate or a text hop must fail the file in words, not as
         # Python's "division by zero", nor draw a plot on a negative time axis.
-        stored = {k: v.item() for k, v in loaded.items() if k != "spec" and v.ndim == 0}
+        stored = stored_params(loaded, ("sample_rate", "hop_length", "n_fft"))
         rate = stored_param(stored, "sample_rate", int)
         hop = stored_param(stored, "hop_length", int) or hop_length
         n_fft = stored_param(stored, "n_fft", int)

@@ -216,9 +216,7 @@ def load_spectrum(path: Path) -> Spectrum:
                 f"{path}: an .npz input needs a 'spec' array (as written by nbxsig stft)"
             )
         arr = loaded["spec"]
-        for key, value in loaded.items():
-            if key != "spec" and value.ndim == 0:
-                stored[key] = value.item()
+        stored = stored_params(loaded)
     else:
         arr = loaded
     if np.iscomplexobj(arr):
@@ -318,6 +316,30 @@ def istft_params(s: Spectrum, flags: IstftFlags, notice: Notice) -> dict[str, An
 
 #: What each kind of stored parameter must be.
 _KINDS = {int: "a positive integer", str: "a string", bool: "a boolean"}
+#: The parameters an .npz from ``nbxsig stft`` carries that istft or plot read, by kind.
+_PARAMS = {
+    "sample_rate": int,
+    "n_fft": int,
+    "hop_length": int,
+    "win_length": int,
+    "length": int,
+    "window": str,
+    "center": bool,
+    "normalized": bool,
+}
+
+
+def stored_params(loaded: dict[str, np.ndarray], read: tuple[str, ...] = tuple(_PARAMS)) -> dict[str, Any]:
+    """The single values (0-d arrays) of an .npz besides its ``spec``, as Python values. A parameter
+    of ``read`` that holds an array instead fails the file naming the key: left out, it was taken as
+    missing and the default used without a word (an edited ``window`` array, a ``n_fft`` list)."""
+    for key in read:
+        value, kind = loaded.get(key), _PARAMS[key]
+        if value is not None and value.ndim != 0:
+            raise nio.InputFileError(
+                f"the .npz's {key} must be {_KINDS[kind]}, got an array of shape {value.shape}"
+            )
+    return {k: v.item() for k, v in loaded.items() if k != "spec" and v.ndim == 0}
 
 
 def stored_param(stored: dict[str, Any], key: str, kind: type) -> Any:

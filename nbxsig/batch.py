@@ -41,6 +41,7 @@ import multiprocessing.connection as mp_connection
 import os
 import pickle
 import queue
+import re
 import signal
 import sys
 import threading
@@ -636,8 +637,16 @@ def _warnings_of(value: Any) -> list[str]:
     return list(getattr(value, "warnings", ()))
 
 
+#: torch's CPU allocator failing: "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator:
+#: can't allocate memory: you tried to allocate N bytes. Error code 12 (Cannot allocate memory)".
+_TORCH_CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes")
+
+
 def _error_text(path: Path, exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
+    oom = _TORCH_CPU_OOM.search(text)
+    if oom:  # said in words, not as the C++ assertion (e.g. istft --length 10000000000)
+        text = f"out of memory: the computation needs {int(oom[1]) / 2**30:.3g} GiB at once"
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename if isinstance(exc.filename, (str, bytes)) else None
         # A writer's hidden temporary means nothing to the user: name the output it stands for.

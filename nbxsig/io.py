@@ -68,6 +68,8 @@ _IMAGE_FORMATS = {
     ".webp": "WEBP",
 }
 _TEMP_MARK = ".tmp-"
+#: The largest sample rate an audio file's header holds (libsndfile's 32-bit signed int).
+_MAX_AUDIO_RATE = 2**31 - 1
 
 
 class InputFileError(NbxsigError, ValueError):
@@ -302,6 +304,15 @@ def read_array(path: str | os.PathLike[str]) -> np.ndarray | dict[str, np.ndarra
     path = Path(path)
     _check_readable(path)
     try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as exc:  # e.g. no read permission
+        raise InputFileError(f"{path}: cannot load as a NumPy array ({_short(exc)})") from None
+    if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
+        # np.load takes any other file for a pickle, and said that a WAV or a text file "contains
+        # pickled (object) data" that could be loaded "unsafely" with allow_pickle.
+        raise InputFileError(f"{path}: not a NumPy .npy or .npz file (it starts with neither's signature)")
+    try:
         loaded = np.load(str(path), allow_pickle=False)
         if isinstance(loaded, np.lib.npyio.NpzFile):
             with loaded:
@@ -507,8 +518,8 @@ def write_audio(
 
     Raises:
         InputFileError: ``subtype`` is not valid for the format (e.g. FLOAT in FLAC).
-        ParameterValueError / ParameterTypeError: ``sample_rate`` not a positive integer; ``data``
-        not 1-D/2-D real numbers, or not finite.
+        ParameterValueError / ParameterTypeError: ``sample_rate`` not a positive integer (or above
+        2**31 - 1); ``data`` not 1-D/2-D real numbers, or not finite.
         OSError: the destination cannot be written.
     """
     import soundfile
@@ -519,6 +530,8 @@ def write_audio(
         raise InputFileError(f"{path}: cannot write audio with extension {path.suffix!r}")
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate < 1:
         raise bad_value("sample_rate", sample_rate, "a positive integer rate in Hz")
+    if sample_rate > _MAX_AUDIO_RATE:  # libsndfile's C int: soundfile said "does not fit 'int'"
+        raise bad_value("sample_rate", sample_rate, f"at most {_MAX_AUDIO_RATE} Hz (what audio files hold)")
     arr = _numpy(data)
     if arr.dtype.kind not in "fiu" or arr.ndim not in (1, 2):
         raise bad_type("data", arr, "real samples, (frames,) or (channels, frames)")

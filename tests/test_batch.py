@@ -1003,3 +1003,14 @@ def test_workers_started_ahead_are_used_and_the_rest_stopped(tmp_path: Path) -> 
     assert len(used) == 2 and used <= spares  # the spares, set up for this run
     _check_doubled(tmp_path, [40, 41, 42, 43, 44, 45, 46, 47])
     assert batch._spares == [] and not _arena_left() and _no_children_left()
+
+
+def test_error_text_says_torch_cpu_allocation_failures_in_words() -> None:
+    # e.g. istft --length 10000000000: the file failed with torch's C++ assertion text.
+    exc = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+        "tried to allocate 400000000000 bytes. Error code 12 (Cannot allocate memory)"
+    )
+    assert (
+        batch._error_text(Path("x.npz"), exc) == "x.npz: out of memory: the computation needs 373 GiB at once"
+    )

@@ -272,6 +272,7 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
             "of 8001 Hz audio (4000 Hz), got 4000.2",
         ),
         (["mel", "{src}", "--f-min", "1000", "--f-max", "1000"], "below --f-max (1000.0 Hz)"),
+        (["mel", "{src}", "--n-mels", "1000000000"], "at most 402 mels at --n-fft 400"),
         (["stft", "{src}", "--n-fft", "3"], "--hop-length: hop_length must be >= 1 (the default n_fft // 4"),
         (["filter", "{src}", "--highpass", "100", "--numtaps", "100"], "--numtaps: numtaps must be odd"),
         (["mel", "{src}", "--whisper", "--n-fft", "512"], "drop --n-fft"),
@@ -309,6 +310,7 @@ def test_output_folder_inside_the_input_is_not_reprocessed(tmp_path: Path) -> No
         "mel-f-min-at-nyquist",
         "mel-f-min-at-odd-rate-nyquist",
         "mel-empty-band",
+        "mel-too-many-mels",
         "stft-no-default-hop",
         "filter-highpass-even-taps",
         "whisper-n-fft",
@@ -614,6 +616,8 @@ def test_istft_writes_formats_without_float_in_their_default_subtype(tmp_path: P
             "(--hop-length)",
         ),
         ({"spec": "one frame"}, "1 frame(s) give no samples"),
+        # An array where a value belongs was left out as missing: the default n_fft, without a word.
+        ({"n_fft": [64, 64]}, "the .npz's n_fft must be a positive integer, got an array of shape (2,)"),
     ],
     ids=[
         "rate-0",
@@ -626,6 +630,7 @@ def test_istft_writes_formats_without_float_in_their_default_subtype(tmp_path: P
         "win",
         "no-default-hop",
         "1-frame",
+        "n_fft-array",
     ],
 )
 def test_istft_refuses_bad_parameters_stored_in_the_npz(tmp_path: Path, change: dict, message: str) -> None:
@@ -879,6 +884,30 @@ def test_mel_refuses_a_band_above_the_nyquist_frequency(tmp_path: Path) -> None:
     result = invoke("mel", src, "--sample-rate", "8000", "--f-min", "5000", "--f-max", "7000")
     assert result.exit_code == 2 and "below the Nyquist frequency of 8000 Hz audio (4000 Hz)" in result.stderr
     assert sorted(p.name for p in src.iterdir()) == ["hi.wav", "lo.wav"]
+
+
+def test_mel_fails_a_file_whose_features_are_not_finite(tmp_path: Path) -> None:
+    # A float WAV may hold samples far past ±1: their power overflowed float32 and the features were
+    # written as NaN with exit 0 (vad, on the same path, found no speech). At 1 Hz the band 0..0 Hz gave
+    # NaN features too.
+    src = tmp_path / "r"
+    src.mkdir()
+    noise = 0.1 * np.random.default_rng(3).standard_normal(4000).astype(np.float32)
+    sf.write(src / "loud.wav", noise * 1e25, RATE, subtype="FLOAT")
+    sf.write(src / "ok.wav", noise, RATE, subtype="FLOAT")
+    sf.write(src / "one_hz.wav", noise[:1000], 1, subtype="FLOAT")
+    for args in ([], ["--whisper"]):
+        out = tmp_path / f"out{len(args)}"
+        result = invoke("mel", src, "-o", out, "-j", "0", *args)
+        assert result.exit_code == 1, result.output
+        assert f"{src / 'loud.wav'}: the mel features are not finite (their power overflows float32)" in (
+            result.stderr
+        )
+        assert not (out / "loud.npy").exists() and np.isfinite(np.load(out / "ok.npy")).all()
+    assert f"{src / 'one_hz.wav'}: --f-min 0 Hz is not below the Nyquist frequency of 1 Hz audio" in (
+        invoke("mel", src / "one_hz.wav", "-o", tmp_path / "h.npy").stderr
+    )
+    assert not (tmp_path / "h.npy").exists()
 
 
 def test_mel_whisper_equals_per_file(tmp_path: Path) -> None:

@@ -442,3 +442,26 @@ def test_write_image_refuses_what_it_cannot_write(
     with pytest.raises(error, match=message):
         nio.write_image(tmp_path / "i.png", data)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_read_array_names_a_file_that_is_not_numpy(tmp_path: Path) -> None:
+    # np.load takes any file without the .npy or zip signature for a pickle: a WAV or a text file was
+    # said to hold "pickled (object) data" that allow_pickle could load "unsafely".
+    for name, data in (("a.npy", b"RIFF\x24\x00\x00\x00WAVEfmt "), ("t.npz", b"hello, not numpy\n")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(nio.InputFileError) as info:
+            nio.read_array(tmp_path / name)
+        assert (
+            str(info.value)
+            == f"{tmp_path / name}: not a NumPy .npy or .npz file (it starts with neither's signature)"
+        )
+        assert "pickle" not in str(info.value)
+
+
+def test_write_audio_refuses_a_rate_no_header_holds(tmp_path: Path) -> None:
+    # libsndfile's rate is a C int: soundfile failed with "integer 99999999999 does not fit 'int'".
+    with pytest.raises(ParameterValueError, match="sample_rate must be at most 2147483647 Hz"):
+        nio.write_audio(tmp_path / "a.wav", np.zeros(8, np.float32), 99_999_999_999)
+    assert list(tmp_path.iterdir()) == []
+    nio.write_audio(tmp_path / "a.wav", np.zeros(8, np.float32), 2**31 - 1)
+    assert sf.info(tmp_path / "a.wav").samplerate == 2**31 - 1
