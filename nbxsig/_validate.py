@@ -114,3 +114,18 @@ def check_device(device: torch.device | str | int | None) -> torch.device:
         raise bad_value(
             "device", device, "a torch.device or a device string such as 'cpu' or 'cuda:0'"
         ) from None
+
+
+def check_istft_output(
+    name: str, value: Any, *, n_fft: int, hop: int, n_frames: int, center: bool, length: int | None
+) -> None:
+    """Refuse an inverse STFT input that leaves no sample: one frame of an even ``n_fft``, centred, without
+    ``length`` (the ``n_fft // 2`` samples trimmed at each end are all there is). torch.istft fails there
+    with an internal error on its empty envelope; ``length`` pads the output, as in torch."""
+    if length is None and center and n_fft + hop * (n_frames - 1) <= 2 * (n_fft // 2):
+        raise bad_value(
+            name,
+            value,
+            f"a spectrum of more than one frame for an even n_fft={n_fft} with center=True (the "
+            "n_fft // 2 samples trimmed at each end leave none), or length given",
+        )

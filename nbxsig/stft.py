@@ -48,6 +48,7 @@ from ._validate import (
     check_choice,
     check_float,
     check_int,
+    check_istft_output,
     check_tensor,
 )
 from .errors import BackendUnavailableError, bad_value
@@ -398,7 +399,8 @@ def istft(
     Raises:
         ParameterTypeError / ParameterValueError: bad input dtype or layout, frequency size not
             matching ``n_fft``/``onesided``, ``hop_length``/``win_length``/``window``/``length`` out of
-            range, NOLA violated with ``strict_nola=True``.
+            range, a single frame of an even ``n_fft`` with ``center=True`` and no ``length`` (no sample
+            is left), NOLA violated with ``strict_nola=True``.
 
     Example:
         >>> X = stft(torch.randn(8000), 20, 5, window=torch.hann_window(20))
@@ -432,6 +434,9 @@ def istft(
         )
     if n_frames < 1:
         raise bad_value("input", input, "with at least one frame")
+    check_istft_output(
+        "input", input, n_fft=n_fft, hop=frame.hop, n_frames=n_frames, center=center, length=length
+    )
     if return_complex and onesided:
         raise bad_value("onesided", onesided, "False for return_complex=True")
     if not return_complex and frame.window is not None and frame.window.is_complex():

@@ -35,7 +35,15 @@ from torch import nn
 
 from . import features as _f
 from ._dispatch import Backend, check_backend
-from ._validate import FLOATING_DTYPES, check_bool, check_choice, check_float, check_int, check_tensor
+from ._validate import (
+    FLOATING_DTYPES,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_istft_output,
+    check_tensor,
+)
 from .errors import BackendUnavailableError, bad_value
 from .reference import mel as _ref
 from .reference import stft as _stft_ref
@@ -499,6 +507,11 @@ class InverseSpectrogram(nn.Module):
             raise bad_value("spectrogram", spectrogram, "a non-empty tensor (no dimension of size 0)")
         if length is not None:
             length = check_int("length", length, min_value=1)
+        if not _ref._exporting():
+            check_istft_output(
+                "spectrogram", spectrogram, n_fft=self.n_fft, hop=self.hop_length, n_frames=re.shape[-1],
+                center=self.center, length=length,
+            )  # fmt: skip
         shape = re.shape
         # float16/bfloat16 spectrograms are inverted in float32 and the signal rounded once, as the
         # forward transforms do (computed in 16 bits, the error was ~4× the output's rounding); a

@@ -506,6 +506,25 @@ def test_nola_default_divides_where_envelope_is_nonzero(backend, generator, devi
         S.istft(spec, 20, 5, window=w, center=False, strict_nola=True)
 
 
+@pytest.mark.filterwarnings("ignore:The length of signal is shorter than the length parameter")  # (torch's)
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_istft_single_centred_frame_of_even_n_fft(backend, generator, device):
+    """One frame of an even n_fft, centred, no length: the trim leaves no sample. torch.istft refuses it
+    (an internal error on the empty envelope); nbxsig returned an empty tensor. With length, both pad."""
+    spec = random_tensor((2, 9, 1), generator=generator, dtype=torch.complex128)
+    w = torch.hann_window(16, dtype=torch.float64) + 0.1
+    with pytest.raises(RuntimeError):
+        torch.istft(spec, 16, 4, window=w)
+    spec32, w32 = spec.to(device, torch.complex64), w.to(device, torch.float32)
+    message = r"input must be a spectrum of more than one frame for an even n_fft=16 with center=True"
+    with pytest.raises(ParameterValueError, match=message):
+        S.istft(spec32, 16, 4, window=w32, backend=backend)
+    with pytest.raises(ParameterValueError, match=message):
+        S.ISTFT(16, 4, window=w32, backend=backend)(spec32)
+    expected = torch.istft(spec, 16, 4, window=w, length=10)
+    assert_close(S.istft(spec32, 16, 4, window=w32, length=10, backend=backend), expected, dtype="float32")
+
+
 # ---------------------------------------------------------------------------------------------
 # Properties
 # ---------------------------------------------------------------------------------------------
