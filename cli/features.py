@@ -74,9 +74,11 @@ def mel_process(
         # f_max): f_min there gave all-zero features with a warning (above it the library refused
         # f_min > f_max), and with an --f-max past Nyquist, all-zero features whatever f_min; at 1 Hz
         # (Nyquist 0 Hz) even f_min 0 is there, and the 0..0 Hz band gave NaN features without a word.
+        # (vad has no --f-min: at f_min 0 the rate alone is at fault.)
+        edge = f"--f-min {p.f_min:g} Hz is not below" if p.f_min > 0 else "no band lies below"
         raise nio.InputFileError(
-            f"--f-min {p.f_min:g} Hz is not below the Nyquist frequency of {target} Hz audio "
-            f"({target // 2} Hz): no frequency bin lies in the band, every mel would be 0"
+            f"{edge} the Nyquist frequency of {target} Hz audio ({target // 2} Hz): no frequency bin "
+            "lies in the band, every mel would be 0"
         )
     half = 0 if p.whisper else p.n_fft // 2
     if target == rate:

@@ -112,6 +112,12 @@ def test_bad_options_and_files(tmp_path: Path) -> None:
     result = invoke("vad", tmp_path, "-o", tmp_path / "out", "--device", "cpu", "-j", "0")
     assert result.exit_code == 1
     assert (tmp_path / "out/a.json").exists() and not (tmp_path / "out/broken.json").exists()
+    # 1 Hz audio holds no band at all: "no speech" from NaN features, then; now the file fails, in words
+    # that name no --f-min (vad has none).
+    sf.write(tmp_path / "one_hz.wav", bursts(rng, [(0.5, 0.1)])[:400], 1, subtype="PCM_16")
+    result = invoke("vad", tmp_path / "one_hz.wav", "-o", tmp_path / "h.json", "--device", "cpu")
+    assert result.exit_code == 1 and "no band lies below the Nyquist frequency of 1 Hz audio" in result.stderr
+    assert not (tmp_path / "h.json").exists()
 
 
 def test_the_json_is_never_written_with_nan(tmp_path: Path) -> None:
