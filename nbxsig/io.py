@@ -386,7 +386,9 @@ def read_signal(path: str | bytes | os.PathLike[str], *, default_rate: int, pcm1
         np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
     ):
         raise InputFileError(f"{path}: a waveform must be a real array, got dtype {arr.dtype}")
-    if arr.ndim == 0 or arr.size == 0:
+    if arr.ndim == 0:
+        raise InputFileError(f"{path}: a waveform must be an array of samples, got a single value (shape ())")
+    if arr.size == 0:
         raise InputFileError(f"{path}: the array is empty (shape {arr.shape})")
     check_finite(path, arr)
     if np.issubdtype(arr.dtype, np.floating) and arr.dtype.itemsize > 4:

@@ -173,6 +173,7 @@ def test_read_signal_from_npy(tmp_path: Path, shape: tuple[int, ...], channels: 
 def test_read_signal_refusals(tmp_path: Path) -> None:
     np.save(tmp_path / "complex.npy", np.ones(4, np.complex64))
     np.save(tmp_path / "empty.npy", np.zeros((2, 0), np.float32))
+    np.save(tmp_path / "scalar.npy", np.float32(0.5))
     np.save(tmp_path / "inf.npy", np.array([1.0, np.inf], np.float32))
     np.savez(tmp_path / "z.npz", a=np.ones(3))
     (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
@@ -181,6 +182,7 @@ def test_read_signal_refusals(tmp_path: Path) -> None:
     cases = {
         "complex.npy": "real array",
         "empty.npy": "empty",
+        "scalar.npy": r"an array of samples, got a single value \(shape \(\)\)",  # (not "empty")
         "inf.npy": "not finite",
         "z.npz": "unsupported",
         "bad.npy": "cannot load",
