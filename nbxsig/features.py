@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Mapping
 from functools import lru_cache
 
@@ -157,11 +158,25 @@ def mel_filterbank(
 # torch.inference_mode: an inference tensor tracks no version (the Triton backend's operand caches
 # key on it, and raised) and cannot be saved for a later call's backward.
 @lru_cache(maxsize=16)
-def _cached_filters(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, device) -> torch.Tensor:
-    with torch.inference_mode(False):
-        return _ref.mel_filterbank(
+def _cached_filter_bank(
+    n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, device
+) -> tuple[torch.Tensor, tuple[str, ...]]:
+    with torch.inference_mode(False), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fb = _ref.mel_filterbank(
             n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, dtype=torch.float64, device=device
         )
+    return fb, tuple(str(w.message) for w in caught)
+
+
+def _cached_filters(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, device) -> torch.Tensor:
+    """The float64 filter bank, cached; its warning (empty filters) is given on every call, as
+    torchaudio's MelSpectrogram gives it on every construction (only the call that filled the cache
+    warned)."""
+    fb, messages = _cached_filter_bank(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, device)
+    for message in messages:
+        warnings.warn(message, UserWarning, stacklevel=4)  # the caller of mel_spectrogram & co.
+    return fb
 
 
 @lru_cache(maxsize=16)
@@ -218,13 +233,21 @@ def check_normalized(normalized) -> bool | str:
 
 def resolve_frames(n_fft, win_length, hop_length) -> tuple[int, int, int]:
     """Validate ``n_fft``/``win_length``/``hop_length`` with torchaudio's defaults
-    (``win_length = n_fft``, ``hop_length = win_length // 2``)."""
+    (``win_length = n_fft``, ``hop_length = win_length // 2``). The default hop is 0 for
+    ``win_length = 1``, where torchaudio's STFT fails inside (it was silently 1 here): asked for."""
     n_fft = check_int("n_fft", n_fft, min_value=1)
     win_length = n_fft if win_length is None else check_int("win_length", win_length, min_value=1)
     if win_length > n_fft:
         raise bad_value("win_length", win_length, f"<= n_fft ({n_fft})")
     if hop_length is None:
-        hop_length = max(1, win_length // 2)
+        hop_length = win_length // 2
+        if hop_length < 1:
+            raise bad_value(
+                "hop_length",
+                hop_length,
+                ">= 1",
+                context=f"(the default win_length // 2 is 0 for win_length={win_length}; pass it)",
+            )
     hop_length = check_int("hop_length", hop_length, min_value=1)
     return n_fft, win_length, hop_length
 
@@ -273,9 +296,13 @@ def check_signal(name: str, x, *, n_fft: int, center: bool, pad_mode: str, added
     the caller's tensor, not a reshaped or padded one.
 
     Centre padding by ``n_fft // 2`` needs more samples than that to reflect and at least that many to
-    wrap circularly: torch refuses a circular pad that would wrap more than once.
+    wrap circularly: torch refuses a circular pad that would wrap more than once. A signal of no
+    samples is one when ``added`` makes it long enough (torchaudio's ``pad``, Whisper's ``padding``);
+    an empty batch never is.
     """
-    check_tensor(name, x, dtypes=FLOATING_DTYPES, min_dim=1)
+    check_tensor(name, x, dtypes=FLOATING_DTYPES, min_dim=1, allow_empty=added > 0)
+    if x.shape[:-1].numel() == 0:
+        raise bad_value(name, x, "a non-empty tensor")
     length = x.shape[-1] + added
     half = n_fft // 2
     padded = f" after {added} samples of padding" if added else ""

@@ -71,6 +71,13 @@ def _result_dtype(signal: torch.dtype, window: torch.dtype) -> torch.dtype:
     return torch.float64 if torch.float64 in (signal, window) else signal
 
 
+def _batched(waveform: torch.Tensor) -> torch.Tensor:
+    """``(…, L)`` → ``(B, L)``; a signal of no samples (which ``pad`` fills) leaves no -1 to infer."""
+    if waveform.shape[-1] == 0:
+        return waveform.reshape(waveform.shape[:-1].numel(), 0)
+    return waveform.reshape(-1, waveform.shape[-1])
+
+
 class Spectrogram(nn.Module):
     """Power/magnitude (or complex) spectrogram, as ``torchaudio.transforms.Spectrogram``.
 
@@ -206,7 +213,7 @@ class Spectrogram(nn.Module):
         if not _ref._exporting():
             self._check_signal(waveform)
         dtype = _ref.compute_dtype(_result_dtype(waveform.dtype, self.window.dtype))
-        x = waveform.reshape(-1, waveform.shape[-1]).to(dtype)
+        x = _batched(waveform).to(dtype)
         if self.pad > 0:
             x = torch.nn.functional.pad(x, (self.pad, self.pad))
         if not _ref._exporting():
@@ -402,9 +409,9 @@ class MelSpectrogram(nn.Module):
                     "makes the result float64, which the Triton kernels do not take; convert the module "
                     "with .float() or use backend='torch'"
                 )
-            chosen = _f._MEL.backend(
-                self.backend, device=waveform.device, dtype=dtype, numel=waveform.numel()
-            )
+            # Counted after ``pad``, which fills a signal of no samples.
+            numel = waveform.shape[:-1].numel() * (waveform.shape[-1] + 2 * spec.pad)
+            chosen = _f._MEL.backend(self.backend, device=waveform.device, dtype=dtype, numel=numel)
             if chosen == "triton" and self.mel_scale.fb.requires_grad and torch.is_grad_enabled():
                 # The Triton kernels take the filters as constants: a filter bank that requires grad
                 # (torchaudio's gets its gradient) got none there, silently. The torch twin gives it.
@@ -418,7 +425,7 @@ class MelSpectrogram(nn.Module):
             # The spectrogram in float32 at least (float16's |X|² overflows), rounded once at the end.
             x = waveform.to(_ref.compute_dtype(dtype))
             return self.mel_scale(spec(x)).to(dtype)
-        x = waveform.reshape(-1, waveform.shape[-1])
+        x = _batched(waveform)
         if spec.pad > 0:
             x = torch.nn.functional.pad(x, (spec.pad, spec.pad))
         # One padded-window tensor per buffer version, so the kernel's packed-basis cache hits.
@@ -455,9 +462,9 @@ class InverseSpectrogram(nn.Module):
         torchaudio's.
 
     Raises:
-        ParameterValueError: wrong number of bins, no frames, an empty batch, a window whose
-        overlap-add envelope vanishes (torch.istft's NOLA error), or a ``window_fn`` that does not give
-        a real 1-D tensor of ``win_length`` samples.
+        ParameterValueError: wrong number of bins, no frames, an empty batch, ``hop_length >
+        win_length`` (as torch.istft), a window whose overlap-add envelope vanishes (torch.istft's NOLA
+        error), or a ``window_fn`` that does not give a real 1-D tensor of ``win_length`` samples.
         ParameterTypeError: a real spectrogram that is not floating.
     """
 
@@ -476,6 +483,11 @@ class InverseSpectrogram(nn.Module):
     ) -> None:
         super().__init__()
         self.n_fft, self.win_length, self.hop_length = _f.resolve_frames(n_fft, win_length, hop_length)
+        if self.hop_length > self.win_length:
+            # torch.istft (torchaudio) refuses it on every call; a single frame passed here, inverted.
+            raise bad_value(
+                "hop_length", self.hop_length, f"in 1..win_length={self.win_length} for the inverse STFT"
+            )
         self.pad = check_int("pad", pad, min_value=0)
         self.normalized = _norm_flags(normalized)
         self.center = check_choice("center", center, (True, False))

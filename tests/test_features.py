@@ -394,6 +394,56 @@ def test_mel_spectrogram_takes_integral_float_sample_rate(generator):
             nf.mel_spectrogram(x, **dict(kw, sample_rate=bad))
 
 
+@pytest.mark.parametrize(
+    "backend, power",
+    [
+        ("torch", 1.0),
+        ("torch", 0.5),
+        ("triton", 1.0),
+        ("triton", 0.5),
+        ("fourstep", 0.5),
+    ],
+)
+def test_nan_samples_give_nan_mels_as_torchaudio(backend, power, device, generator, monkeypatch):
+    # |X|^power for power != 2 was where(p > 0, ..., 0): the bins of a NaN sample became 0, silently
+    # (the torch twin, the fused mel kernel and the four-step spectrogram all masked so).
+    n_fft = 16
+    if backend == "fourstep":  # the GPU's auto path for composite n_fft; forced here
+        from nbxsig.kernels import fourstep
+
+        monkeypatch.setattr(fourstep, "spectrogram_path", lambda **route: "fourstep")
+        backend, n_fft = "triton", 64
+    x = random_tensor((300,), generator=generator)
+    x[150] = math.nan
+    expected = torchaudio.transforms.MelSpectrogram(8000, n_fft=n_fft, n_mels=4, power=power)(x)
+    got = nf.mel_spectrogram(
+        x.to(device), sample_rate=8000, n_fft=n_fft, n_mels=4, power=power, backend=backend
+    ).cpu()
+    assert expected.isnan().any()
+    assert torch.equal(got.isnan(), expected.isnan())
+
+
+def test_whisper_takes_empty_audio_with_padding():
+    # Whisper's recipe pads first (transcribe appends 30 s of zeros), so empty audio with padding is a
+    # silent clip; this refused it as an empty tensor. An empty batch stays refused.
+    got = nf.whisper_log_mel(torch.zeros(0, dtype=F64), padding=480, backend="torch")
+    assert_close(got, whisper_oracle(torch.zeros(480, dtype=F64), 80))
+    assert nf.whisper_log_mel(torch.zeros(2, 0), padding=480, backend="torch").shape == (2, 80, 3)
+    with pytest.raises(ParameterValueError, match=r"audio must be a non-empty tensor, .* shape \(0, 0\)"):
+        nf.whisper_log_mel(torch.zeros(0, 0), padding=480)
+
+
+def test_empty_filter_warning_is_given_on_every_call(generator):
+    # torchaudio's MelSpectrogram warns on every construction; the cached filter bank warned only on
+    # the call that filled the cache (a second call, or log_mel_spectrogram with those filters, was silent).
+    x = random_tensor((400,), generator=generator)
+    kw = dict(sample_rate=16000, n_fft=64, n_mels=100, f_max=7919.0, backend="torch")
+    for fn in (nf.mel_spectrogram, nf.mel_spectrogram, nf.log_mel_spectrogram):
+        with pytest.warns(UserWarning, match=r"At least one mel filterbank has all zero values") as caught:
+            fn(x, **kw)
+        assert caught[0].filename == __file__  # attributed to the caller
+
+
 def test_torch_backward_is_finite_where_spectrum_vanishes():
     # A silent stretch makes |X| = 0 exactly in whole frames: sqrt and x^0.5 have infinite slope there.
     x = torch.zeros(2, 1200, dtype=F64)

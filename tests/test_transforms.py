@@ -291,6 +291,59 @@ def test_window_normalization_of_a_zero_window_is_nan_as_torchaudio(generator):
     assert T.MelSpectrogram(sample_rate=8000, n_mels=2, backend="torch", **kw)(x).isnan().all()
 
 
+@pytest.mark.parametrize("power", [1.0, 0.5, 3.0])
+def test_nan_samples_stay_nan_for_every_power(power, generator):
+    # |X|^power for power != 2 was where(p > 0, ..., 0): the bins of a NaN sample became 0, silently.
+    x = random_tensor((2, 200), generator=generator)
+    x[1, 90] = float("nan")
+    expected = torchaudio.transforms.Spectrogram(n_fft=16, power=power)(x)
+    assert expected.isnan().any()
+    assert torch.equal(T.Spectrogram(n_fft=16, power=power)(x).isnan(), expected.isnan())
+
+
+def test_default_hop_of_a_one_sample_window_is_refused():
+    # torchaudio's default hop, win_length // 2, is 0 for win_length=1: torch.stft / torch.istft fail
+    # inside. This ran with a hop of 1 instead.
+    x = torch.randn(2, 64)
+    with pytest.raises(RuntimeError):
+        torchaudio.transforms.Spectrogram(n_fft=8, win_length=1)(x)
+    match = r"hop_length must be >= 1 \(the default win_length // 2 is 0 for win_length=1; pass it\), got 0"
+    for build in (T.Spectrogram, T.MelSpectrogram, T.InverseSpectrogram):
+        with pytest.raises(ParameterValueError, match=match):
+            build(n_fft=8, win_length=1)
+    with pytest.raises(ParameterValueError, match=match):
+        nf.mel_spectrogram(x, n_fft=1, n_mels=1)
+    kw = dict(n_fft=8, win_length=1, hop_length=1)
+    assert_close(T.Spectrogram(**kw)(x), torchaudio.transforms.Spectrogram(**kw)(x))
+
+
+def test_inverse_spectrogram_refuses_a_hop_longer_than_the_window(generator):
+    # torch.istft (so torchaudio) refuses hop_length > win_length on every call; a single frame, which
+    # has no gap in its envelope, was inverted here.
+    spec = random_tensor((2, 41, 1), generator=generator, dtype=torch.complex64)
+    kw = dict(n_fft=80, win_length=8, hop_length=71)
+    with pytest.raises(RuntimeError, match="hop_length <= win_length"):
+        torchaudio.transforms.InverseSpectrogram(**kw)(spec, 3)
+    with pytest.raises(ParameterValueError, match=r"hop_length must be in 1..win_length=8 .*, got 71"):
+        T.InverseSpectrogram(**kw)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("center", [True, False])
+def test_a_signal_of_no_samples_is_taken_where_pad_fills_it(backend, center, device):
+    # torchaudio pads first, so a (…, 0) waveform with pad > 0 is a signal of zeros; this refused it
+    # as an empty tensor (and the Triton backend's choice as "the input is empty"). An empty batch
+    # stays refused.
+    x = torch.zeros(2, 0)
+    kw = dict(n_fft=16, hop_length=4, pad=9, center=center)
+    assert_close(T.Spectrogram(**kw)(x), torchaudio.transforms.Spectrogram(**kw)(x))
+    mel = dict(kw, sample_rate=8000, n_mels=4)
+    got = T.MelSpectrogram(**mel, backend=backend).to(device)(x.to(device)).cpu()
+    assert_close(got, torchaudio.transforms.MelSpectrogram(**mel)(x))
+    with pytest.raises(ParameterValueError, match=r"waveform must be a non-empty tensor, .* shape \(0, 0\)"):
+        T.Spectrogram(**kw)(torch.zeros(0, 0))
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_modules_work_under_inference_mode(backend, device, generator):
     # Built (or moved) under torch.inference_mode, the modules raised "Inference tensors do not track

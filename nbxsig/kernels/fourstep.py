@@ -511,7 +511,7 @@ def _power(pw, power, POWER_MODE: tl.constexpr):
     if POWER_MODE == 1:
         pw = tl.sqrt(pw)
     elif POWER_MODE == 0:
-        pw = tl.where(pw > 0, tl.exp2(tl.log2(tl.where(pw > 0, pw, 1.0)) * (power * 0.5)), 0.0)
+        pw = tl.where(pw != 0, tl.exp2(tl.log2(tl.where(pw != 0, pw, 1.0)) * (power * 0.5)), 0.0)
     return pw
 
 

@@ -204,7 +204,7 @@ def _mel_chunk(
     if POWER_MODE == 1:
         p = tl.sqrt(p)
     elif POWER_MODE == 0:
-        p = tl.where(p > 0, tl.exp2(tl.log2(tl.where(p > 0, p, 1.0)) * (power * 0.5)), 0.0)
+        p = tl.where(p != 0, tl.exp2(tl.log2(tl.where(p != 0, p, 1.0)) * (power * 0.5)), 0.0)
     m1 = tl.arange(0, M1)
     foffs = f[:, None] * M_TOT + m1[None, :]
     acc1 = _dot(p, fb_ptr + foffs, fb_lo_ptr + foffs, acc1, PRECISION)

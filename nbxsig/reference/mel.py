@@ -162,15 +162,16 @@ def power_of(re: torch.Tensor, im: torch.Tensor, power: float) -> torch.Tensor:
     """``|X|^power`` with a gradient that is finite (zero) where ``|X| = 0``.
 
     ``sqrt`` and fractional powers have an infinite derivative at 0 (the NaN of pytorch/audio#993);
-    evaluating them on ``where(p > 0, p, 1)`` and masking keeps the value and zeroes that gradient.
+    evaluating them on ``where(p != 0, p, 1)`` and masking keeps the value and zeroes that gradient.
+    A NaN bin stays NaN, as in torchaudio (masked by ``p > 0``, it was 0).
     """
     p = re * re + im * im
     if power == 2.0:
         return p
-    positive = p > 0
-    safe = torch.where(positive, p, torch.ones_like(p))
+    nonzero = p != 0
+    safe = torch.where(nonzero, p, torch.ones_like(p))
     value = torch.sqrt(safe) if power == 1.0 else safe.pow(power / 2.0)
-    return torch.where(positive, value, torch.zeros_like(p))
+    return torch.where(nonzero, value, torch.zeros_like(p))
 
 
 def spectrogram(
