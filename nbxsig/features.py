@@ -594,7 +594,7 @@ def amplitude_to_db(
     inputs of 4+ dimensions and over the whole input for 2-D/3-D input (torchaudio's rule).
 
     Args:
-        x: ``(…, freq, time)`` tensor, >= 2 dimensions.
+        x: any shape; ``(…, freq, time)`` (>= 2 dimensions) with ``top_db``.
         multiplier: 10 for power, 20 for amplitude.
         amin: clamp (> 0). db_multiplier: ``log10(max(ref, amin))``.
         top_db: dynamic range in dB (>= 0) or None.
@@ -609,12 +609,13 @@ def amplitude_to_db(
         >>> amplitude_to_db(torch.tensor([[1.0, 10.0]]))
         tensor([[ 0., 10.]])
     """
-    check_tensor("x", x, dtypes=FLOATING_DTYPES, min_dim=2, allow_empty=True)
+    if top_db is not None:
+        top_db = check_float("top_db", top_db, min_value=0.0)
+    # The floor needs (…, freq, time); without it the conversion is elementwise on any shape (torchaudio's).
+    check_tensor("x", x, dtypes=FLOATING_DTYPES, min_dim=0 if top_db is None else 2, allow_empty=True)
     multiplier = check_float("multiplier", multiplier)
     amin = check_float("amin", amin, min_value=0.0, min_inclusive=False)
     db_multiplier = check_float("db_multiplier", db_multiplier)
-    if top_db is not None:
-        top_db = check_float("top_db", top_db, min_value=0.0)
     x_db = multiplier * torch.log10(torch.clamp(x, min=amin)) - multiplier * db_multiplier
     # An empty input has no maximum to floor at: returned as is (torchaudio's reshape fails on it).
     if top_db is not None and x_db.numel() > 0:

@@ -284,6 +284,16 @@ def test_amplitude_to_db_matches_torchaudio(shape, top_db, generator):
     assert_close(nf.amplitude_to_db(x, 20.0, 1e-10, math.log10(2.0), top_db), expected, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("shape", [(), (17,)], ids=["0d", "1d"])
+def test_amplitude_to_db_without_top_db_takes_any_shape(shape, generator):
+    # torchaudio converts elementwise without top_db (its floor needs (…, freq, time)); 1-D was refused.
+    x = random_tensor(shape, generator=generator, low=1e-12, high=1e3)
+    expected = torchaudio.functional.amplitude_to_DB(x, 10.0, 1e-10, 0.0, None)
+    assert_close(nf.amplitude_to_db(x, 10.0, 1e-10, 0.0, None), expected, atol=0, rtol=0)
+    with pytest.raises(ParameterValueError, match="x must be a tensor with at least 2 dimensions"):
+        nf.amplitude_to_db(x, 10.0, 1e-10, 0.0, 80.0)
+
+
 def test_mel_spectrogram_errors(generator):
     x = random_tensor((1000,), generator=generator)
     cases = [
