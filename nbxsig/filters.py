@@ -423,11 +423,18 @@ def filter_bank(
 
 
 def _kornia_border(border_type: Any) -> str:
+    # Case-insensitive, as kornia's ("Reflect" and "REPLICATE" were refused); a refusal names the value given.
+    if isinstance(border_type, str) and border_type.lower() in _KORNIA_BORDERS:
+        return _KORNIA_BORDERS[border_type.lower()]
     return _KORNIA_BORDERS[check_choice("border_type", border_type, tuple(_KORNIA_BORDERS))]
 
 
 def _check_image(input: Any) -> torch.Tensor:
-    x = _check_input("input", input, 4)
+    if isinstance(input, torch.Tensor) and not (input.is_floating_point() or input.is_complex()):
+        # kornia filters an integer or bool image in float32 and returns float32 (a uint8 image was refused).
+        x = check_tensor("input", input, min_dim=4, max_dim=4).to(torch.float32)
+    else:
+        x = _check_input("input", input, 4)
     if x.dim() != 4:
         raise bad_value("input", input, "a tensor (B, C, H, W)")
     return x
@@ -520,11 +527,11 @@ def gaussian_blur2d(
     """Gaussian blur, ``kornia.filters.gaussian_blur2d``'s signature and values.
 
     Args:
-        input: ``(B, C, H, W)``.
+        input: ``(B, C, H, W)``; an integer or bool image is filtered in float32 (as kornia does).
         kernel_size: ``(ky, kx)`` or one int.
         sigma: ``(sy, sx)`` in pixels, or a tensor ``(B, 2)`` of per-image sigmas. Not differentiable: a
             sigma tensor that requires grad is refused.
-        border_type: "reflect" (default), "constant", "replicate" or "circular".
+        border_type: "reflect" (default), "constant", "replicate" or "circular", in any case.
         separable: column pass then row pass (True, default) or one 2-D stencil.
         backend: None (auto), "triton" or "torch".
 
@@ -640,8 +647,9 @@ def unsharp_mask(
 ) -> torch.Tensor:
     """Unsharp masking ``input + (input - gaussian_blur2d(input, ...))``, ``kornia.filters.unsharp_mask``'s
     values."""
-    blurred = gaussian_blur2d(input, kernel_size, sigma, border_type, backend=backend)
-    return input + (input - blurred)
+    x = _check_image(input)
+    blurred = gaussian_blur2d(x, kernel_size, sigma, border_type, backend=backend)
+    return x + (x - blurred)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -852,6 +852,41 @@ def test_kornia_ops(name, args, kwargs, backend, generator, device):
         assert_close(y, ref, dtype=torch.float32)
 
 
+KORNIA_CASE_BORDERS = [
+    ("gaussian_blur2d", ((3, 5), (1.0, 2.0), "Reflect")),
+    ("box_blur", ((3, 3), "CONSTANT")),
+    ("laplacian", (3, "Replicate")),
+    ("unsharp_mask", ((3, 3), (1.5, 1.5), "Circular")),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("name", "args"), KORNIA_CASE_BORDERS, ids=[n for n, _ in KORNIA_CASE_BORDERS])
+def test_kornia_ops_take_border_types_in_any_case(name, args, backend, generator, device):
+    # kornia reads border_type case-insensitively; "Reflect" or "CONSTANT" were refused here.
+    kornia = suite_dependency("kornia")
+    x = random_tensor((1, 2, 7, 9), generator=generator, dtype=torch.float64)
+    ref = getattr(kornia.filters, name)(x, *args)
+    dtype = torch.float64 if backend == "torch" else torch.float32
+    assert_close(getattr(nf, name)(x.to(device, dtype), *args, backend=backend), ref, dtype=dtype)
+    with pytest.raises(ParameterValueError, match=r"border_type must be one of .*, got 'MIRROR'"):
+        getattr(nf, name)(x, *args[:-1], "MIRROR")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.bool], ids=str)
+@pytest.mark.parametrize(("name", "args", "kwargs"), KORNIA_CASES[::2], ids=lambda v: str(v).replace(" ", ""))
+def test_kornia_ops_filter_integer_images_in_float32(name, args, kwargs, dtype, backend, generator, device):
+    # kornia filters an integer or bool image in float32 and returns float32; such images were refused.
+    kornia = suite_dependency("kornia")
+    x = random_tensor((1, 2, 7, 9), generator=generator, low=0.0, high=200.0)
+    x = x > 100 if dtype == torch.bool else x.to(dtype)
+    ref = getattr(kornia.filters, name)(x, *args, **kwargs)
+    y = getattr(nf, name)(x.to(device), *args, **kwargs, backend=backend)
+    assert y.dtype == ref.dtype == torch.float32
+    assert_close(y, ref)
+
+
 def test_gaussian_blur_per_image_sigma(generator):
     kornia = suite_dependency("kornia")
     x = random_tensor((2, 2, 12, 12), generator=generator, dtype=torch.float64)
