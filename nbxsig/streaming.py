@@ -127,7 +127,8 @@ class _Framer:
             self.buffer = x[:, :0]
             self.history = x[:, :0]
         self.n_raw += x.shape[1]
-        self.history = torch.cat((self.history, x), dim=1)[:, -(self.pad + 1) :]
+        # clone(): a slice of the concatenation kept all of a long chunk's storage (in the saved state too).
+        self.history = torch.cat((self.history, x), dim=1)[:, -(self.pad + 1) :].clone()
         buf = torch.cat((self.buffer, x), dim=1)
         if not self.started:
             # Reflect padding reads the pad samples after the first one, replicate the first one: until
@@ -158,6 +159,10 @@ class _Framer:
             if not self.started:
                 buf = torch.cat((self._left_pad(buf), buf), dim=1)
             buf = torch.cat((buf, self._right_pad()), dim=1)
+        elif self.n_raw < self.n_fft:  # as torch.stft / mel_spectrogram refuse a signal shorter than a frame
+            raise ParameterValueError(
+                f"a stream must have at least n_fft = {self.n_fft} samples for center=False, got {self.n_raw}"
+            )
         return self._take(buf)
 
     def _left_pad(self, raw: torch.Tensor) -> torch.Tensor:
@@ -261,7 +266,9 @@ class StreamingSTFT(_FramedStream):
 
     Raises:
         ParameterValueError / ParameterTypeError: bad arguments, a chunk with another number of streams,
-        device or rank than the first push's.
+        device or rank than the first push's; a ``flush()`` of a stream torch.stft would refuse (no
+        sample, ``n_fft // 2`` or fewer with ``center=True`` and reflect padding, fewer than ``n_fft``
+        with ``center=False``), which leaves the stream as it was.
     """
 
     def __init__(
@@ -426,7 +433,9 @@ class StreamingISTFT:
 
     Raises:
         ParameterValueError / ParameterTypeError: bad arguments; a spectrum with another number of
-        bins, or of streams, device or rank than the first push's.
+        bins, or of streams, device or rank than the first push's; a ``flush()`` before any frame, or
+        after a single frame of an even ``n_fft`` with ``center=True`` (no sample is left once both ends
+        are trimmed; :func:`nbxsig.stft.istft` refuses it too), which leaves the stream as it was.
     """
 
     def __init__(
@@ -608,6 +617,12 @@ class StreamingISTFT:
     def flush(self) -> torch.Tensor:
         if self._history is None or self.frames == 0:
             raise ParameterValueError("flush() needs at least one frame pushed first")
+        if self.frames == 1 and self.pad and self.n_fft == 2 * self.pad:
+            # As nbxsig.stft.istft (torch.istft fails inside): the two trimmed halves cover the one frame.
+            raise ParameterValueError(
+                f"a stream must have more than one frame for an even n_fft={self.n_fft} with center=True "
+                "(the n_fft // 2 samples trimmed at each end leave none), got 1"
+            )
         cur = self._history[0]
         empty = cur.new_zeros(cur.shape[0], cur.shape[1], 0, 2)
         start = self.frames * self.hop_length

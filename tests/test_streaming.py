@@ -530,3 +530,54 @@ def test_streaming_istft_rank_is_fixed_by_the_first_push(backend, device, genera
     outs += [restored.push(spec[None, :, 30:]), restored.flush()]
     assert all(out.dim() == 2 for out in outs)
     assert_close(torch.cat(outs, -1), torch.istft(spec[None].cpu(), 20, 5, window=w), **STREAM_TOL)
+
+
+@pytest.mark.parametrize("kind", ["stft", "mel"])
+def test_streaming_state_after_a_long_chunk_is_small(kind, generator):
+    # The padding history was a slice of the concatenation with the chunk: it kept the whole chunk's
+    # storage alive, and torch.save of the state wrote all of it (4 MB after a 1e6-sample push).
+    if kind == "stft":
+        stream = StreamingSTFT(64, 16)
+    else:
+        stream = StreamingMelSpectrogram(n_fft=64, n_mels=8, backend="torch")
+    stream.push(random_tensor((1, 100_000), generator=generator))
+    for key in ("buffer", "history"):
+        tensor = stream.state_dict()[key]
+        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size() < 64 * 4
+
+
+@pytest.mark.parametrize("kind", ["stft", "mel"])
+def test_streaming_center_false_flush_refuses_a_stream_shorter_than_a_frame(kind, generator):
+    # torch.stft and mel_spectrogram refuse a signal shorter than n_fft for center=False; the stream's
+    # flush returned no frame, silently. The refusal leaves the stream: more samples complete it.
+    kw = dict(sample_rate=8000, n_fft=32, hop_length=8, n_mels=6, center=False)
+    x = random_tensor((2, 40), generator=generator, dtype=torch.float64)
+    if kind == "stft":
+        w = torch.hann_window(32, dtype=torch.float64)
+        stream = StreamingSTFT(32, 8, window=w, center=False)
+        expected = torch.stft(x, 32, 8, window=w, center=False, return_complex=True)
+    else:
+        stream = StreamingMelSpectrogram(**kw, backend="torch")
+        expected = nf.mel_spectrogram(x, **kw, backend="torch")
+    first = stream.push(x[:, :31])
+    with pytest.raises(ParameterValueError, match="at least n_fft = 32 samples for center=False, got 31"):
+        stream.flush()
+    got = torch.cat([first, stream.push(x[:, 31:]), stream.flush()], -1)
+    assert_close(got, expected, dtype="float64")
+
+
+def test_streaming_istft_single_frame_even_n_fft_center_is_refused(generator):
+    # One frame of an even n_fft with center=True leaves no sample once both ends are trimmed:
+    # nbxsig.stft.istft refuses it (torch.istft fails inside); the stream's flush returned nothing.
+    # The refusal leaves the stream: more frames complete it.
+    w = torch.hann_window(16, dtype=torch.float64)
+    x = random_tensor((2, 60), generator=generator, dtype=torch.float64)
+    spec = torch.stft(x, 16, 4, window=w, return_complex=True)
+    stream = StreamingISTFT(16, 4, window=w, backend="torch")
+    assert stream.push(spec[..., :1]).shape == (2, 0)
+    with pytest.raises(
+        ParameterValueError, match="more than one frame for an even n_fft=16 with center=True"
+    ):
+        stream.flush()
+    got = torch.cat([stream.push(spec[..., 1:]), stream.flush()], -1)
+    assert_close(got, torch.istft(spec, 16, 4, window=w), dtype="float64")
