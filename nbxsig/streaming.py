@@ -2,7 +2,8 @@
 
 Each object carries ``B`` independent streams and a small state that :meth:`state_dict` /
 :meth:`load_state_dict` save and restore. The first push fixes the layout until :meth:`reset` (or
-``flush()``, which resets): the number of streams, the device and the rank. A chunk without a stream
+``flush()``, which resets): the number of streams, the device, the rank and the dtype (later chunks
+are converted to the first one's). A chunk without a stream
 dimension -- ``(n,)`` for the STFT and mel streams, a complex ``(F, k)`` or real ``(F, k, 2)`` spectrum
 for the iSTFT -- is one stream whose outputs have no stream dimension either; a later push of the
 other rank (``(1, n)`` after ``(n,)``, or the reverse) raises ParameterValueError rather than give an
@@ -126,6 +127,9 @@ class _Framer:
             self.squeeze = chunk.dim() == 1
             self.buffer = x[:, :0]
             self.history = x[:, :0]
+        # The first push fixes the dtype, as in StreamingISTFT: a float64 chunk promoted the buffer, and
+        # every later output, float32 chunks' included, became complex128.
+        x = x.to(self.buffer.dtype)
         self.n_raw += x.shape[1]
         # clone(): a slice of the concatenation kept all of a long chunk's storage (in the saved state too).
         self.history = torch.cat((self.history, x), dim=1)[:, -(self.pad + 1) :].clone()

@@ -126,6 +126,23 @@ def test_streaming_stft_half_precision_computes_in_float32(dtype, generator):
     assert_close(torch.cat(outs, dim=-1), expected, dtype="float32")
 
 
+@pytest.mark.parametrize("cls", [StreamingSTFT, StreamingMelSpectrogram], ids=lambda c: c.__name__)
+def test_streaming_dtype_is_fixed_by_the_first_push(cls, generator):
+    # As StreamingISTFT: a float64 chunk into a float32 stream promoted its buffer, and every later output
+    # (float32 chunks' too) was float64/complex128.
+    x = random_tensor((2, 300), generator=generator)
+    kw = (
+        dict(n_fft=20, hop_length=5)
+        if cls is StreamingSTFT
+        else dict(sample_rate=8000, n_fft=20, hop_length=5, n_mels=6)
+    )
+    reference, mixed = cls(**kw), cls(**kw)
+    expected = [reference.push(x[:, :100]), reference.push(x[:, 100:200]), reference.push(x[:, 200:])]
+    got = [mixed.push(x[:, :100]), mixed.push(x[:, 100:200].double()), mixed.push(x[:, 200:])]
+    for e, g in zip([*expected, reference.flush()], [*got, mixed.flush()], strict=True):
+        assert g.dtype == e.dtype and torch.equal(g, e)
+
+
 @pytest.mark.parametrize("center", [True, False])
 def test_streaming_istft_complex128_in_float64(center, generator):
     x = random_tensor((2, 300), generator=generator, dtype=torch.float64)
@@ -379,14 +396,14 @@ def test_streaming_mel_validates_at_construction(kw, error, message, backend):
 def test_streaming_mel_bad_backend_and_failed_push(device, generator):
     with pytest.raises(ParameterValueError, match="backend must be None, 'triton' or 'torch'"):
         StreamingMelSpectrogram(n_fft=128, backend="cuda")
-    # A push the backend refuses (Triton takes no float64) leaves the stream as it was.
+    # A push the backend refuses (Triton takes no float64) leaves the stream as it was: a first push
+    # (later ones take the first one's dtype) fixes neither the layout nor the dtype.
     kw = dict(sample_rate=8000, n_fft=64, hop_length=16, n_mels=12)
     x = random_tensor((2, 500), generator=generator)
     stream = StreamingMelSpectrogram(**kw, backend="triton")
-    outs = [stream.push(x[:, :150].to(device))]
     with pytest.raises(BackendUnavailableError, match="not float64"):
-        stream.push(x[:, 150:300].to(device, torch.float64))
-    outs += [stream.push(x[:, 150:].to(device)), stream.flush()]
+        stream.push(x[:, :150].to(device, torch.float64))
+    outs = [stream.push(x[:, :150].to(device)), stream.push(x[:, 150:].to(device)), stream.flush()]
     expected = nf.mel_spectrogram(x.double(), **kw, backend="torch")
     assert_close(torch.cat(outs, dim=-1), expected, dtype="float32", rel_error=1e-6)
 
