@@ -162,6 +162,11 @@ class Int4Weight:
     @classmethod
     def load(cls, path: str | Path, *, device: torch.device | str = "cpu") -> Int4Weight:
         """Read a file written by :meth:`save` (checked: its tensors must form a valid weight)."""
+        # Checked before the file is opened: safetensors refused a bad device ("gpu", "meta") with an
+        # error that was reported against ``path``.
+        device = check_device(device)
+        if device.type == "meta":
+            raise bad_value("device", device, "a device that holds values (such as 'cpu' or 'cuda:0')")
         with _open_safetensors(path, device) as f:
             meta = f.metadata() or {}
             if meta.get("format") != "nbxsig-int4" or set(f.keys()) != {"packed", "scales", "mins"}:
@@ -300,7 +305,20 @@ def gemv_path(m: int, dtype: torch.dtype = torch.float16) -> str:
     """Which Triton-side path ``int4_linear`` takes for ``m`` rows of ``dtype``: ``"fused_gemv"``
     (m ≤ 8); with ``FUSED_GEMM`` on, ``"fused_gemm"`` for float16/bfloat16 (the dequant-GEMM kernel,
     which dequantizes tile by tile into tensor-core dots); otherwise ``"dequant_matmul"`` (dequantize
-    to ``dtype``, then ``F.linear``, which follows torch's matmul precision settings)."""
+    to ``dtype``, then ``F.linear``, which follows torch's matmul precision settings).
+
+    Raises:
+        ParameterValueError / ParameterTypeError: ``m`` is not an int >= 0, ``dtype`` not a dtype
+        :func:`int4_linear` takes.
+    """
+    # Checked here only: int4_linear (already checked) calls _gemv_path once per call, host time per token.
+    m = check_int("m", m, min_value=0)
+    if dtype not in (*_FLOAT_DTYPES, torch.float64):
+        raise bad_type("dtype", dtype, "float16, bfloat16, float32 or float64 (a torch.dtype)")
+    return _gemv_path(m, dtype)
+
+
+def _gemv_path(m: int, dtype: torch.dtype) -> str:
     if m <= MAX_GEMV_ROWS:
         return "fused_gemv"
     return "fused_gemm" if FUSED_GEMM and dtype in (torch.float16, torch.bfloat16) else "dequant_matmul"
@@ -354,7 +372,7 @@ def int4_linear(
     x2 = x if flat else x.reshape(-1, k)  # a view whenever the leading dims allow; read by strides
     m = x2.shape[0]
     chosen = _INT4_GEMV.backend(backend, device=x.device, dtype=x.dtype, numel=x.numel())
-    path = gemv_path(m, x.dtype)
+    path = _gemv_path(m, x.dtype)
     if chosen == "triton" and path == "dequant_matmul":
         weight = dequantize_int4(w, dtype=x.dtype, backend="triton")
         out = torch.nn.functional.linear(x2, weight, None if bias is None else bias.to(x.dtype))

@@ -288,6 +288,14 @@ def test_gemv_path_dispatch(monkeypatch):
     assert [Q.gemv_path(m) for m in (1, 8, 9, 64)] == ["fused_gemv", "fused_gemv", "fused_gemm", "fused_gemm"]
     assert Q.gemv_path(64, torch.bfloat16) == "fused_gemm"
     assert [Q.gemv_path(m, torch.float32) for m in (8, 9)] == ["fused_gemv", "dequant_matmul"]
+    # A bad row count or dtype is refused by name (a string compared with "<=" inside; -1 and
+    # "float16" answered "fused_gemv").
+    for bad, name in ((-1, "m"), ("3", "m"), (2.5, "m")):
+        with pytest.raises((ParameterValueError, ParameterTypeError), match=f"^{name} must be"):
+            Q.gemv_path(bad)
+    for dtype in ("float16", torch.int32):
+        with pytest.raises(ParameterTypeError, match=r"^dtype must be"):
+            Q.gemv_path(3, dtype)
 
 
 def test_batched_leading_dims(generator, device):
@@ -396,6 +404,18 @@ def test_a_corrupt_or_misnamed_weight_file_is_a_clear_error(tmp_path):
             save(tmp_path)
         with pytest.raises(ParameterTypeError, match="path"):
             save(3)
+
+
+def test_loading_a_weight_onto_a_bad_device_names_device(tmp_path, generator):
+    # safetensors refused these devices, and the error was reported against path.
+    path = tmp_path / "w.safetensors"
+    weight = Q.quantize_int4(random_tensor((8, 64), generator=generator), 32)
+    weight.save(path)
+    for device in ("gpu", "meta"):
+        with pytest.raises(ParameterValueError, match=f"device must be .*, got .*{device}"):
+            Q.Int4Weight.load(path, device=device)
+    loaded = Q.Int4Weight.load(path, device=torch.device("cpu"))
+    assert_close(Q.dequantize_int4(loaded), Q.dequantize_int4(weight), rtol=0, atol=0)
 
 
 def test_an_interrupted_save_leaves_the_earlier_file(tmp_path, monkeypatch):
