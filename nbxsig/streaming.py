@@ -2,14 +2,15 @@
 
 Each object carries ``B`` independent streams and a small state that :meth:`state_dict` /
 :meth:`load_state_dict` save and restore. The first push fixes the layout until :meth:`reset` (or
-``flush()``, which resets): the number of streams, the device, the rank and the dtype (later chunks
-are converted to the first one's). A chunk without a stream dimension -- ``(n,)`` for the STFT and mel
-streams, a complex ``(F, k)`` or real ``(F, k, 2)`` spectrum for the iSTFT -- is one stream whose outputs have no stream dimension either; a later push of the
-other rank (``(1, n)`` after ``(n,)``, or the reverse) raises ParameterValueError rather than give an
-output of the wrong rank. The saved state keeps that decision. The concatenation of every push's
-output and the flush's equals the offline transform on the whole signal -- ``torch.stft`` /
-``torch.istft`` / :func:`nbxsig.features.mel_spectrogram` with the same arguments -- for any
-chunking (``center=False``; ``center=True`` once flushed, since the right-hand padding needs the end).
+``flush()``, which resets): the number of streams, the device, the rank and the dtype (later chunks are
+converted to the first one's). A chunk without a stream dimension -- ``(n,)`` for the STFT and mel
+streams, a complex ``(F, k)`` or real ``(F, k, 2)`` spectrum for the iSTFT -- is one stream whose
+outputs have no stream dimension either; a later push of the other rank (``(1, n)`` after ``(n,)``, or
+the reverse) raises ParameterValueError rather than give an output of the wrong rank. The saved state
+keeps that decision. The concatenation of every push's output and the flush's equals the offline
+transform on the whole signal -- ``torch.stft`` / ``torch.istft`` /
+:func:`nbxsig.features.mel_spectrogram` with the same arguments -- for any chunking (``center=False``;
+``center=True`` once flushed, since the right-hand padding needs the end).
 
 State, per stream:
 
