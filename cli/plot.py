@@ -104,7 +104,10 @@ def read_segments(path: str) -> list[tuple[float, float]]:
     """Segments in seconds from JSON (``[[start, end], ...]`` or ``[{"start": s, "end": e}, ...]``,
     or an object holding such a list under ``"segments"``, as ``nbxsig vad`` writes) or text
     (``start end`` per line; extra columns ignored)."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:  # (an .npz or a WAV given by mistake: not the codec's byte offsets)
+        raise ValueError("not a JSON or text file (it is not UTF-8 text)") from None
     try:
         data = json.loads(text)
         if isinstance(data, dict):

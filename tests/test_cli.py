@@ -814,6 +814,10 @@ def test_plot(tmp_path: Path) -> None:
 
     with Image.open(tmp_path / "plots/in/a.png") as im:
         assert im.format == "PNG" and im.width >= 600
+    # A binary file as --segments: a usage error in words, not the UTF-8 codec's byte offsets.
+    result = invoke("plot", src / "a.wav", "-o", tmp_path / "p2", "--segments", tmp_path / "a.npz")
+    assert result.exit_code == 2 and "not a JSON or text file (it is not UTF-8 text)" in result.stderr
+    assert "codec" not in result.stderr and not (tmp_path / "p2").exists()
 
 
 def test_bench_without_cuda_says_so() -> None:
