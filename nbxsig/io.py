@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import io
 import os
@@ -128,6 +129,11 @@ def as_path(path: Any) -> Path:
 def _check_readable(path: Path) -> None:
     if not path.exists():
         if path.is_symlink():
+            try:
+                os.stat(path)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:  # (exists() says False for a loop too)
+                    raise InputFileError(f"{path}: a symbolic link loop (it never reaches a file)") from None
             raise InputFileError(f"{path}: no such file (a broken symbolic link to {os.readlink(path)})")
         raise InputFileError(f"{path}: no such file")
     if not path.is_file():

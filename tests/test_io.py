@@ -197,6 +197,17 @@ def test_read_signal_refusals(tmp_path: Path) -> None:
                 nio.read_signal(tmp_path / name, default_rate=16000)
 
 
+def test_a_symbolic_link_loop_is_named_as_one(tmp_path: Path) -> None:
+    # Path.exists() is False for a loop as for a dangling link: it was called "a broken symbolic link".
+    (tmp_path / "a.wav").symlink_to(tmp_path / "b.wav")
+    (tmp_path / "b.wav").symlink_to(tmp_path / "a.wav")
+    for read in (nio.read_audio, lambda p: nio.read_signal(p, default_rate=8000)):
+        with pytest.raises(
+            nio.InputFileError, match=r"a\.wav: a symbolic link loop \(it never reaches a file\)"
+        ):
+            read(tmp_path / "a.wav")
+
+
 def test_read_signal_refuses_an_npz_archive_named_npy(tmp_path: Path) -> None:
     np.savez(tmp_path / "x.npz", a=np.ones(100, np.float32))
     (tmp_path / "x.npy").write_bytes((tmp_path / "x.npz").read_bytes())
