@@ -269,8 +269,9 @@ def _rows(
     """Accumulate ``ROWS`` output rows ``a0..a{ROWS-1}`` (each ``[BLOCK_C, BLOCK_W]``). Every input row of
     the band is loaded once per column tap and feeds each output row it belongs to: ``(ROWS-1)·sy + KH``
     row loads per column tap instead of ``ROWS·KH`` (7×7: 2.8× fewer L1 loads at 4 rows). The band loop
-    is a runtime loop and rows a tap does not reach get a zero weight (``(ROWS-1)/KH`` extra multiply-adds,
-    cheap next to the loads): the fully unrolled form took 30-100 s to compile per specialisation."""
+    is a runtime loop and rows a tap does not reach are skipped by a uniform branch (``_tap_into_row``;
+    until the twentieth round they got a zero weight, whose ``0·inf`` spread an infinite pixel as NaN):
+    the fully unrolled form took 30-100 s to compile per specialisation."""
     for jj in range(J):
         ci = (co // DIV) * J + jj
         c_off = ci.to(tl.int64) * sxc
