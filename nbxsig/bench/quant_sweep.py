@@ -12,7 +12,8 @@ label force one on, Q, P off, "-" for the defaults), GEMV rows the GEMV's ``PDL`
 f / F; a digit sets ``PREFETCH_STEPS``); attention rows say whether a default-config row gave the first
 row's bits, GEMV rows whether each gave its config's oracle's bits; each attention shape's first row is
 timed again at its end to show drift. Each row is printed as it is measured, so a time limit loses only
-the rows after it. ``--only attn|gemv`` limits the sweep to one kernel.
+the rows after it. ``--only attn|gemv`` limits the sweep to one kernel, ``--shapes 1x4096 ...`` to some
+shapes.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ ATTN = {
         ((128, 32, 4, 4), ""),
         ((256, 32, 4, 4), ""),
         ((256, 64, 8, 3), ""),
+        ((256, 64, 4, 2), ""),
+        ((256, 128, 8, 2), ""),
+        ((256, 128, 8, 3), ""),
     ],
     (1, 32768): [(None, ""), (None, "Q"), ((2048, 64, 4, 4), "")],
     (16, 4096): [(None, ""), (None, "P"), (None, "q")],
@@ -96,15 +100,21 @@ def _gemv_operands(k, n, device):
     return x, qw
 
 
-def _jobs(only=None):
+def _picked(shape, shapes) -> bool:
+    """Whether ``--shapes`` (``AxB`` names: ``1x4096`` for attention B=1 T=4096, ``4096x4096`` for a GEMV's
+    K×N) keeps ``shape``; all are kept without it."""
+    return not shapes or "x".join(map(str, shape)) in shapes
+
+
+def _jobs(only=None, shapes=()):
     jobs = []
     if only in (None, "attn"):
         for (b, t), variants in ATTN.items():
-            for v in variants:
+            for v in variants if _picked((b, t), shapes) else ():
                 jobs.append(("attn", (b, t), v))
     if only in (None, "gemv"):
         for (k, n), variants in GEMV.items():
-            for v in variants:
+            for v in variants if _picked((k, n), shapes) else ():
                 jobs.append(("gemv", (k, n), v))
     return jobs
 
@@ -192,8 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compile-only", action="store_true", help="compile every variant, time nothing")
     parser.add_argument("--markdown", help="append the rows to this file")
     parser.add_argument("--only", choices=["attn", "gemv"], help="sweep one kernel only")
+    parser.add_argument("--shapes", nargs="+", default=(), help="only these shapes (1x4096: B=1 T=4096)")
     args = parser.parse_args(argv)
-    jobs = _jobs(args.only)
+    jobs = _jobs(args.only, args.shapes)
     t0 = time.time()
     if args.jobs > 1:
         ctx = mp.get_context("spawn")
@@ -228,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         attn_passes = [
             (shape, [(*v, default_arena) for v in variants] + [(*variants[0], default_arena)])
             for shape, variants in ATTN.items()
+            if _picked(shape, args.shapes)
         ]
     for (b, t), rows in attn_passes:
         q, k, v = _attn_operands(b, t, device)
@@ -271,6 +283,8 @@ def main(argv: list[str] | None = None) -> None:
         del caches, sdpa
         torch.cuda.empty_cache()
     for (kk, n), variants in GEMV.items() if args.only in (None, "gemv") else ():
+        if not _picked((kk, n), args.shapes):
+            continue
         x, qw = _gemv_operands(kk, n, device)
         nbytes = qw.nbytes() + 2 * kk + 2 * n
         copies, calls = _chain_copies(nbytes, device)
