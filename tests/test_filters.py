@@ -238,6 +238,95 @@ def test_triton_separable_band_keeps_an_infinite_pixel_within_its_reach(ksize, g
     assert_close(y, ref, dtype=torch.float32)
 
 
+def _long_fir_non_finite(boundary, generator, device):
+    """``_fir_toeplitz_kernel`` (per-channel filters of >= 48 taps) on a batched, strided signal holding
+    inf, -inf and NaN samples in different rows, against the float64 torch backend (and F.conv1d)."""
+    base = random_tensor((2, 3, 2 * 157), generator=generator, dtype=torch.float64)
+    x = base[..., ::2]  # (2, 3, 157), sample stride 2
+    x[0, 1, 80], x[1, 0, 3], x[1, 2, 150] = torch.inf, -torch.inf, torch.nan
+    w = random_tensor((3, 65), generator=generator, dtype=torch.float64)
+    ref = nf.depthwise_conv1d(x, w, boundary=boundary, backend="torch")
+    if boundary == "zeros":
+        assert_close(ref, torch.nn.functional.conv1d(x, w[:, None], padding=32, groups=3))
+    xt = base.float().to(device)[..., ::2]
+    y = nf.depthwise_conv1d(xt, w.float().to(device), boundary=boundary, backend="triton")
+    assert_close(y, ref, dtype=torch.float32)
+
+
+def _filter_bank_non_finite(generator, device):
+    """``_bank_kernel`` (>= 16 filters of >= 48 taps on one channel), strided, on signals holding inf,
+    -inf and NaN samples, against the float64 torch backend."""
+    base = random_tensor((131, 3), generator=generator, dtype=torch.float64)
+    s = base.t()  # (3, 131), sample stride 3
+    s[0, 60], s[1, 10], s[2, 100] = torch.inf, -torch.inf, torch.nan
+    bank = random_tensor((20, 50), generator=generator, dtype=torch.float64)
+    ref = nf.filter_bank(s, bank, stride=3, boundary="symmetric", backend="torch")
+    st = base.float().to(device).t()
+    y = nf.filter_bank(st, bank.float().to(device), stride=3, boundary="symmetric", backend="triton")
+    assert_close(y, ref, dtype=torch.float32)
+
+
+def _separable_dot_non_finite(boundary, configs, generator, device):
+    """``_sep_dot_kernel`` at each tile of ``configs`` on a batched, strided image holding inf, -inf and
+    NaN pixels in different images and channels, against the float64 torch backend (and F.conv2d)."""
+    from nbxsig.kernels import depthwise as dk
+
+    base = random_tensor((2, 2, 23, 41), generator=generator, dtype=torch.float64)
+    x = base[:, :, 1:, 3:40:2]  # (2, 2, 22, 19), column stride 2
+    x[0, 0, 10, 9], x[1, 1, 3, 2], x[0, 1, 18, 15] = torch.inf, -torch.inf, torch.nan
+    wy = random_tensor((2, 9), generator=generator, dtype=torch.float64)
+    wx = random_tensor((2, 6), generator=generator, dtype=torch.float64)
+    pads = (4, 4, 2, 3)
+    ref = nf.depthwise_conv2d(x, (wy, wx), padding=pads, boundary=boundary, backend="torch")
+    if boundary == "zeros":
+        full = (wy[:, :, None] * wx[:, None, :])[:, None]
+        xp = torch.nn.functional.pad(x, (pads[2], pads[3], pads[0], pads[1]))
+        assert_close(ref, torch.nn.functional.conv2d(xp, full, groups=2))
+    xt = base.float().to(device)[:, :, 1:, 3:40:2]
+    for config in configs:
+        y = dk._separable_dot(
+            xt, wy.float().to(device), wx.float().to(device), pads=pads, boundary=boundary, config=config
+        )
+        assert_close(y, ref, dtype=torch.float32, msg=f"tile {config}")
+
+
+# The tensor-core kernels compute outputs as matrix products: the Toeplitz zeros of their tiles made NaN
+# (0·inf) of a non-finite sample in outputs beyond the filter's reach. A tile holding a non-finite output is
+# now summed again tap by tap.
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
+@pytest.mark.parametrize("boundary", ["zeros", "reflect"])
+def test_long_fir_keeps_a_non_finite_sample_within_its_reach(boundary, generator, device):
+    _long_fir_non_finite(boundary, generator, device)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
+def test_long_fir_input_gradient_keeps_a_non_finite_gradient_within_its_reach(generator, device):
+    # The input gradient of a stride-1 long FIR is the Toeplitz kernel on the output gradient.
+    x = random_tensor((2, 2, 141), generator=generator, dtype=torch.float64)
+    w = random_tensor((2, 65), generator=generator, dtype=torch.float64)
+    g = random_tensor((2, 2, 141), generator=generator, dtype=torch.float64)
+    g[0, 1, 70], g[1, 0, 5] = torch.inf, torch.nan
+    xt = x.float().to(device).requires_grad_()
+    (gx,) = torch.autograd.grad(nf.depthwise_conv1d(xt, w.float().to(device), backend="triton"), xt, g.to(xt))
+    assert_close(
+        gx, torch.nn.functional.conv_transpose1d(g, w[:, None], padding=32, groups=2), dtype=torch.float32
+    )
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
+def test_filter_bank_keeps_a_non_finite_sample_within_its_reach(generator, device):
+    # No structural zeros in the bank's im2col product: under the interpreter (float32 dots, no tf32x3
+    # split) this held before the recompute too; on the GPU it checks the in-reach ±inf through tf32x3.
+    _filter_bank_non_finite(generator, device)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
+@pytest.mark.parametrize("boundary", ["zeros", "circular"])
+def test_separable_tensor_core_kernel_keeps_a_non_finite_pixel_within_its_reach(boundary, generator, device):
+    # 16×16 tiles: several per image, the halo in several chunks; a 16×32 tile, one column chunk.
+    _separable_dot_non_finite(boundary, [(16, 16, 16, 16, 4), (16, 32, 64, 16, 4)], generator, device)
+
+
 # ---------------------------------------------------------------------------------------------
 # 2-D
 
@@ -1348,3 +1437,13 @@ def test_gpu_fir_and_bank_and_gradients(generator, cuda_device):
         gx, gw = _grads(f("triton"), xs, ws, g)
         assert_close(gx, gx_ref, dtype=torch.float32, atol=1e-5)
         assert_close(gw, gw_ref, dtype=torch.float32, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_tensor_core_paths_keep_a_non_finite_sample_within_its_reach(generator, cuda_device):
+    # The CPU tests' cases (make gpu-test runs only the gpu-marked tests) through tf32x3, whose split of
+    # ±inf has inf - inf in its correction terms; the separable kernel at its default tile too.
+    for boundary in ("zeros", "reflect"):
+        _long_fir_non_finite(boundary, generator, cuda_device)
+    _filter_bank_non_finite(generator, cuda_device)
+    _separable_dot_non_finite("zeros", [None, (16, 16, 16, 16, 4)], generator, cuda_device)

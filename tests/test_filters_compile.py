@@ -78,15 +78,17 @@ for taps_args, (bw, warps, regs, edge_regs) in ((True, dk._LONG_ROWS_ARGS), (Fal
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
 r, t, bu, warps = dk._TOEPLITZ_TILE
-build(dk._fir_toeplitz_kernel, ptr, dict(K=129, BOUNDARY=0, R=r, T=t, BU=bu, PRECISION="tf32x3"),
-      num_warps=warps)
+compiled = build(dk._fir_toeplitz_kernel, ptr, dict(K=129, BOUNDARY=0, R=r, T=t, BU=bu, PRECISION="tf32x3"),
+                 num_warps=warps)
+# its recompute of a tile holding a non-finite output (whole-tile: 255 registers and a spill) must not spill
+assert stack_bytes(compiled) == 0
 bl, bk, warps = dk._BANK_TILE
 build(dk._bank_kernel, ptr, dict(K=129, BOUNDARY=0, BL=bl, BF=64, BK=bk, PRECISION="tf32x3"), num_warps=warps)
 sep = {"x_ptr": "*fp32", "wy_ptr": "*fp32", "wx_ptr": "*fp32", "y_ptr": "*fp32"}
 for bh, bw, bu, bv, warps in (dk._SEP_DOT_TILE, (64, 32, 64, 32, 4), (128, 32, 64, 32, 8)):
     build(dk._sep_dot_kernel, sep, dict(KH=31, KW=31, BOUNDARY=1, BH=bh, BW=bw, BU=bu, BV=bv,
                                         PRECISION="tf32x3"), num_warps=warps)
-res = {"x_ptr": "*fp32", "d_ptr": "*fp32", "start_ptr": "*i64", "y_ptr": "*fp32"}
+res = {"x_ptr": "*fp32", "d_ptr": "*fp32", "start_ptr": "*i64", "rows_ptr": "*i32", "y_ptr": "*fp32"}
 for bl, bn, bu, warps in ((64, 32, 32, 4), (64, 16, 16, 4), (128, 64, 32, 8)):  # bench variants
     build(dk._resample_dot_kernel, res, dict(KS=4, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3"), num_warps=warps)
 print("compiled")

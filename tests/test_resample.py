@@ -83,6 +83,41 @@ def test_triton_polyphase_blocks_at_extreme_ratios(rates, tile, generator, devic
     assert_close(yb, nf.resample(x.bfloat16().double(), *rates, backend="torch"), dtype=torch.bfloat16)
 
 
+NON_FINITE_CASES = [((16000, 24000), "sinc_interp_hann"), ((44100, 16000), "sinc_interp_kaiser")]
+
+
+def _non_finite_case(rates, method, generator, device, monkeypatch):
+    """Both Triton kernels on batched, strided signals holding inf, -inf and NaN samples in different rows,
+    against the compact bank they apply (its float32 taps) summed in float64 over each output's window."""
+    from nbxsig.kernels import depthwise as dk
+
+    base = random_tensor((2, 2, 2 * 301), generator=generator, dtype=torch.float64)
+    x = base[..., ::2]  # (2, 2, 301), sample stride 2
+    x[0, 0, 150], x[0, 1, 7], x[1, 1, 200] = torch.inf, -torch.inf, torch.nan
+    orig, new = (r // math.gcd(*rates) for r in rates)
+    _, width, compact, offsets = nf._polyphase(orig, new, 6, 0.99, method, None)
+    bank = rd.CompactBank(taps=compact.float().double(), offsets=offsets, width=width)
+    ref = rd.resample(x.reshape(4, -1), orig=orig, new=new, kernel=bank, width=width).view(2, 2, -1)
+    for tile in (dk._RESAMPLE_TILE, None):
+        monkeypatch.setattr(dk, "_RESAMPLE_TILE", tile)
+        y = nf.resample(base.float().to(device)[..., ::2], *rates, resampling_method=method, backend="triton")
+        assert_close(y, ref, dtype=torch.float32, atol=1e-5, msg=f"tile {tile}")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
+@pytest.mark.parametrize(("rates", "method"), NON_FINITE_CASES, ids=_ids)
+def test_triton_keeps_a_non_finite_sample_within_its_reach(rates, method, generator, device, monkeypatch):
+    """A non-finite sample reaches the outputs whose window holds it, in both kernels: the tensor-core
+    one made NaN of it (0·inf) through its phase blocks' zeros in every phase of the frames it is in;
+    a tile holding a non-finite output is now summed again over each phase's window. torchaudio's
+    pattern is wider: beyond each phase's window its full bank holds the window's end
+    (sin(lowpass_filter_width·π) in floating point: < 1e-15, not 0), so there every output whose
+    ``2·width + orig`` columns hold the sample is ±inf (NaN from the torch backend on float32 input with
+    the Hann window, whose end rounds to 0 in float32).
+    The Triton kernels apply only the windows, as the torch backend's compact path does."""
+    _non_finite_case(rates, method, generator, device, monkeypatch)
+
+
 def test_identity_returns_input():
     x = torch.randn(2, 100)
     assert nf.resample(x, 16000, 16000) is x
@@ -377,6 +412,13 @@ def test_gpu_large_coprime_rates(rates, generator, cuda_device):
     assert_close(y64[:, picks].cpu(), _direct_resample(x, *rates, picks))
     y = nf.resample(x.to(cuda_device), *rates, backend="triton")
     assert_close(y, y64, dtype=torch.float32, atol=1e-5, rtol=1e-4, rel_error=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_resample_keeps_a_non_finite_sample_within_its_reach(generator, cuda_device, monkeypatch):
+    # The CPU test's cases (make gpu-test runs only the gpu-marked tests), through tf32x3.
+    for rates, method in NON_FINITE_CASES:
+        _non_finite_case(rates, method, generator, cuda_device, monkeypatch)
 
 
 def test_device_forms_of_large_banks_are_not_kept_alive():

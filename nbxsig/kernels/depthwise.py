@@ -186,6 +186,21 @@ def _map_index(i, n, BOUNDARY: tl.constexpr):
     return idx, ok
 
 
+# The tensor-core kernels' operand tiles hold structural zeros (Toeplitz bands, phase blocks), so a non-finite
+# input sample came out as NaN (0·inf) in outputs beyond the filter's reach, where F.conv1d/F.conv2d give
+# finite values; and their tf32x3 dots split a = big + small with small = inf - inf = NaN for a = ±inf
+# (Triton 3.6's F32DotTC pass zeroes NaN correction terms, keeping ±inf within reach; only _bank_kernel,
+# whose product has no structural zeros, relies on it). So the main loops stay as they are, and a tile with
+# a non-finite output (a uniform branch, not taken on finite data) is summed again tap by tap in float32 --
+# F.conv's values -- in chunks of about 1024 outputs (``*_refilter``): the whole 64×64 tile at once took
+# _fir_toeplitz_kernel from 185 to 255 registers with a spill (sm_90, offline).
+@triton.jit
+def _any_nonfinite(acc):
+    """Whether an element of the tile ``acc`` is NaN or ±inf (one scalar for the whole tile)."""
+    bad = (acc != acc) | (tl.abs(acc) == float("inf"))
+    return tl.max(bad.to(tl.int32)) > 0
+
+
 @triton.jit
 def _col_load(
     x_row, k, ow, sxw, stride_w, left, W, wmask, rm, BOUNDARY: tl.constexpr, MAP_W: tl.constexpr
@@ -1152,6 +1167,32 @@ def _long_rows_kernel(
 
 
 @triton.jit
+def _sep_refilter(
+    x_base, wy_row, wx_row, y_base, h0, w0, H, W, HO, WO, sxh, sxw, syh, syw, top, left, KH, KW,
+    BOUNDARY: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+):  # fmt: skip
+    """The tile ``BH × BW`` at ``(h0, w0)`` summed directly, ``Σ_i wy[i] Σ_k wx[k] · x̃[h + i - top,
+    w + k - left]`` (float32, runtime loops over the taps), and stored, in chunks of rows."""
+    RC: tl.constexpr = max(1, min(BH, 1024 // BW))
+    ow = w0 + tl.arange(0, BW)
+    for c in range(0, BH, RC):
+        oh = h0 + c + tl.arange(0, RC)
+        acc = tl.zeros((RC, BW), dtype=tl.float32)
+        for i in range(KH):
+            ridx, rok = _map_index(oh + (i - top), H, BOUNDARY)
+            x_rows = x_base + ridx.to(tl.int64)[:, None] * sxh
+            hv = tl.zeros((RC, BW), dtype=tl.float32)
+            for k in range(KW):
+                cidx, cok = _map_index(ow + (k - left), W, BOUNDARY)
+                xv = tl.load(x_rows + (cidx * sxw)[None, :], mask=rok[:, None] & cok[None, :], other=0.0)
+                hv += tl.load(wx_row + k) * xv.to(tl.float32)
+            acc += tl.load(wy_row + i) * hv
+        y_off = oh.to(tl.int64)[:, None] * syh + (ow * syw)[None, :]
+        mask = (oh < HO)[:, None] & (ow < WO)[None, :]
+        tl.store(y_base + y_off, acc.to(y_base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _sep_dot_kernel(
     x_ptr, wy_ptr, wx_ptr, y_ptr, H, W, HO, WO, DIV, sxn, sxc, sxh, sxw, syn, syc, syh, syw, top, left,
     KH: tl.constexpr, KW: tl.constexpr, BOUNDARY: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
@@ -1191,10 +1232,18 @@ def _sep_dot_kernel(
         wk = (cu * BU + u)[:, None] - t[None, :]
         tx = tl.load(wx_ptr + o * KW + wk, mask=(wk >= 0) & (wk < KW), other=0.0)
         acc = tl.dot(mid, tx, acc, input_precision=PRECISION)
-    oh = h0 + r
-    ow = w0 + t
-    y_off = n * syn + o.to(tl.int64) * syc + oh.to(tl.int64)[:, None] * syh + (ow * syw)[None, :]
-    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(oh < HO)[:, None] & (ow < WO)[None, :])
+    # Ty's and Tx's zeros would spread a non-finite pixel over whole tile rows and columns (0·inf):
+    # see _any_nonfinite.
+    if _any_nonfinite(acc):
+        _sep_refilter(
+            x_base, wy_ptr + o * KH, wx_ptr + o * KW, y_ptr + n * syn + o.to(tl.int64) * syc, h0, w0, H, W,
+            HO, WO, sxh, sxw, syh, syw, top, left, KH, KW, BOUNDARY, BH, BW,
+        )  # fmt: skip
+    else:
+        oh = h0 + r
+        ow = w0 + t
+        y_off = n * syn + o.to(tl.int64) * syc + oh.to(tl.int64)[:, None] * syh + (ow * syw)[None, :]
+        tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(oh < HO)[:, None] & (ow < WO)[None, :])
 
 
 @triton.jit
@@ -1261,6 +1310,24 @@ def _wgrad_kernel(
 
 
 @triton.jit
+def _fir_refilter(
+    x_base, w_row, y_base, base, L, LO, sxw, syw, left, K,
+    BOUNDARY: tl.constexpr, R: tl.constexpr, T: tl.constexpr,
+):  # fmt: skip
+    """The ``R·T`` outputs from ``base`` summed directly, ``y[j] = Σ_k w[k] · x̃[j + k - left]`` (float32, a
+    runtime loop over the taps), and stored, in chunks of rows."""
+    RC: tl.constexpr = max(1, min(R, 1024 // T))
+    t = tl.arange(0, T)
+    for c in range(0, R, RC):
+        out = base + (c + tl.arange(0, RC))[:, None] * T + t[None, :]
+        acc = tl.zeros((RC, T), dtype=tl.float32)
+        for k in range(K):
+            idx, ok = _map_index(out + (k - left), L, BOUNDARY)
+            acc += tl.load(w_row + k) * tl.load(x_base + idx * sxw, mask=ok, other=0.0).to(tl.float32)
+        tl.store(y_base + out.to(tl.int64) * syw, acc.to(y_base.dtype.element_ty), mask=out < LO)
+
+
+@triton.jit
 def _fir_toeplitz_kernel(
     x_ptr,
     w_ptr,
@@ -1303,9 +1370,16 @@ def _fir_toeplitz_kernel(
         widx = (u0 + u)[:, None] - t[None, :]
         wv = tl.load(w_ptr + o * K + widx, mask=(widx >= 0) & (widx < K), other=0.0)
         acc = tl.dot(xv, wv, acc, input_precision=PRECISION)
-    out = base + r[:, None] * T + t[None, :]
-    y_off = n * syn + o.to(tl.int64) * syc + out.to(tl.int64) * syw
-    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=out < LO)
+    # The Toeplitz zeros would spread a non-finite sample over whole tile rows (0·inf): see _any_nonfinite.
+    if _any_nonfinite(acc):
+        _fir_refilter(
+            x_base, w_ptr + o * K, y_ptr + n * syn + o.to(tl.int64) * syc, base, L, LO, sxw, syw, left, K,
+            BOUNDARY, R, T,
+        )  # fmt: skip
+    else:
+        out = base + r[:, None] * T + t[None, :]
+        y_off = n * syn + o.to(tl.int64) * syc + out.to(tl.int64) * syw
+        tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=out < LO)
 
 
 @triton.jit
@@ -1350,6 +1424,8 @@ def _bank_kernel(
         xv = tl.load(x_base + idx * sxw, mask=ok & km[None, :], other=0.0).to(tl.float32)
         wv = tl.load(w_ptr + rows[None, :] * K + k[:, None], mask=km[:, None] & fm[None, :], other=0.0)
         acc = tl.dot(xv, wv, acc, input_precision=PRECISION)
+    # No structural zeros in this product (every tap of a row's window is in its reach), and Triton 3.6's
+    # tf32x3 keeps an in-reach ±inf (see _any_nonfinite): no recompute (test_gpu_tensor_core_paths_...).
     y_off = n * syn + (rows.to(tl.int64) * syc)[None, :] + (l.to(tl.int64) * syw)[:, None]
     tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=(l < LO)[:, None] & fm[None, :])
 
@@ -1944,10 +2020,32 @@ def _resample_kernel(
 
 
 @triton.jit
+def _resample_refilter(
+    x_base, d_cols, y_base, l0, start, r0, p, L, LO, sxl, ORIG, NEW, J, BL: tl.constexpr, BN: tl.constexpr
+):  # fmt: skip
+    """The tile's ``BL`` frames from ``l0`` × ``BN`` phases ``p`` summed directly over each phase's own
+    ``J`` taps, ``Σ_j D[r0 + j, q] · x[l·ORIG + start + r0 + j]`` (``D``'s columns at ``d_cols``, rows
+    ``BN`` apart; zeros outside the signal; float32, a runtime loop over the taps): the per-output
+    kernel's sum. Stored in chunks of frames."""
+    LC: tl.constexpr = max(1, min(BL, 1024 // BN))
+    for c in range(0, BL, LC):
+        l = (l0 + c + tl.arange(0, LC)).to(tl.int64)
+        row0 = l * ORIG + start
+        acc = tl.zeros((LC, BN), dtype=tl.float32)
+        for j in range(J):
+            idx = row0[:, None] + (r0 + j)[None, :]
+            xv = tl.load(x_base + idx * sxl, mask=(idx >= 0) & (idx < L), other=0.0).to(tl.float32)
+            acc += xv * tl.load(d_cols + (r0 + j) * BN)[None, :]
+        o = l[:, None] * NEW + p[None, :]
+        tl.store(y_base + o, acc.to(y_base.dtype.element_ty), mask=(p < NEW)[None, :] & (o < LO))
+
+
+@triton.jit
 def _resample_dot_kernel(
     x_ptr,
     d_ptr,
     start_ptr,
+    rows_ptr,
     y_ptr,
     L,
     LO,
@@ -1956,6 +2054,7 @@ def _resample_dot_kernel(
     syb,
     ORIG,
     NEW,
+    J,
     KS: tl.constexpr,
     BL: tl.constexpr,
     BN: tl.constexpr,
@@ -1968,14 +2067,16 @@ def _resample_dot_kernel(
     taps placed at each phase's offset (:func:`_phase_blocks`). The rows of ``X`` are contiguous runs of
     the input (coalesced loads; the per-output form issued two scattered loads per tap). ``KS·BU``
     multiply-adds per output instead of the ~``J`` of the direct form, at tensor-core rate: the op stays
-    bound by bytes. float32 operands go through ``tf32x3`` (~float32 accuracy)."""
+    bound by bytes. float32 operands go through ``tf32x3`` (~float32 accuracy). ``rows[p]``: the row of
+    ``D`` where phase ``p``'s ``J`` taps start."""
     pb = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
     l = (tl.program_id(0) * BL + tl.arange(0, BL)).to(tl.int64)
     q = tl.arange(0, BN)
     s = tl.arange(0, BU)
     x_base = x_ptr + b * sxb
-    row0 = l * ORIG + tl.load(start_ptr + pb)
+    start = tl.load(start_ptr + pb)
+    row0 = l * ORIG + start
     d_base = d_ptr + pb * (KS * BU * BN)
     acc = tl.zeros((BL, BN), dtype=tl.float32)
     for c in range(KS):
@@ -1984,8 +2085,16 @@ def _resample_dot_kernel(
         dv = tl.load(d_base + (c * BU + s)[:, None] * BN + q[None, :])
         acc = tl.dot(xv, dv, acc, input_precision=PRECISION)
     p = pb * BN + q
-    o = l[:, None] * NEW + p[None, :]
-    tl.store(y_ptr + b * syb + o, acc.to(y_ptr.dtype.element_ty), mask=(p < NEW)[None, :] & (o < LO))
+    # D's zeros would spread a non-finite sample over every phase of its frames (0·inf): see
+    # _any_nonfinite.
+    if _any_nonfinite(acc):
+        _resample_refilter(
+            x_base, d_base + q, y_ptr + b * syb, tl.program_id(0) * BL, start, tl.load(rows_ptr + p), p, L,
+            LO, sxl, ORIG, NEW, J, BL, BN,
+        )  # fmt: skip
+    else:
+        o = l[:, None] * NEW + p[None, :]
+        tl.store(y_ptr + b * syb + o, acc.to(y_ptr.dtype.element_ty), mask=(p < NEW)[None, :] & (o < LO))
 
 
 # A tile (BL frames, BN phases per block, BU samples per chunk, num_warps) selects the tensor-core form
@@ -2014,7 +2123,7 @@ def _device_bank(
 
 def _phase_blocks(
     compact: torch.Tensor, offsets: torch.Tensor, bn: int, bu: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, int]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """:func:`_build_phase_blocks`, cached (see :func:`_device_bank`)."""
     cached = _phase_blocks_large if compact.numel() > _LARGE_BANK else _phase_blocks_small
     return cached(compact, offsets, bn, bu, device)
@@ -2032,12 +2141,13 @@ _device_bank_large = lru_cache(maxsize=2)(_copy_bank)
 
 def _build_phase_blocks(
     compact: torch.Tensor, offsets: torch.Tensor, bn: int, bu: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, int]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """The compact polyphase bank ``(new, J)`` with its per-phase input offsets, regrouped for
-    ``_resample_kernel``: blocks of ``bn`` phases, each a dense ``(KS·bu, bn)`` float32 matrix whose column
-    ``q`` holds phase ``pb·bn + q``'s taps from row ``offset - start[pb]``, plus ``start`` (int64, per block)
-    and ``KS``. Cached per (bank, tile, device): ``compact``/``offsets`` are the cached host tensors of
-    ``nbxsig.filters._polyphase``, so the identity key is stable and no call copies taps to the device."""
+    ``_resample_dot_kernel``: blocks of ``bn`` phases, each a dense ``(KS·bu, bn)`` float32 matrix whose
+    column ``q`` holds phase ``pb·bn + q``'s taps from row ``offset - start[pb]``, plus ``start`` (int64,
+    per block), those first rows (int32, per phase, padded to whole blocks) and ``KS``. Cached per (bank,
+    tile, device): ``compact``/``offsets`` are the cached host tensors of ``nbxsig.filters._polyphase``, so
+    the identity key is stable and no call copies taps to the device."""
     new, j = compact.shape
     n_pb = -(-new // bn)
     off = offsets.to(torch.int64)
@@ -2049,7 +2159,8 @@ def _build_phase_blocks(
     p = torch.arange(new)
     rows = (off - start[p // bn])[:, None] + torch.arange(j)[None, :]
     d[(p // bn)[:, None], rows, (p % bn)[:, None]] = compact.to(torch.float64)
-    return d.to(device=device, dtype=torch.float32), start.to(device), ks
+    first = (pad - start[:, None]).reshape(-1).to(torch.int32)
+    return d.to(device=device, dtype=torch.float32), start.to(device), first.to(device), ks
 
 
 _phase_blocks_small = lru_cache(maxsize=64)(_build_phase_blocks)
@@ -2072,12 +2183,12 @@ def _resample_launch(x, y, *, orig, new, length, compact, offsets):
         bl, bn, bu, warps = _RESAMPLE_TILE
         bn = min(bn, max(16, next_pow2(new)))
         _check_tf32_tile("_RESAMPLE_TILE", _RESAMPLE_TILE, bl, (bn,), warps)
-        blocks, start, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
-        check_launchable(x, blocks, start)
+        blocks, start, first, ks = _phase_blocks(compact, offsets, bn, bu, x.device)
+        check_launchable(x, blocks, start, first)
         grid = (cdiv(cdiv(lo, new), bl), blocks.shape[0], b)
         _resample_dot_kernel[grid](
-            x, blocks, start, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
-            KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,
+            x, blocks, start, first, y, length, lo, x.stride(0), x.stride(1), y.stride(0), orig, new,
+            compact.shape[1], KS=ks, BL=bl, BN=bn, BU=bu, PRECISION="tf32x3", num_warps=warps,
         )  # fmt: skip
 
 
