@@ -997,7 +997,13 @@ class FilterBank(nn.Module):
 
 
 class GaussianBlur2d(nn.Module):
-    """:func:`gaussian_blur2d` as a module (kornia's ``GaussianBlur2d`` arguments)."""
+    """:func:`gaussian_blur2d` as a module (kornia's ``GaussianBlur2d`` arguments).
+
+    Input ``(B, C, H, W)``, output ``(B, C, H, W)``. Bufferless, as kornia's: the taps are built per call
+    in the input's dtype (and cached, as the function's are), so ``.half()`` / ``.float()`` leave them exact,
+    the ``state_dict`` is empty and a kornia one (empty too) loads strictly. Float64 tap buffers were rounded
+    by a module's dtype moves: ~2e-4 off kornia after ``.half().float()``, and float32 taps for float64 input
+    after ``.float()``. The arguments are checked here, not at the first call."""
 
     def __init__(
         self,
@@ -1011,25 +1017,26 @@ class GaussianBlur2d(nn.Module):
         super().__init__()
         allowed = "a pair (sy, sx) or a tensor (2,) or (1, 2)"
         if isinstance(sigma, torch.Tensor):
-            # kornia's module takes a tensor sigma. The taps are buffers built once here, so one pair serves
-            # every image: a per-image (B, 2) sigma is gaussian_blur2d's.
+            # kornia's module takes a tensor sigma. One pair serves every image: a per-image (B, 2) sigma is
+            # gaussian_blur2d's.
             if sigma.shape not in ((2,), (1, 2)):
                 raise bad_value("sigma", sigma, allowed, context="(per-image sigmas: use gaussian_blur2d)")
             _check_sigma_no_grad(sigma)
             sigma = tuple(sigma.reshape(2))
-        (ky, kx), (sy, sx) = _pair("kernel_size", kernel_size), _sigma_pair(sigma, allowed)
+        # Checked now, not at the first call, by the validators gaussian_blur2d applies (gaussian_kernel1d,
+        # which built the former tap buffers here, refused the same sizes and sigmas).
+        self.kernel_size = _pair("kernel_size", kernel_size)
+        self.sigma = _sigma_pair(sigma, allowed)
         _kornia_border(border_type)
         check_backend(backend)
-        self.register_buffer("kernel_y", gaussian_kernel1d(ky, sy))
-        self.register_buffer("kernel_x", gaussian_kernel1d(kx, sx))
-        self.border_type, self.separable, self.backend = border_type, separable, backend
+        self.border_type = border_type
+        self.separable = separable
+        self.backend = backend
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        x = _check_image(input)
-        c = x.shape[1]
-        wy, wx = _per_channel(self.kernel_y, c, x), _per_channel(self.kernel_x, c, x)
-        w = (wy, wx) if self.separable else wy[:, :, None] * wx[:, None, :]
-        return depthwise_conv2d(x, w, boundary=_kornia_border(self.border_type), backend=self.backend)
+        return gaussian_blur2d(
+            input, self.kernel_size, self.sigma, self.border_type, self.separable, backend=self.backend
+        )
 
 
 class BoxBlur(nn.Module):
@@ -1132,13 +1139,72 @@ class UnsharpMask(nn.Module):
         return unsharp_mask(input, self.kernel_size, self.sigma, self.border_type, backend=self.backend)
 
 
+def _check_torchaudio_kernel(
+    name: str,
+    kernel: Any,
+    rates: tuple[int, int],
+    lowpass_filter_width: int,
+    rolloff: float,
+    method: str,
+    beta: float | None,
+) -> None:
+    """Refuse a torchaudio ``Resample`` kernel ``(new, 1, 2·width + orig)`` (rates reduced by their gcd)
+    that is not the bank these arguments build, within its dtype's rounding.
+
+    Compared with the cached compact bank (torchaudio's float64 taps inside each phase's window) and,
+    outside the windows, with zero (torchaudio's values there are the window's end, < 1e-15): no full bank
+    is built, so a checkpoint of a large coprime pair (GB-sized) is checked in the memory it already holds.
+    """
+    g = math.gcd(*rates)
+    orig, new = rates[0] // g, rates[1] // g
+    _, width, compact, offsets = _polyphase(orig, new, lowpass_filter_width, rolloff, method, beta)
+    shape = (new, 1, 2 * width + orig)
+    args = (
+        f"Resample({rates[0]}, {rates[1]}, {method!r}, lowpass_filter_width={lowpass_filter_width}, "
+        f"rolloff={rolloff:g}, beta={beta})"
+    )
+    why = (
+        "(nbxsig builds its polyphase bank from the constructor arguments and cannot apply a different "
+        "kernel: build the module with the checkpoint's arguments)"
+    )
+    kernel = check_tensor(name, kernel, dtypes=FLOATING_DTYPES)
+    if tuple(kernel.shape) != shape:
+        raise bad_value(name, kernel, f"torchaudio's kernel of shape {shape} for {args}", context=why)
+    # torchaudio rounds each tap's position to the kernel's dtype (float32 when it is not given) before
+    # scaling it by base = min(orig, new)·rolloff: its taps are off the float64 ones by up to ~base ulps.
+    tol = 4 * torch.finfo(kernel.dtype).eps * max(1.0, min(orig, new) * rolloff)
+    taps = kernel.detach()[:, 0]
+    cols = (offsets.long() + width)[:, None] + torch.arange(compact.shape[1])
+    cols = cols.to(taps.device)
+    inside = cols < shape[2]
+    cols = cols.clamp(max=shape[2] - 1)  # only the last columns of a window, past the bank: zero taps
+    gathered = torch.where(inside, taps.gather(1, cols), 0.0)
+    off = (gathered.double() - compact.to(taps.device)).abs().max()
+    outside = torch.linalg.vector_norm(taps.scatter(1, cols, 0.0), ord=math.inf)
+    # Written so that a NaN compares as a mismatch.
+    if not (off <= tol and outside <= tol):
+        raise bad_value(
+            name,
+            kernel,
+            f"torchaudio's kernel for {args}, within {tol:.2g} of its values",
+            context=f"{why}; it is {max(off.item(), outside.item()):.3g} off them",
+        )
+
+
 class Resample(nn.Module):
     """:func:`resample` as a module (torchaudio's ``transforms.Resample`` arguments); the polyphase bank is
-    cached per rate pair.
+    cached per rate pair. Input ``(..., L)``, output ``(..., ceil(new_freq · L / orig_freq))``.
 
     ``dtype`` is torchaudio's keyword (the dtype its kernel is built in, which the input must then have):
     accepted and checked so that its calls run unchanged, but it changes nothing here -- the bank is built
-    in float64 and applied in the waveform's own dtype (float32 for float16/bfloat16), whatever it is."""
+    in float64 and applied in the waveform's own dtype (float32 for float16/bfloat16), whatever it is.
+
+    No buffers: torchaudio's module holds its bank as a persistent buffer ``kernel`` (GB-sized for large
+    coprime rates, where this one keeps a compact bank of a few MB in a shared cache). A torchaudio
+    ``state_dict`` loads strictly: its ``kernel`` is checked against the bank built from this module's
+    arguments (a ``ParameterValueError`` if it differs beyond its dtype's rounding) and dropped. The reverse
+    does not hold: this module's ``state_dict`` is empty, so loading it strictly into torchaudio's module
+    reports ``kernel`` missing (``strict=False`` there keeps the kernel torchaudio built)."""
 
     def __init__(
         self,
@@ -1163,6 +1229,24 @@ class Resample(nn.Module):
         self.orig_freq, self.new_freq = orig_freq, new_freq
         self.resampling_method, self.lowpass_filter_width = resampling_method, lowpass_filter_width
         self.rolloff, self.beta, self.backend = rolloff, beta, backend
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # torch's documented place for class-specific loading (state_dict is a copy here, free to edit).
+        rates, lowpass_filter_width, rolloff, beta = _resample_args(
+            self.orig_freq,
+            self.new_freq,
+            self.lowpass_filter_width,
+            self.rolloff,
+            self.resampling_method,
+            self.beta,
+        )
+        # torchaudio holds no kernel for equal rates: one there is left to torch's unexpected-key report.
+        if prefix + "kernel" in state_dict and rates[0] != rates[1]:
+            kernel = state_dict.pop(prefix + "kernel")
+            _check_torchaudio_kernel(
+                prefix + "kernel", kernel, rates, lowpass_filter_width, rolloff, self.resampling_method, beta
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
         return resample(

@@ -435,6 +435,11 @@ class StreamingISTFT:
     Every push until ``flush()`` / ``reset()`` has the first one's number of streams, device and
     rank -- with or without the stream dimension; complex and real layouts may alternate.
 
+    The window is fixed once the stream has started: the first push builds the synthesis basis and the
+    envelope from it and keeps them (across ``flush()`` / ``reset()`` too), so an in-place edit of
+    ``window`` after the first push is not seen (a window that requires grad, with grad enabled, is
+    read on every push). For another window, build another stream.
+
     Raises:
         ParameterValueError / ParameterTypeError: bad arguments; a spectrum with another number of
         bins, or of streams, device or rank than the first push's; a ``flush()`` before any frame, or

@@ -101,6 +101,14 @@ class Spectrogram(nn.Module):
     Shape:
         ``(…, L)`` → ``(…, F, T)``.
 
+    The buffer ``window`` may be replaced or edited in place (``load_state_dict`` included): what is
+    derived from it (the padded window, the normalisation, the float32 basis of exports) is cached,
+    keyed on the tensor and its version. An in-place edit must therefore be an ordinary in-place
+    tensor op (``mul_``, ``copy_``, indexing assignment), which bumps the version; a write through
+    ``.data`` or a NumPy view of the storage does not, and the cached paths keep the old window
+    (torchaudio, which caches nothing, reads it). The basis is a non-persistent buffer (``basis``),
+    one more entry in ``named_buffers()`` than torchaudio's module has; ``state_dict`` is theirs.
+
     Raises:
         ParameterValueError / ParameterTypeError: bad argument, including a ``window_fn`` (with
         ``wkwargs``) that does not give a real 1-D tensor of ``win_length`` samples.
@@ -157,14 +165,20 @@ class Spectrogram(nn.Module):
         The cached padded window carries no graph; a window that requires grad (with grad enabled)
         gets this call's own padded copy, so its gradient flows as in torchaudio. The cache, keyed on
         the address and version only, served a copy made before ``window.requires_grad_()`` (no
-        gradient, silently), and a graph kept in it made the module impossible to deep-copy."""
+        gradient, silently), and a graph kept in it made the module impossible to deep-copy.
+
+        The key holds the window's ``id`` and the cache the window itself: keyed on the address and
+        version alone, a window replaced by a new tensor that the allocator put at the freed one's
+        address (``.half().float()`` did, at times) read the old window's cache. Held, neither the id
+        nor the storage can pass to another tensor, as the STFT plans keep theirs."""
         w = self.window
-        key = (w.data_ptr(), object() if w.is_inference() else w._version, w.device)
+        key = (id(w), w.data_ptr(), object() if w.is_inference() else w._version, w.device)
         if getattr(self, "_window_key", None) != key:
             with torch.inference_mode(False):
                 padded = self._padded_window().detach()
             self._window_cache = (padded, _f.spec_scale(self.normalized, padded, self.n_fft))
             self._window_key = key
+            self.__dict__["_window_source"] = w  # not setattr: a Parameter window would be registered
         if w.requires_grad and torch.is_grad_enabled():
             return self._padded_window(), self._window_cache[1]
         return self._window_cache
@@ -330,6 +344,11 @@ class MelSpectrogram(nn.Module):
     ``backend=None``; ``backend="triton"`` raises BackendUnavailableError. Where torchaudio fails
     because its float32 mel filters meet that float64 spectrogram (only ``window_fn`` or
     ``spectrogram`` in float64), the projection here runs in float64, as :class:`MelScale`'s does.
+
+    Caches: as :class:`Spectrogram`'s for ``spectrogram.window``; the Triton path also caches its
+    form of ``mel_scale.fb`` per version. Edit either in place with ordinary tensor ops (which bump
+    the version): a write through ``.data`` or a NumPy view is not seen by the cached paths, where
+    torchaudio, which caches nothing, reads it.
 
     Autograd: the input, the window and the filters (``mel_scale.fb``) get gradients where they
     require them, as torchaudio's; the Triton kernels take the filters as constants, so filters that

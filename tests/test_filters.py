@@ -941,6 +941,20 @@ def test_kornia_ops(name, args, kwargs, backend, generator, device):
         assert_close(y, ref, dtype=torch.float32)
 
 
+def test_gaussian_blur_module_is_kornias_after_dtype_moves_and_state_dict(generator):
+    # Its taps were float64 buffers, so the module's dtype moves rounded them for good (kornia's module has
+    # none and builds them per call): 2e-4 off kornia after .half().float(), float32 taps for float64 input
+    # after .float(); and kornia's (empty) state_dict did not load strictly ("Missing key(s) kernel_y").
+    kornia = suite_dependency("kornia")
+    x = random_tensor((2, 3, 11, 9), generator=generator, dtype=torch.float64)
+    ref = kornia.filters.GaussianBlur2d((5, 3), (1.3, 0.7))(x)
+    ours = nf.GaussianBlur2d((5, 3), (1.3, 0.7), backend="torch").half().float()
+    assert_close(ours(x.float()), ref, dtype=torch.float32)
+    assert_close(ours.double().float()(x), ref)
+    ours.load_state_dict(kornia.filters.GaussianBlur2d((5, 3), (1.3, 0.7)).state_dict(), strict=True)
+    assert list(ours.state_dict()) == list(ours.buffers()) == []
+
+
 KORNIA_CASE_BORDERS = [
     ("gaussian_blur2d", ((3, 5), (1.0, 2.0), "Reflect")),
     ("box_blur", ((3, 3), "CONSTANT")),
@@ -1009,7 +1023,7 @@ def test_gaussian_blur_sigma_pair_of_numpy_numbers():
 
 
 def test_gaussian_blur_module_takes_one_sigma_pair_as_a_tensor():
-    # kornia's GaussianBlur2d takes a tensor sigma; the module's taps are built once, so one pair only.
+    # kornia's GaussianBlur2d takes a tensor sigma; the module takes one pair (per-image: gaussian_blur2d).
     x = torch.randn(2, 3, 8, 8)
     ref = nf.GaussianBlur2d(3, (1.0, 2.0))(x)
     for sigma in (torch.tensor([1.0, 2.0]), torch.tensor([[1.0, 2.0]], dtype=torch.float64)):
@@ -1195,6 +1209,21 @@ def test_modules_equal_functionals(generator):
         # Modules check their arguments when built, not at the first call.
         (lambda x: nf.FilterBank(torch.ones(3, 5), stride=0), ParameterValueError, "stride must be >= 1"),
         (lambda x: nf.BoxBlur(0), ParameterValueError, "kernel_size must be >= 1"),
+        # GaussianBlur2d holds no taps: its arguments are still checked when it is built.
+        (lambda x: nf.GaussianBlur2d(0, (1.0, 1.0)), ParameterValueError, "kernel_size must be >= 1, got 0"),
+        (lambda x: nf.GaussianBlur2d((3, -1), (1.0, 1.0)), ParameterValueError, "kernel_size must be >= 1"),
+        (
+            lambda x: nf.GaussianBlur2d((3, 5, 7), (1.0, 1.0)),
+            ParameterTypeError,
+            "kernel_size must be an integer",
+        ),
+        (lambda x: nf.GaussianBlur2d(3.0, (1.0, 1.0)), ParameterTypeError, "kernel_size must be an integer"),
+        (
+            lambda x: nf.GaussianBlur2d(3, (1.0, 0.0)),
+            ParameterValueError,
+            "sigma must be a finite number > 0.0, got 0.0",
+        ),
+        (lambda x: nf.GaussianBlur2d(3, (1.0, 1.0), "mirror"), ParameterValueError, "border_type must be"),
         (lambda x: nf.BoxBlur(3, "mirror"), ParameterValueError, "border_type must be"),
         (
             lambda x: nf.UnsharpMask(3, "bad"),

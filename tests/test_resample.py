@@ -137,6 +137,59 @@ def test_module_takes_torchaudios_dtype_keyword(dtype, generator, AF):
         nf.Resample(44100, 16000, dtype=torch.int16)
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((44100, 16000), {}),
+        ((16000, 44100, "sinc_interp_kaiser"), {"beta": 8.0, "lowpass_filter_width": 4, "rolloff": 0.9}),
+        ((48000, 22050), {"dtype": torch.float64}),
+        ((22050, 16000, "sinc_interp_kaiser"), {"dtype": torch.float32}),
+        ((16000, 16000), {}),
+    ],
+    ids=lambda v: (
+        "-".join(map(str, v)) if isinstance(v, tuple) else ",".join(f"{k}={x}" for k, x in v.items())
+    ),
+)
+def test_module_loads_torchaudios_state_dict_strictly(args, kwargs, generator):
+    # torchaudio's Resample holds its bank as a persistent buffer "kernel"; this module holds none, so a
+    # torchaudio checkpoint did not load strictly ("Unexpected key(s) in state_dict: kernel"). Its kernel is
+    # checked against the bank built from the arguments, then dropped; nested under a prefix as well.
+    TA = pytest.importorskip("torchaudio.transforms")
+    theirs = TA.Resample(*args, **kwargs)
+    ours = nf.Resample(*args, **kwargs)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert list(ours.state_dict()) == []
+    dtype = kwargs.get("dtype") or torch.float32
+    x = random_tensor((2, 300), generator=generator, dtype=dtype)
+    # (torchaudio's float32 kernel holds its taps' positions rounded to float32: ~5e-6 off the float64 bank)
+    tol = {} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-4, "rel_error": 1e-5}
+    assert_close(ours(x), theirs(x), dtype=dtype, **tol)
+    nested = torch.nn.Sequential(torch.nn.Identity(), TA.Resample(*args, **kwargs))
+    torch.nn.Sequential(torch.nn.Identity(), ours).load_state_dict(nested.state_dict(), strict=True)
+
+
+def test_module_refuses_a_torchaudio_kernel_it_cannot_apply():
+    # A kernel that is not the one these arguments build would be dropped silently, and the outputs would
+    # then differ from the checkpoint's module: refused, naming the key.
+    TA = pytest.importorskip("torchaudio.transforms")
+    message = "kernel must be torchaudio's kernel for Resample(44100, 16000, 'sinc_interp_hann'"
+    why = "builds its polyphase bank from the constructor arguments and cannot apply a different kernel"
+    for dtype in (None, torch.float64):
+        kernel = TA.Resample(44100, 16000, dtype=dtype).kernel
+        for edited in (kernel * 1.01, kernel.clone().index_fill_(2, torch.tensor([0]), 1e-3)):
+            with pytest.raises(ParameterValueError) as info:
+                nf.Resample(44100, 16000).load_state_dict({"kernel": edited})
+            assert message in str(info.value) and why in str(info.value)
+    # Another rate pair's or filter width's kernel: a different shape.
+    for other in (TA.Resample(48000, 16000), TA.Resample(44100, 16000, lowpass_filter_width=4)):
+        with pytest.raises(ParameterValueError, match=r"kernel of shape \(160, 1, 475\)"):
+            nf.Resample(44100, 16000).load_state_dict(other.state_dict())
+    # The same shape with other values (another window), nested: the message names the key.
+    nested = torch.nn.Sequential(TA.Resample(44100, 16000, "sinc_interp_kaiser"))
+    with pytest.raises(ParameterValueError, match=r"^0\.kernel must be torchaudio's kernel for Resample"):
+        torch.nn.Sequential(nf.Resample(44100, 16000)).load_state_dict(nested.state_dict())
+
+
 @pytest.mark.parametrize("bank", ["full", "compact"])
 def test_triton_gradient_matches_torch(bank, generator, device, monkeypatch):
     # The Triton path's backward runs the torch reference on the bank it was given: torchaudio's full

@@ -116,6 +116,32 @@ def test_spectrogram_follows_window_changes(generator):
     assert_close(ours(x), theirs(x), rel_error=1e-6)
 
 
+@pytest.mark.parametrize("backend", [None, "torch", "triton"], ids=["spectrogram", "mel-torch", "mel-triton"])
+def test_a_window_replaced_at_the_old_address_is_read(backend, device, generator):
+    # The padded-window cache was keyed on the window's address and version: a new window tensor at
+    # the old one's address (the allocator hands a freed block back: .half().float() got it at times)
+    # at the same version read the old window's cache. Made certain here by two tensors over one
+    # numpy array (version 0 both); torchaudio reads its window on every call.
+    import numpy as np
+
+    x = random_tensor((2, 3, 301), generator=generator)
+    kw = dict(n_fft=64, win_length=48, hop_length=16)
+    if backend is None:
+        ours, theirs = T.Spectrogram(**kw), torchaudio.transforms.Spectrogram(**kw)
+    else:
+        kw.update(sample_rate=8000, n_mels=10)
+        ours = T.MelSpectrogram(**kw, backend=backend)
+        theirs = torchaudio.transforms.MelSpectrogram(**kw).double()
+        ours.load_state_dict(theirs.state_dict())  # (float32 filters: the twins' own differ by rounding)
+    memory = np.empty(48, dtype=np.float32)
+    for window in (torch.hann_window(48), torch.hamming_window(48)):
+        memory[:] = window.numpy()
+        target = ours if backend is None else ours.spectrogram
+        target.window = torch.from_numpy(memory).to(device)
+        (theirs if backend is None else theirs.spectrogram).window = window.double()
+        assert_close(ours(x.to(device)).cpu(), theirs(x.double()), dtype="float32", rel_error=1e-5)
+
+
 def test_mel_spectrogram_triton_follows_window_changes(device, generator):
     # The Triton path caches the padded window and the window-norm scale per window buffer version: an
     # in-place change of the window must reach both (normalized=True scales by 1/‖w‖).
@@ -573,6 +599,39 @@ def test_modules_transform_with_torch_fft_eagerly_and_keep_the_export_basis(gene
         ours.window.mul_(0.5)
     ours(x)
     assert torch.equal(ours.basis, ours._basis(torch.float32))
+
+
+SPECTROGRAM_VARIANTS = [
+    ("Spectrogram", dict(n_fft=64)),
+    ("Spectrogram", dict(n_fft=64, win_length=40, hop_length=13, power=None, normalized=True)),
+    ("Spectrogram", dict(n_fft=63, onesided=False, center=False)),
+    *(
+        ("MelSpectrogram", dict(**kw, backend=backend))
+        for kw in (dict(n_fft=64, n_mels=10), dict(n_fft=65, win_length=50, n_mels=9, norm="slaney"))
+        for backend in ("torch", "triton")
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "kwargs"), SPECTROGRAM_VARIANTS, ids=lambda v: str(v).replace(" ", ""))
+def test_buffers_are_torchaudios_after_calls_and_moves(name, kwargs, device, generator):
+    # Outputs after a device move, a dtype round trip and a deep copy; buffers are torchaudio's but for
+    # the export basis (non-persistent, documented), and the state_dict keys are theirs.
+    import copy
+
+    if name == "MelSpectrogram":
+        kwargs = dict(kwargs, sample_rate=8000)
+    ours = getattr(T, name)(**kwargs)
+    kwargs.pop("backend", None)
+    theirs = getattr(torchaudio.transforms, name)(**kwargs)
+    x = random_tensor((2, 300), generator=generator)
+    expected = theirs.double()(x.double())
+    for module in (ours, ours.to(device), ours.double().float(), copy.deepcopy(ours)):
+        got = module(x.to(device)).cpu()
+        assert_close(_real(got), _real(expected), dtype="float32", rel_error=1e-5)
+        names = [n for n in dict(module.named_buffers()) if n.split(".")[-1] != "basis"]
+        assert names == list(dict(theirs.named_buffers()))
+    assert list(ours.state_dict()) == list(theirs.state_dict())
 
 
 def _float64_window(n: int, **kwargs) -> torch.Tensor:
