@@ -160,7 +160,9 @@ def _pads2d(padding: Any, kh: int, kw: int) -> tuple[int, int, int, int]:
 
 
 def _pair(name: str, value: Any) -> tuple[int, int]:
-    if isinstance(value, (tuple, list)) and len(value) == 2:
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:  # named as a sequence: check_int's "must be an integer" would mislead
+            raise bad_type(name, value, "an int or a pair (h, w) of ints")
         return check_int(name, value[0], min_value=1), check_int(name, value[1], min_value=1)
     v = check_int(name, value, min_value=1)
     return v, v
@@ -887,12 +889,10 @@ class DepthwiseConv1d(nn.Module):
         _pads1d(padding, weight.shape[1])
         check_backend(backend)
         _register_taps(self, "weight", weight.detach().clone(), trainable)
-        self.stride, self.padding, self.boundary, self.backend = (
-            stride,
-            padding,
-            _check_boundary(boundary),
-            backend,
-        )
+        self.stride = stride
+        self.padding = padding
+        self.boundary = _check_boundary(boundary)
+        self.backend = backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return depthwise_conv1d(
@@ -938,12 +938,10 @@ class DepthwiseConv2d(nn.Module):
         _pair("stride", stride)
         _pads2d(padding, kh, kw)
         check_backend(backend)
-        self.stride, self.padding, self.boundary, self.backend = (
-            stride,
-            padding,
-            _check_boundary(boundary),
-            backend,
-        )
+        self.stride = stride
+        self.padding = padding
+        self.boundary = _check_boundary(boundary)
+        self.backend = backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = (self.weight_y, self.weight_x) if self.separable else self.weight
@@ -1055,12 +1053,10 @@ class BoxBlur(nn.Module):
         _pair("kernel_size", kernel_size)
         _kornia_border(border_type)
         check_backend(backend)
-        self.kernel_size, self.border_type, self.separable, self.backend = (
-            kernel_size,
-            border_type,
-            separable,
-            backend,
-        )
+        self.kernel_size = kernel_size
+        self.border_type = border_type
+        self.separable = separable
+        self.backend = backend
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return box_blur(input, self.kernel_size, self.border_type, self.separable, backend=self.backend)
@@ -1095,12 +1091,10 @@ class Laplacian(nn.Module):
         laplacian_kernel(kernel_size)
         _kornia_border(border_type)
         check_backend(backend)
-        self.kernel_size, self.border_type, self.normalized, self.backend = (
-            kernel_size,
-            border_type,
-            normalized,
-            backend,
-        )
+        self.kernel_size = kernel_size
+        self.border_type = border_type
+        self.normalized = normalized
+        self.backend = backend
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return laplacian(input, self.kernel_size, self.border_type, self.normalized, backend=self.backend)
@@ -1128,12 +1122,10 @@ class UnsharpMask(nn.Module):
             _sigma_pair(sigma)
         _kornia_border(border_type)
         check_backend(backend)
-        self.kernel_size, self.sigma, self.border_type, self.backend = (
-            kernel_size,
-            sigma,
-            border_type,
-            backend,
-        )
+        self.kernel_size = kernel_size
+        self.sigma = sigma
+        self.border_type = border_type
+        self.backend = backend
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return unsharp_mask(input, self.kernel_size, self.sigma, self.border_type, backend=self.backend)

@@ -1225,7 +1225,7 @@ def test_modules_equal_functionals(generator):
         (
             lambda x: nf.GaussianBlur2d((3, 5, 7), (1.0, 1.0)),
             ParameterTypeError,
-            "kernel_size must be an integer",
+            "kernel_size must be an int or a pair (h, w) of ints, got",
         ),
         (lambda x: nf.GaussianBlur2d(3.0, (1.0, 1.0)), ParameterTypeError, "kernel_size must be an integer"),
         (
