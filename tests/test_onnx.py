@@ -142,3 +142,38 @@ def test_stft_align_to_window_onnx_matches_torch(pad_mode, generator):
         x = random_tensor((3, length), generator=generator)
         expected = torch.view_as_real(torch.stft(x, 64, 16, 40, **args, return_complex=True))
         assert_close(torch.from_numpy(session.run(None, {"x": x.numpy()})[0]), expected, **ONNX_TOL)
+
+
+class _FixedLength(torch.nn.Module):
+    """An inverse module called with a constant ``length`` (an int baked into the exported graph)."""
+
+    def __init__(self, inverse: torch.nn.Module, length: int) -> None:
+        super().__init__()
+        self.inverse, self.length = inverse, length
+
+    def forward(self, spec: torch.Tensor) -> torch.Tensor:
+        return self.inverse(spec, self.length)
+
+
+@pytest.mark.filterwarnings("ignore:The length of signal is shorter")  # torch.istft's, padding as asked
+@pytest.mark.parametrize("module", ["ISTFT", "InverseSpectrogram"])
+def test_inverse_onnx_fixed_length_any_frame_count(module, generator):
+    # A graph exported with a fixed length must give `length` samples for every frame count, as
+    # torch.istft does: its trim was Python's min/max, evaluated once for the example's frames, so
+    # fewer frames gave 224 of 300 samples (and more frames kept the example's zero padding).
+    from nbxsig.stft import ISTFT
+
+    window = torch.hann_window(64)
+    inverse = ISTFT(64, 16, window=window, backend="torch") if module == "ISTFT" else None
+    inverse = inverse or T.InverseSpectrogram(64, hop_length=16)
+
+    def spectrum(n_signal):
+        x = random_tensor((2, n_signal), generator=generator)
+        return torch.stft(x, 64, 16, window=window, return_complex=True)
+
+    for example, others in ((300, (200, 420)), (200, (300, 420))):  # trimmed / padded at export
+        session = export(_FixedLength(inverse, 250), torch.view_as_real(spectrum(example)), {2: "frames"})
+        for n_signal in others:
+            spec = spectrum(n_signal)
+            got = torch.from_numpy(session.run(None, {"x": torch.view_as_real(spec).numpy()})[0])
+            assert_close(got, torch.istft(spec, 64, 16, window=window, length=250), **ONNX_TOL)

@@ -213,6 +213,20 @@ def istft_range(
     return start, stop, n_out
 
 
+def _extend(x: torch.Tensor, length: int, value: float) -> torch.Tensor:
+    """``x`` (an overlap-add sum or envelope, last dim ``n_fft + hop·(T-1)``) padded with ``value`` by
+    ``length`` samples, so that the slice ``[start : start + length]`` is in range for every frame count.
+
+    Used for a given ``length`` while tracing (ONNX export; under torch.compile too, where shape guards
+    made it unnecessary but harmless): :func:`istft_range`'s ``min``/``max`` and the
+    ``n_out > stop - start`` test are Python, which a trace evaluates once, for the example's frame
+    count, so a graph exported with a fixed ``length`` returned fewer samples than ``length`` for fewer
+    frames than the example's, and a graph whose example needed zero padding returned more samples
+    for more frames. With the padding, one slice of constant length does both the trim and
+    torch.istft's zero padding (the sum is 0 there, the envelope 1)."""
+    return F.pad(x, (0, length), value=value)
+
+
 def istft(
     spec: torch.Tensor,
     *,
@@ -263,6 +277,9 @@ def istft(
     fr, fi = _apply_window(fr, fi, window, ctype)
     env = envelope(window, n_fft=n_fft, hop=hop, n_frames=n_frames, dtype=ctype, device=spec.device)
     start, stop, n_out = istft_range(n_fft, hop, n_frames, center, length)
+    traced_length = length is not None and _exporting()
+    if traced_length:
+        env, stop = _extend(env, length, 1.0), start + length  # (see _extend)
     env = env[start:stop]
     if strict_nola and bool((env.abs() < NOLA_EPS).any()):
         low = env.abs().min().item()
@@ -272,6 +289,8 @@ def istft(
     y = _overlap_add(fr, hop, n_fft)
     if fi is not None:
         y = torch.complex(y, _overlap_add(fi, hop, n_fft))  # before the scale, which may be complex
+    if traced_length:
+        y = _extend(y, length, 0.0)
     y = y[:, start:stop] * scale
     if n_out > stop - start:
         y = F.pad(y, (0, n_out - (stop - start)))
@@ -302,6 +321,9 @@ def istft_parts(
     n_frames = frames.shape[-2]
     env = envelope(window, n_fft=n_fft, hop=hop_length, n_frames=n_frames, dtype=dtype, device=device)
     start, stop, n_out = istft_range(n_fft, hop_length, n_frames, center, length)
+    traced_length = length is not None and _exporting()
+    if traced_length:
+        env, stop = _extend(env, length, 1.0), start + length  # (see _extend)
     env = env[start:stop]
     if not _exporting() and bool((env.abs() < NOLA_EPS).any()):
         from ..errors import ParameterValueError
@@ -310,7 +332,10 @@ def istft_parts(
             "window must overlap-add to a nonzero envelope over the output (the NOLA condition), got a "
             "window whose squared overlap-add is below 1e-11 somewhere; use center=True or another window"
         )
-    y = _overlap_add(frames, hop_length, n_fft)[:, start:stop] / env
+    y = _overlap_add(frames, hop_length, n_fft)
+    if traced_length:
+        y = _extend(y, length, 0.0)
+    y = y[:, start:stop] / env
     if n_out > stop - start:  # length beyond the frames: zeros, as torch.istft pads
         y = F.pad(y, (0, n_out - (stop - start)))
     return y
