@@ -292,24 +292,14 @@ def _separable_dot_non_finite(boundary, configs, generator, device):
 
 # The tensor-core kernels compute outputs as matrix products: the Toeplitz zeros of their tiles made NaN
 # (0·inf) of a non-finite sample in outputs beyond the filter's reach. A tile holding a non-finite output is
-# now summed again tap by tap -- except in the long FIR's kernel, where that check cost 23% on the GPU.
-LONG_FIR_NON_FINITE_GAP = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the long FIR's Toeplitz tiles spread a non-finite sample as NaN beyond its reach: the recompute "
-    "that mends the other tensor-core kernels took its 129-tap row from 2074 to 2553 µs (H100), below target",
-)
-
-
+# now summed again tap by tap (the long FIR's since the twenty-second round: its check follows the store).
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
 @pytest.mark.parametrize("boundary", ["zeros", "reflect"])
-@LONG_FIR_NON_FINITE_GAP
 def test_long_fir_keeps_a_non_finite_sample_within_its_reach(boundary, generator, device):
     _long_fir_non_finite(boundary, generator, device)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
-@LONG_FIR_NON_FINITE_GAP
 def test_long_fir_input_gradient_keeps_a_non_finite_gradient_within_its_reach(generator, device):
     # The input gradient of a stride-1 long FIR is the Toeplitz kernel on the output gradient.
     x = random_tensor((2, 2, 141), generator=generator, dtype=torch.float64)
@@ -1481,7 +1471,7 @@ def test_gpu_fir_and_bank_and_gradients(generator, cuda_device):
 @pytest.mark.gpu
 def test_gpu_tensor_core_paths_keep_a_non_finite_sample_within_its_reach(generator, cuda_device):
     # The CPU tests' cases (make gpu-test runs only the gpu-marked tests) through tf32x3, whose split of
-    # ±inf has inf - inf in its correction terms; the separable kernel at its default tile too. (The long
-    # FIR is a known gap: LONG_FIR_NON_FINITE_GAP.)
+    # ±inf has inf - inf in its correction terms; the separable kernel at its default tile too.
     _filter_bank_non_finite(generator, cuda_device)
     _separable_dot_non_finite("zeros", [None, (16, 16, 16, 16, 4)], generator, cuda_device)
+    _long_fir_non_finite("reflect", generator, cuda_device)

@@ -78,8 +78,10 @@ for taps_args, (bw, warps, regs, edge_regs) in ((True, dk._LONG_ROWS_ARGS), (Fal
 # the tensor-core kernels at their default tiles (float32 input: tf32x3)
 ptr = {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32"}
 r, t, bu, warps = dk._TOEPLITZ_TILE
-build(dk._fir_toeplitz_kernel, ptr, dict(K=129, BOUNDARY=0, R=r, T=t, BU=bu, PRECISION="tf32x3"),
-      num_warps=warps)
+compiled = build(dk._fir_toeplitz_kernel, ptr, dict(K=129, BOUNDARY=0, R=r, T=t, BU=bu, PRECISION="tf32x3"),
+                 num_warps=warps)
+# Its non-finite recompute comes after the tile's store: no spill (a recompute of the whole tile spilled).
+assert stack_bytes(compiled) == 0, stack_bytes(compiled)
 bl, bk, warps = dk._BANK_TILE
 build(dk._bank_kernel, ptr, dict(K=129, BOUNDARY=0, BL=bl, BF=64, BK=bk, PRECISION="tf32x3"), num_warps=warps)
 sep = {"x_ptr": "*fp32", "wy_ptr": "*fp32", "wx_ptr": "*fp32", "y_ptr": "*fp32"}

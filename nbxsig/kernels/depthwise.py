@@ -186,19 +186,19 @@ def _map_index(i, n, BOUNDARY: tl.constexpr):
     return idx, ok
 
 
-# The separable Toeplitz and resampling kernels' operand tiles hold structural zeros (Toeplitz bands, phase
-# blocks), so a non-finite input sample came out as NaN (0·inf) in outputs beyond the filter's reach, where
-# F.conv1d/F.conv2d give finite values; and their tf32x3 dots split a = big + small with small = inf - inf
-# = NaN for a = ±inf (Triton 3.6's F32DotTC pass zeroes NaN correction terms, keeping ±inf within reach;
-# _bank_kernel, whose product has no structural zeros, relies on it). So their main loops stay as they
-# are, and a tile with a non-finite output (a uniform branch, not taken on finite data) is summed again tap
-# by tap in float32 -- F.conv's values -- in chunks of about 1024 outputs (``*_refilter``). (The long FIR's
-# _fir_toeplitz_kernel does not: see there.)
+# The tensor-core kernels' operand tiles hold structural zeros (Toeplitz bands, phase blocks), so a non-finite
+# input sample came out as NaN (0·inf) in outputs beyond the filter's reach, where F.conv1d/F.conv2d give
+# finite values; and their tf32x3 dots split a = big + small with small = inf - inf = NaN for a = ±inf
+# (Triton 3.6's F32DotTC pass zeroes NaN correction terms, keeping ±inf within reach; only _bank_kernel,
+# whose product has no structural zeros, relies on it). So the main loops stay as they are, and a tile with
+# a non-finite output (a uniform branch, not taken on finite data) is summed again tap by tap in float32 --
+# F.conv's values -- in chunks of about 1024 outputs (``*_refilter``): the whole 64×64 tile at once took
+# _fir_toeplitz_kernel from 185 to 255 registers with a spill (sm_90, offline).
 @triton.jit
 def _any_nonfinite(acc):
     """Whether an element of the tile ``acc`` is NaN or ±inf (one scalar for the whole tile)."""
-    bad = (acc != acc) | (tl.abs(acc) == float("inf"))
-    return tl.max(bad.to(tl.int32)) > 0
+    total = tl.sum(tl.sum(acc, axis=1), axis=0)
+    return (total != total) | (tl.abs(total) == float("inf"))
 
 
 @triton.jit
@@ -1310,6 +1310,24 @@ def _wgrad_kernel(
 
 
 @triton.jit
+def _fir_refilter(
+    x_base, w_row, y_base, base, L, LO, sxw, syw, left, K,
+    BOUNDARY: tl.constexpr, R: tl.constexpr, T: tl.constexpr,
+):  # fmt: skip
+    """The ``R·T`` outputs from ``base`` summed directly, ``y[j] = Σ_k w[k] · x̃[j + k - left]`` (float32, a
+    runtime loop over the taps), and stored, in chunks of rows."""
+    RC: tl.constexpr = max(1, min(R, 1024 // T))
+    t = tl.arange(0, T)
+    for c in range(0, R, RC):
+        out = base + (c + tl.arange(0, RC))[:, None] * T + t[None, :]
+        acc = tl.zeros((RC, T), dtype=tl.float32)
+        for k in range(K):
+            idx, ok = _map_index(out + (k - left), L, BOUNDARY)
+            acc += tl.load(w_row + k) * tl.load(x_base + idx * sxw, mask=ok, other=0.0).to(tl.float32)
+        tl.store(y_base + out.to(tl.int64) * syw, acc.to(y_base.dtype.element_ty), mask=out < LO)
+
+
+@triton.jit
 def _fir_toeplitz_kernel(
     x_ptr,
     w_ptr,
@@ -1352,13 +1370,19 @@ def _fir_toeplitz_kernel(
         widx = (u0 + u)[:, None] - t[None, :]
         wv = tl.load(w_ptr + o * K + widx, mask=(widx >= 0) & (widx < K), other=0.0)
         acc = tl.dot(xv, wv, acc, input_precision=PRECISION)
-    # The Toeplitz zeros spread a non-finite sample as NaN over whole tile rows (0·inf), beyond the filter's
-    # reach. Not mended here, unlike the other tensor-core kernels: the check after the loop
-    # (_any_nonfinite + a tap-by-tap recompute) took the 129-tap row from 2074 to 2553 µs on an H100
-    # (twenty-first round), below its ≥ 6× target; strict xfails in tests/test_filters.py keep the gap.
+    # The Toeplitz zeros would spread a non-finite sample over whole tile rows (0·inf): see _any_nonfinite.
+    # The tile is stored first and overwritten only where it must be: 160 registers against 185 with an
+    # elementwise test before the store, which cost the 129-tap row 23% on an H100 (2553 vs 2074 µs); this
+    # form costs 2.6% (2101 vs 2047 µs, twenty-second round).
     out = base + r[:, None] * T + t[None, :]
     y_off = n * syn + o.to(tl.int64) * syc + out.to(tl.int64) * syw
     tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=out < LO)
+    if _any_nonfinite(acc):
+        tl.debug_barrier()
+        _fir_refilter(
+            x_base, w_ptr + o * K, y_ptr + n * syn + o.to(tl.int64) * syc, base, L, LO, sxw, syw, left, K,
+            BOUNDARY, R, T,
+        )  # fmt: skip
 
 
 @triton.jit
