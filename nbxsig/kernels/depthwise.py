@@ -196,7 +196,9 @@ def _map_index(i, n, BOUNDARY: tl.constexpr):
 # _fir_toeplitz_kernel from 185 to 255 registers with a spill (sm_90, offline).
 @triton.jit
 def _any_nonfinite(acc):
-    """Whether an element of the tile ``acc`` is NaN or ±inf (one scalar for the whole tile)."""
+    """Whether the tile ``acc`` may hold a NaN or ±inf: its sum is NaN or ±inf (one scalar for the whole
+    tile; fewer registers than an elementwise test). A finite tile whose sum overflows also answers yes,
+    and is summed again to the same values within rounding."""
     total = tl.sum(tl.sum(acc, axis=1), axis=0)
     return (total != total) | (tl.abs(total) == float("inf"))
 
