@@ -313,6 +313,17 @@ def test_long_fir_input_gradient_keeps_a_non_finite_gradient_within_its_reach(ge
     )
 
 
+def test_long_fir_tile_whose_sum_overflows_is_summed_again_to_the_same_values(generator, device):
+    # The non-finite check is a tile sum: finite outputs near 6e37 sum to inf over a 64×64 tile, so every
+    # tile takes the tap-by-tap recompute, which must give the same outputs (edges and boundary included).
+    x = 1e36 * (1 + random_tensor((2, 3, 301), generator=generator, dtype=torch.float64).abs())
+    w = random_tensor((3, 65), generator=generator, dtype=torch.float64).abs()
+    ref = nf.depthwise_conv1d(x, w, boundary="reflect", backend="torch")
+    assert torch.isfinite(ref).all() and ref.float().sum().isinf()
+    y = nf.depthwise_conv1d(x.float().to(device), w.float().to(device), boundary="reflect", backend="triton")
+    assert_close(y, ref, dtype=torch.float32)
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
 def test_filter_bank_keeps_a_non_finite_sample_within_its_reach(generator, device):
     # No structural zeros in the bank's im2col product: under the interpreter (float32 dots, no tf32x3
