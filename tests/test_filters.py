@@ -294,7 +294,7 @@ def _separable_dot_non_finite(boundary, configs, generator, device):
 # (0·inf) of a non-finite sample in outputs beyond the filter's reach. A tile holding a non-finite output is
 # now summed again tap by tap (the long FIR's since the twenty-second round: its check follows the store).
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's 0·inf
-@pytest.mark.parametrize("boundary", ["zeros", "reflect"])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
 def test_long_fir_keeps_a_non_finite_sample_within_its_reach(boundary, generator, device):
     _long_fir_non_finite(boundary, generator, device)
 
