@@ -1218,13 +1218,17 @@ class Resample(nn.Module):
         if dtype is not None and dtype not in FLOATING_DTYPES:
             raise bad_type("dtype", dtype, "None or a floating torch dtype")
         check_backend(backend)
-        self.orig_freq, self.new_freq = orig_freq, new_freq
-        self.resampling_method, self.lowpass_filter_width = resampling_method, lowpass_filter_width
-        self.rolloff, self.beta, self.backend = rolloff, beta, backend
+        self.orig_freq = orig_freq
+        self.new_freq = new_freq
+        self.resampling_method = resampling_method
+        self.lowpass_filter_width = lowpass_filter_width
+        self.rolloff = rolloff
+        self.beta = beta
+        self.backend = backend
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # torch's documented place for class-specific loading (state_dict is a copy here, free to edit).
-        rates, lowpass_filter_width, rolloff, beta = _resample_args(
+    def _arguments(self) -> tuple:
+        """The resampling arguments in :func:`resample`'s (and ``_resample_args``') positional order."""
+        return (
             self.orig_freq,
             self.new_freq,
             self.lowpass_filter_width,
@@ -1232,6 +1236,10 @@ class Resample(nn.Module):
             self.resampling_method,
             self.beta,
         )
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # torch's documented place for class-specific loading (state_dict is a copy here, free to edit).
+        rates, lowpass_filter_width, rolloff, beta = _resample_args(*self._arguments())
         # torchaudio holds no kernel for equal rates: one there is left to torch's unexpected-key report.
         if prefix + "kernel" in state_dict and rates[0] != rates[1]:
             kernel = state_dict.pop(prefix + "kernel")
@@ -1241,13 +1249,4 @@ class Resample(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
-        return resample(
-            waveform,
-            self.orig_freq,
-            self.new_freq,
-            self.lowpass_filter_width,
-            self.rolloff,
-            self.resampling_method,
-            self.beta,
-            backend=self.backend,
-        )
+        return resample(waveform, *self._arguments(), backend=self.backend)
