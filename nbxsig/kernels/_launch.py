@@ -114,7 +114,7 @@ class CachedLaunch:
 
     def __call__(
         self,
-        grid: tuple[int, int],
+        grid: tuple[int, ...],
         args: tuple,
         constexprs: dict,
         num_warps: int,
@@ -171,5 +171,5 @@ def run_handle(entry: tuple, device: int, grid, args: tuple) -> None:
     # metadata or hooks (``_direct`` checked), then every kernel parameter (see ``_tail``).
     handle, tail = entry
     stream = torch._C._cuda_getCurrentRawStream(device)
-    handle.run(grid[0], grid[1], 1, stream, handle.function, handle.packed_metadata, None, None, None,
-               *args, *tail)  # fmt: skip
+    handle.run(grid[0], grid[1], grid[2] if len(grid) > 2 else 1, stream, handle.function,
+               handle.packed_metadata, None, None, None, *args, *tail)  # fmt: skip
