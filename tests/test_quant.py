@@ -691,14 +691,19 @@ def test_gpu_fused_gemv_bit_exact_large(size, m, stages, pdl, generator, cuda_de
 @pytest.mark.gpu
 @pytest.mark.parametrize("pdl", [False, True], ids=["-", "pdl"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("split_k", [1, 4], ids=lambda s: f"split{s}")
 @pytest.mark.parametrize("m,k,n", [(256, 512, 1536), (256, 1536, 512), (300, 4096, 4096)], ids=str)
-def test_gpu_fused_gemm_large(m, k, n, dtype, pdl, generator, cuda_device, monkeypatch):
-    # The compiled dequant-GEMM (wgmma or mma.sync by tile, cp.async pipeline, PDL) at the streaming
-    # step's shapes and a 4096² layer: bfloat16 only runs here (the interpreter's bf16 dot is wrong).
+def test_gpu_fused_gemm_large(m, k, n, dtype, pdl, split_k, generator, cuda_device, monkeypatch):
+    # The compiled dequant-GEMM (wgmma or mma.sync by tile, cp.async pipeline, PDL, a K split's partials
+    # and arrival counters) at the streaming step's shapes and a 4096² layer: bfloat16 only runs here
+    # (the interpreter's bf16 dot is wrong).
     from nbxsig.kernels import int4_gemm as KM
 
     monkeypatch.setattr(Q, "FUSED_GEMM", True)
     monkeypatch.setattr(KM, "PDL", pdl)
+    config = KM.gemm_config
+    split = lambda *shape: dataclasses.replace(config(*shape), split_k=split_k)  # noqa: E731
+    monkeypatch.setattr(KM, "gemm_config", split)
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), 128)
     x = random_tensor((m, k), generator=generator, dtype=dtype, device=cuda_device)
     out = Q.int4_linear(x, qw)
