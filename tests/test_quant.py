@@ -146,6 +146,22 @@ def test_fused_gemm_split_over_k_matches_float64(split_k, generator, device):
     assert_close(out, one, dtype=torch.float16)  # the same sum in another order
 
 
+def test_quant_sweep_gemm_rows_run_their_configs(generator, device):
+    # Every GEMM row of the tuning sweep (bench.quant_sweep.GEMM) is a launch int4_gemm takes, switches
+    # included, and gives the dequantized weight's product (small operands here; the sweep's own are
+    # 256 rows).
+    from nbxsig.bench import quant_sweep as S
+
+    qw = Q.quantize_int4(random_tensor((40, 256), generator=generator), 128).to(device)
+    x = random_tensor((20, 256), generator=generator, dtype=torch.float16, device=device)
+    ref = x.cpu().double() @ Q.dequantize_int4(qw.to("cpu"), dtype=torch.float16).double().t()
+    rows = {v for variants in S.GEMM.values() for v in variants}
+    assert len(rows) >= 6
+    for shape, variants in S.GEMM.items():
+        for v in variants:
+            assert_close(S._call("gemm", shape, v, None)(x, qw), ref, dtype=torch.float16, msg=str(v))
+
+
 def test_gemm_config_splits_k_into_whole_steps():
     from nbxsig.kernels.int4_gemm import GemmConfig
 

@@ -1,8 +1,10 @@
 """Fused int4 dequant-GEMM (``M > 8`` rows of float16/bfloat16 input) as one Triton kernel.
 
-Each program owns a ``BLOCK_M × BLOCK_N`` output tile and walks all of K in a fixed order, ``8·BLOCK_R``
-values of K a step (no split, no atomics: deterministic). A step loads ``BLOCK_R × BLOCK_N`` packed
-words, the matching ``BLOCK_M × 8·BLOCK_R`` tile of x and the group's scales and mins, expands the
+Each program owns a ``BLOCK_M × BLOCK_N`` output tile and walks K in a fixed order, ``8·BLOCK_R``
+values of K a step: all of K by default, or one of ``split_k`` contiguous ranges (:class:`GemmConfig`),
+whose float32 partials the tile's last program to arrive adds in split order (an arrival counter per
+tile, as in ``int4_gemv``: no atomics on the data, deterministic). A step loads ``BLOCK_R × BLOCK_N``
+packed words, the matching ``BLOCK_M × 8·BLOCK_R`` tile of x and the group's scales and mins, expands the
 words to the ``8·BLOCK_R × BLOCK_N`` weight tile in K order (row ``k = 8r + i`` is nibble ``i`` of
 word row ``r``), dequantizes ``w = q·scale + min`` in float32 -- the product is exact, so this is the
 one rounding of :func:`nbxsig.quant.dequantize_int4` -- rounds ``w`` to x's dtype (the same bits that
