@@ -125,6 +125,52 @@ def test_fused_gemm_matches_float64_on_dequantized_weight(
     assert torch.equal(Q.int4_linear(x, qw, bias, backend="triton"), out)  # deterministic
 
 
+@pytest.mark.parametrize("split_k", [2, 3, 16], ids=lambda s: f"split{s}")
+def test_fused_gemm_split_over_k_matches_float64(split_k, generator, device):
+    # K 520 = 65 packed rows = 9 steps of 8 (the last partial): 2 splits of 5 + 4 steps, 3 of 3 + 3 + 3,
+    # and 16 asked for, 9 made (one step each). The partials are added in split order by the last
+    # program to arrive, so repeated calls agree bit for bit; the counters are left at zero for the next.
+    from nbxsig.kernels import int4_gemm as KM
+
+    m, n, k = 37, 70, 520
+    qw = Q.quantize_int4(random_tensor((n, k), generator=generator), 8).to(device)
+    x = random_tensor((m, k), generator=generator, dtype=torch.float16, device=device)
+    bias = random_tensor((n,), generator=generator, dtype=torch.float16, device=device)
+    cfg = dataclasses.replace(KM.gemm_config(m, k, n), split_k=split_k)
+    out = KM.int4_gemm(x, qw.packed, qw.scales, qw.mins, 8, bias, config=cfg)
+    w = Q.dequantize_int4(qw.to("cpu"), dtype=torch.float16).double()
+    ref = torch.nn.functional.linear(x.cpu().double(), w, bias.cpu().double())
+    assert_close(out, ref, dtype=torch.float16)
+    assert torch.equal(KM.int4_gemm(x, qw.packed, qw.scales, qw.mins, 8, bias, config=cfg), out)
+    one = KM.int4_gemm(x, qw.packed, qw.scales, qw.mins, 8, bias)
+    assert_close(out, one, dtype=torch.float16)  # the same sum in another order
+
+
+def test_quant_sweep_gemm_rows_run_their_configs(generator, device):
+    # Every GEMM row of the tuning sweep (bench.quant_sweep.GEMM) is a launch int4_gemm takes, switches
+    # included, and gives the dequantized weight's product (small operands here; the sweep's own are
+    # 256 rows).
+    from nbxsig.bench import quant_sweep as S
+
+    qw = Q.quantize_int4(random_tensor((40, 256), generator=generator), 128).to(device)
+    x = random_tensor((20, 256), generator=generator, dtype=torch.float16, device=device)
+    ref = x.cpu().double() @ Q.dequantize_int4(qw.to("cpu"), dtype=torch.float16).double().t()
+    rows = {v for variants in S.GEMM.values() for v in variants}
+    assert len(rows) >= 6
+    for shape, variants in S.GEMM.items():
+        for v in variants:
+            assert_close(S._call("gemm", shape, v, None)(x, qw), ref, dtype=torch.float16, msg=str(v))
+
+
+def test_gemm_config_splits_k_into_whole_steps():
+    from nbxsig.kernels.int4_gemm import GemmConfig
+
+    assert GemmConfig(16, 32, split_k=1).split_steps(65) == 9  # 65 packed rows: 9 steps of 8, one split
+    assert GemmConfig(16, 32, split_k=2).split_steps(65) == 5  # 5 + 4
+    assert GemmConfig(16, 32, split_k=16).split_steps(65) == 1  # no more splits than steps
+    assert GemmConfig(16, 32, block_r=16, split_k=4).split_steps(192) == 3  # 12 steps of 16 rows
+
+
 @pytest.mark.parametrize("m,fused_gemm", [(3, False), (12, True)], ids=["gemv", "gemm"])
 def test_fused_paths_take_a_strided_bias(m, fused_gemm, generator, device, monkeypatch):
     # The kernels read the bias as a dense row: a strided view is made contiguous first.
@@ -661,14 +707,19 @@ def test_gpu_fused_gemv_bit_exact_large(size, m, stages, pdl, generator, cuda_de
 @pytest.mark.gpu
 @pytest.mark.parametrize("pdl", [False, True], ids=["-", "pdl"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("split_k", [1, 4], ids=lambda s: f"split{s}")
 @pytest.mark.parametrize("m,k,n", [(256, 512, 1536), (256, 1536, 512), (300, 4096, 4096)], ids=str)
-def test_gpu_fused_gemm_large(m, k, n, dtype, pdl, generator, cuda_device, monkeypatch):
-    # The compiled dequant-GEMM (wgmma or mma.sync by tile, cp.async pipeline, PDL) at the streaming
-    # step's shapes and a 4096² layer: bfloat16 only runs here (the interpreter's bf16 dot is wrong).
+def test_gpu_fused_gemm_large(m, k, n, dtype, pdl, split_k, generator, cuda_device, monkeypatch):
+    # The compiled dequant-GEMM (wgmma or mma.sync by tile, cp.async pipeline, PDL, a K split's partials
+    # and arrival counters) at the streaming step's shapes and a 4096² layer: bfloat16 only runs here
+    # (the interpreter's bf16 dot is wrong).
     from nbxsig.kernels import int4_gemm as KM
 
     monkeypatch.setattr(Q, "FUSED_GEMM", True)
     monkeypatch.setattr(KM, "PDL", pdl)
+    config = KM.gemm_config
+    split = lambda *shape: dataclasses.replace(config(*shape), split_k=split_k)  # noqa: E731
+    monkeypatch.setattr(KM, "gemm_config", split)
     qw = Q.quantize_int4(random_tensor((n, k), generator=generator, device=cuda_device), 128)
     x = random_tensor((m, k), generator=generator, dtype=dtype, device=cuda_device)
     out = Q.int4_linear(x, qw)

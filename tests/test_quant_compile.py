@@ -123,16 +123,20 @@ for b, t, d, has_len, has_bias, size, switches in shapes:
     assert pipelined(compiled) == (d % 8 == 0 and t > cfg.block_t), (b, t, d, cfg)
 # The dequant-GEMM (M > 8 rows of 16-bit input): the streaming step's tiles (256 rows, N 512/1536) and a
 # large-M tile, both input dtypes, one scale row a step (g128) and one a packed row (g32): the loop is
-# software-pipelined (cp.async).
+# software-pipelined (cp.async); and a K split in four (the partials' arrival path).
 from nbxsig.kernels import int4_gemm as KM
-for dt, (m, n), gs, pdl in [("fp16", (256, 512), 128, True), ("bf16", (256, 1536), 128, True),
-                            ("fp16", (4096, 4096), 32, False)]:
-    bm, bn = KM.gemm_tiles(m, n)
+for dt, (m, n), gs, pdl, split in [("fp16", (256, 512), 128, True, 1), ("bf16", (256, 1536), 128, True, 1),
+                                   ("fp16", (4096, 4096), 32, False, 1), ("bf16", (256, 512), 128, True, 4)]:
+    cfg = dataclasses.replace(KM.gemm_config(m, 512, n), split_k=split)
+    steps = cfg.split_steps(64)
     compiled = build(KM._int4_gemm_kernel, {"x_ptr": f"*{dt}", "packed_ptr": "*i32", "scales_ptr": "*fp16",
-                                            "mins_ptr": "*fp16", "bias_ptr": f"*{dt}", "out_ptr": f"*{dt}"},
+                                            "mins_ptr": "*fp16", "bias_ptr": f"*{dt}", "out_ptr": f"*{dt}",
+                                            "part_ptr": "*fp32", "count_ptr": "*i32"},
                      dict(stride_xk=1, stride_pn=1, stride_sn=1, stride_on=1, N_ROWS=64, GROUP_ROWS=gs // 8,
-                          HAS_BIAS=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_R=KM.BLOCK_R, PDL=pdl),
-                     num_warps=KM._NUM_WARPS, num_stages=KM._NUM_STAGES)
+                          HAS_BIAS=True, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_R=cfg.block_r,
+                          SPLIT_STEPS=steps, N_SPLITS=-(-(64 // cfg.block_r) // steps), PDL=pdl),
+                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    bm = cfg.block_m
     assert pipelined(compiled), (dt, m, n, gs)
     # Hopper's wgmma where the tile has a warpgroup's 64 rows; mma.sync below that.
     assert ("wgmma.mma_async" in compiled.asm["ptx"]) == (bm >= 64), (dt, m, n, gs)

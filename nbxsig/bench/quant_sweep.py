@@ -1,4 +1,4 @@
-"""Config sweep of decode attention and the int4 GEMV (a tuning tool, not a ``nbxsig bench`` suite).
+"""Config sweep of decode attention, the int4 GEMV and GEMM (a tuning tool, not a ``nbxsig bench`` suite).
 
 ``python -m nbxsig.bench.quant_sweep [--jobs 12] [--compile-only] [--markdown FILE]`` on a GPU: compiles
 every candidate in parallel worker processes (Triton's on-disk cache is shared, so the timing process
@@ -11,9 +11,11 @@ Attention rows also set decode attention's launch switches (``Q_IN_LOOP``, ``PDL
 label force one on, Q, P off, "-" for the defaults), GEMV rows the GEMV's ``PDL`` and ``PREFETCH`` (p / P,
 f / F; a digit sets ``PREFETCH_STEPS``); attention rows say whether a default-config row gave the first
 row's bits, GEMV rows whether each gave its config's oracle's bits; each attention shape's first row is
-timed again at its end to show drift. Each row is printed as it is measured, so a time limit loses only
-the rows after it. ``--only attn|gemv`` limits the sweep to one kernel, ``--shapes 1x4096 ...`` to some
-shapes.
+timed again at its end to show drift. GEMM rows time the dequant-GEMM (``int4_gemm``, 256 rows of float16:
+the streaming SeqModel step's linears) against dequantize + ``F.linear`` in the same process, with the
+dense float16 ``F.linear`` alongside, and say whether a repeat call gave the same bits. Each row is printed
+as it is measured, so a time limit loses only the rows after it. ``--only attn|gemv|gemm`` limits the
+sweep to one kernel, ``--shapes 1x4096 ...`` to some shapes.
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ ATTN = {
     (16, 4096): [(None, ""), (None, "P"), (None, "q")],
     (64, 2048): [(None, ""), (None, "P"), (None, "q")],
 }
-_SWITCHES = {"attn": {"q": "Q_IN_LOOP", "p": "PDL"}, "gemv": {"p": "PDL", "f": "PREFETCH"}}
+_SWITCHES = {
+    "attn": {"q": "Q_IN_LOOP", "p": "PDL"},
+    "gemv": {"p": "PDL", "f": "PREFETCH"},
+    "gemm": {"p": "PDL"},
+}
 # A digit in a GEMV row's switches sets PREFETCH_STEPS (the steps a prefetching program asks L2 for).
 _DEPTH = {"gemv": "PREFETCH_STEPS"}
 # (K, N) -> [((block_r, block_n, num_warps, num_stages, split_rows) or None, switches)]; None =
@@ -62,6 +68,29 @@ GEMV = {
     (4096, 4096): [(None, ""), (None, "f"), (None, "f1"), (None, "P")],
     (11008, 4096): [(None, ""), (None, "f"), (None, "f1"), (None, "P")],
     (1024, 1024): [(None, ""), (None, "F"), (None, "1"), (None, "2"), (None, "P")],
+}
+
+
+GEMM_ROWS = 256
+# (K, N) at GEMM_ROWS rows -> [((block_m, block_n, block_r, num_warps, num_stages, split_k) or None,
+# switches)]; None = gemm_config's default; switches: "P" forces the GEMM's PDL off. Besides the default,
+# the fastest of the twenty-third round's H100 sweep (12 configs a shape, docs/models.md): 16-row steps
+# at K = 512, a K split in four at K = 1536.
+GEMM = {
+    (512, 3072): [(None, ""), ((64, 64, 16, 4, 3, 1), ""), ((64, 64, 8, 4, 3, 2), "")],
+    (1536, 512): [
+        (None, ""),
+        ((64, 64, 8, 4, 3, 4), ""),
+        ((32, 32, 16, 4, 3, 1), ""),
+        ((32, 32, 8, 4, 3, 4), ""),
+    ],
+    (512, 768): [(None, ""), ((32, 32, 16, 4, 3, 1), ""), ((64, 64, 8, 4, 3, 2), "")],
+    (512, 512): [
+        (None, ""),
+        ((32, 32, 16, 4, 3, 1), ""),
+        ((32, 32, 8, 4, 3, 2), ""),
+        ((32, 32, 16, 4, 3, 1), "P"),
+    ],
 }
 
 
@@ -83,6 +112,12 @@ def _gemv_config(v):
     return G.GemvConfig(1, br, bn, num_warps=warps, num_stages=stages, split_rows=split)
 
 
+def _gemm_config(v):
+    from ..kernels import int4_gemm as M
+
+    return None if v is None else M.GemmConfig(*v)
+
+
 def _attn_operands(b, t, device):
     g = torch.Generator(device=device).manual_seed(b * t)  # on the device: B=64 T=2048 is 134M values
     q = torch.randn(b, HQ, D, generator=g, device=device, dtype=torch.float16)
@@ -98,6 +133,18 @@ def _gemv_operands(k, n, device):
     qw = quantize_int4(torch.randn(n, k, generator=g, device=device), 128)
     x = torch.randn(1, k, generator=g, device=device, dtype=torch.bfloat16)
     return x, qw
+
+
+def _gemm_operands(k, n, device):
+    from ..quant import quantize_int4
+
+    g = torch.Generator(device=device).manual_seed(k + n)
+    qw = quantize_int4(torch.randn(n, k, generator=g, device=device), 128)
+    x = torch.randn(GEMM_ROWS, k, generator=g, device=device, dtype=torch.float16)
+    return x, qw
+
+
+_OPERANDS = {"attn": _attn_operands, "gemv": _gemv_operands, "gemm": _gemm_operands}
 
 
 def _picked(shape, shapes) -> bool:
@@ -116,13 +163,17 @@ def _jobs(only=None, shapes=()):
         for (k, n), variants in GEMV.items():
             for v in variants if _picked((k, n), shapes) else ():
                 jobs.append(("gemv", (k, n), v))
+    if only in (None, "gemm"):
+        for (k, n), variants in GEMM.items():
+            for v in variants if _picked((k, n), shapes) else ():
+                jobs.append(("gemm", (k, n), v))
     return jobs
 
 
 def _module(kind):
-    from ..kernels import decode_attention, int4_gemv
+    from ..kernels import decode_attention, int4_gemm, int4_gemv
 
-    return decode_attention if kind == "attn" else int4_gemv
+    return {"attn": decode_attention, "gemv": int4_gemv, "gemm": int4_gemm}[kind]
 
 
 def _set_switches(kind: str, letters: str) -> dict:
@@ -151,6 +202,7 @@ def _call(kind, shape, v, ops):
     """``fn()`` for one job on operands ``ops``; ``v`` is ``(config, switches)``. The switches are
     set around every call, so they also hold while a graph captures it."""
     from ..kernels import decode_attention as K
+    from ..kernels import int4_gemm as M
     from ..kernels import int4_gemv as G
 
     config, switches = v
@@ -159,6 +211,11 @@ def _call(kind, shape, v, ops):
 
         def call(q, k, val):
             return K.decode_attention(q, k, val, scale=D**-0.5, config=cfg)
+    elif kind == "gemm":
+        cfg = _gemm_config(config)
+
+        def call(x, w):
+            return M.int4_gemm(x, w.packed, w.scales, w.mins, 128, config=cfg)
     else:
         cfg = _gemv_config(config)
 
@@ -178,7 +235,7 @@ def _call(kind, shape, v, ops):
 def _compile(jobs) -> None:
     device = torch.device("cuda")
     for kind, shape, v in jobs:
-        ops = _attn_operands(*shape, device) if kind == "attn" else _gemv_operands(*shape, device)
+        ops = _OPERANDS[kind](*shape, device)
         fn = _call(kind, shape, v, ops)
         try:
             fn(*ops)
@@ -188,6 +245,7 @@ def _compile(jobs) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import torch.nn.functional as F
     import triton.testing
 
     from ..kernels import _splitsum
@@ -201,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=12, help="parallel compile processes (0: none)")
     parser.add_argument("--compile-only", action="store_true", help="compile every variant, time nothing")
     parser.add_argument("--markdown", help="append the rows to this file")
-    parser.add_argument("--only", choices=["attn", "gemv"], help="sweep one kernel only")
+    parser.add_argument("--only", choices=["attn", "gemv", "gemm"], help="sweep one kernel only")
     parser.add_argument("--shapes", nargs="+", default=(), help="only these shapes (1x4096: B=1 T=4096)")
     args = parser.parse_args(argv)
     jobs = _jobs(args.only, args.shapes)
@@ -324,6 +382,30 @@ def main(argv: list[str] | None = None) -> None:
                 emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | | |")
         del weights, tiny
         torch.cuda.empty_cache()
+    for (kk, n), variants in GEMM.items() if args.only in (None, "gemm") else ():
+        if not _picked((kk, n), args.shapes):
+            continue
+        x, qw = _gemm_operands(kk, n, device)
+        dense = dequantize_int4(qw, dtype=x.dtype).contiguous()
+        ref = x.double() @ dense.double().t()
+        calls = 16
+        unfused = lambda x=x, qw=qw: F.linear(x, dequantize_int4(qw, dtype=x.dtype))  # noqa: E731
+        unfused_us = bench(graph_chain([unfused] * calls), calls)
+        dense_us = bench(graph_chain([lambda x=x, dense=dense: F.linear(x, dense)] * calls), calls)
+        name = f"int4 GEMM {GEMM_ROWS}×{kk} @ {kk}×{n} fp16 (dense F.linear {dense_us:.2f} µs/call)"
+        for var in variants:
+            config, switches = var
+            label = "default" if config is None else "M{} N{} R{} w{} s{} split {}".format(*config)
+            label += f" {switches or '-'}"
+            try:
+                fn = _call("gemm", (kk, n), var, None)
+                out = fn(x, qw)
+                us = bench(graph_chain([lambda fn=fn, x=x, qw=qw: fn(x, qw)] * calls), calls)
+                bits = f"repeat's: {torch.equal(fn(x, qw), out)}"
+                err = rel(out, ref)
+                emit(f"| {name} | {label} | {calls} | {us:.2f} | {unfused_us:.2f} | {err:.1e} | {bits} |")
+            except Exception as exc:
+                emit(f"| {name} | {label} | — | FAILED {type(exc).__name__}: {str(exc)[:100]} | | | |")
     print(f"sweep done in {time.time() - t0:.0f} s", flush=True)
 
 

@@ -1,8 +1,10 @@
 """Fused int4 dequant-GEMM (``M > 8`` rows of float16/bfloat16 input) as one Triton kernel.
 
-Each program owns a ``BLOCK_M × BLOCK_N`` output tile and walks all of K in a fixed order, ``8·BLOCK_R``
-values of K a step (no split, no atomics: deterministic). A step loads ``BLOCK_R × BLOCK_N`` packed
-words, the matching ``BLOCK_M × 8·BLOCK_R`` tile of x and the group's scales and mins, expands the
+Each program owns a ``BLOCK_M × BLOCK_N`` output tile and walks K in a fixed order, ``8·BLOCK_R``
+values of K a step: all of K by default, or one of ``split_k`` contiguous ranges (:class:`GemmConfig`),
+whose float32 partials the tile's last program to arrive adds in split order (an arrival counter per
+tile, as in ``int4_gemv``: no atomics on the data, deterministic). A step loads ``BLOCK_R × BLOCK_N``
+packed words, the matching ``BLOCK_M × 8·BLOCK_R`` tile of x and the group's scales and mins, expands the
 words to the ``8·BLOCK_R × BLOCK_N`` weight tile in K order (row ``k = 8r + i`` is nibble ``i`` of
 word row ``r``), dequantizes ``w = q·scale + min`` in float32 -- the product is exact, so this is the
 one rounding of :func:`nbxsig.quant.dequantize_int4` -- rounds ``w`` to x's dtype (the same bits that
@@ -18,12 +20,15 @@ docs/benchmarks.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
 from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
 from ._runtime import cdiv, check_launchable, empty_output
+from ._splitsum import zeroed_counters
 
 #: Packed rows a step (K 64 a step).
 BLOCK_R = 8
@@ -34,6 +39,28 @@ _TARGET_PROGRAMS = 128
 # Launch-time switch, as int4_gemv's: programmatic dependent launch on sm_90+ (each program waits
 # for the previous grid before its first load; the next grid may launch once the K loop is done).
 PDL = True
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Tiles, pipeline and K split of one dequant-GEMM launch (``gemm_config`` picks them from the shape)."""
+
+    block_m: int
+    block_n: int
+    block_r: int = BLOCK_R  # packed rows a step (K = 8·block_r a step)
+    num_warps: int = _NUM_WARPS
+    num_stages: int = _NUM_STAGES
+    split_k: int = 1  # contiguous K ranges, each its own program; partials summed in split order
+
+    def split_steps(self, rows: int) -> int:
+        """Steps a split walks (the last split may walk fewer): all of them with one split."""
+        steps = cdiv(rows, self.block_r)
+        return cdiv(steps, min(self.split_k, steps))
+
+
+def gemm_config(m: int, k: int, n: int) -> GemmConfig:
+    """The launch for ``x (m, k) @ W (n, k)ᵀ`` (pure, shape only): :func:`gemm_tiles`, one K split."""
+    return GemmConfig(*gemm_tiles(m, n))
 
 
 def gemm_tiles(m: int, n: int) -> tuple[int, int]:
@@ -61,6 +88,8 @@ def _int4_gemm_kernel(
     mins_ptr,
     bias_ptr,
     out_ptr,
+    part_ptr,
+    count_ptr,
     M,
     N,
     stride_xm,
@@ -77,15 +106,21 @@ def _int4_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_R: tl.constexpr,
+    SPLIT_STEPS: tl.constexpr,  # steps a K split walks
+    N_SPLITS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     BLOCK_K: tl.constexpr = 8 * BLOCK_R
+    STEPS: tl.constexpr = (N_ROWS + BLOCK_R - 1) // BLOCK_R
     # One scale/min row per step when a step never straddles a group (steps start at multiples of
     # BLOCK_R); otherwise one per packed row.
     SCALE_PER_STEP: tl.constexpr = GROUP_ROWS % BLOCK_R == 0
     EVEN_K: tl.constexpr = N_ROWS % BLOCK_R == 0
-    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    sp = tl.program_id(2)
+    m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = m < M
     n_ok = n < N
     r = tl.arange(0, BLOCK_R)
@@ -95,7 +130,7 @@ def _int4_gemm_kernel(
     if PDL:  # x is the previous layer's output: its writes are visible after this
         tl.extra.cuda.gdc_wait()
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in tl.range(0, tl.cdiv(N_ROWS, BLOCK_R)):
+    for step in tl.range(sp * SPLIT_STEPS, tl.minimum((sp + 1) * SPLIT_STEPS, STEPS)):
         rows = step * BLOCK_R + r
         k = step * BLOCK_K + kk
         if EVEN_K:
@@ -126,10 +161,33 @@ def _int4_gemm_kernel(
         acc = tl.dot(x, w, acc)
     if PDL:  # the K loop is done: the next grid may launch now
         tl.extra.cuda.gdc_launch_dependents()
+    out_ok = m_ok[:, None] & n_ok[None, :]
+    out = out_ptr + m.to(tl.int64)[:, None] * stride_om + n[None, :] * stride_on
+    if N_SPLITS == 1:
+        _finish(acc, bias_ptr, out, n, n_ok, out_ok, HAS_BIAS)
+    else:
+        # Partials (N_SPLITS, M, N) float32, then one arrival per program on the tile's counter; the
+        # last program adds the partials in split order (as int4_gemv: deterministic, no data atomics).
+        p_off = m.to(tl.int64)[:, None] * N + n[None, :]
+        tl.store(part_ptr + sp.to(tl.int64) * M * N + p_off, acc, mask=out_ok)
+        tl.debug_barrier()  # every thread's partial is stored before the (release) increment
+        tile = pid_m * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == N_SPLITS - 1:
+            # ".cg" reads L2, never a stale L1 line of another SM's partial.
+            total = tl.load(part_ptr + p_off, mask=out_ok, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, N_SPLITS):
+                total += tl.load(part_ptr + s * M * N + p_off, mask=out_ok, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next launch
+            _finish(total, bias_ptr, out, n, n_ok, out_ok, HAS_BIAS)
+
+
+@triton.jit
+def _finish(acc, bias_ptr, out_ptrs, n, n_ok, out_ok, HAS_BIAS: tl.constexpr):
+    """``acc (+ bias)`` cast to the output dtype and stored."""
     if HAS_BIAS:
         acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    out = out_ptr + m.to(tl.int64)[:, None] * stride_om + n[None, :] * stride_on
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    tl.store(out_ptrs, acc.to(out_ptrs.dtype.element_ty), mask=out_ok)
 
 
 _launch = CachedLaunch(_int4_gemm_kernel)
@@ -142,22 +200,36 @@ def int4_gemm(
     mins: torch.Tensor,
     group_size: int,
     bias: torch.Tensor | None = None,
+    *,
+    config: GemmConfig | None = None,
 ) -> torch.Tensor:
     """``x (M, K) @ dequantize(W)ᵀ (+ bias)`` → ``(M, N)`` in ``x.dtype`` (float16/bfloat16), float32
-    accumulation; reads x, the packed words, scales and mins by their strides."""
+    accumulation; reads x, the packed words, scales and mins by their strides. ``config``: the launch
+    (default :func:`gemm_config`)."""
     m, k = x.shape
     n = packed.shape[1]
     device = check_launchable(x, packed, scales, mins, *(() if bias is None else (bias,)))
     out = empty_output((m, n), dtype=x.dtype, device=device)
     if m == 0 or n == 0:
         return out
-    block_m, block_n = gemm_tiles(m, n)
+    cfg = config or gemm_config(m, k, n)
+    rows = k // 8
+    split_steps = cfg.split_steps(rows)
+    n_splits = cdiv(cdiv(rows, cfg.block_r), split_steps)
+    grid = (cdiv(m, cfg.block_m), cdiv(n, cfg.block_n), n_splits)
+    if n_splits > 1:
+        # Scratch: every element a later read touches is written first, so plain empty is right.
+        part = torch.empty((n_splits, m, n), dtype=torch.float32, device=device)
+        counts = zeroed_counters(grid[0] * grid[1], device)
+    else:
+        part = counts = out  # never read with one split
     pdl = PDL and pdl_supported(device)
     # bias stands in as out where there is none (never read without HAS_BIAS).
-    args = (x, packed, scales, mins, bias if bias is not None else out, out, m, n, *x.stride(),
+    args = (x, packed, scales, mins, bias if bias is not None else out, out, part, counts, m, n, *x.stride(),
             *packed.stride(), *scales.stride(), *out.stride())  # fmt: skip
-    constexprs = dict(N_ROWS=k // 8, GROUP_ROWS=group_size // 8, HAS_BIAS=bias is not None, BLOCK_M=block_m,
-                      BLOCK_N=block_n, BLOCK_R=BLOCK_R, PDL=pdl)  # fmt: skip
-    options = dict(num_stages=_NUM_STAGES, **PDL_LAUNCH[pdl])
-    _launch((cdiv(m, block_m), cdiv(n, block_n)), args, constexprs, _NUM_WARPS, options=options)
+    constexprs = dict(N_ROWS=rows, GROUP_ROWS=group_size // 8, HAS_BIAS=bias is not None, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, BLOCK_R=cfg.block_r, SPLIT_STEPS=split_steps, N_SPLITS=n_splits,
+                      PDL=pdl)  # fmt: skip
+    options = dict(num_stages=cfg.num_stages, **PDL_LAUNCH[pdl])
+    _launch(grid, args, constexprs, cfg.num_warps, options=options)
     return out
