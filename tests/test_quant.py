@@ -129,7 +129,7 @@ def test_fused_gemm_matches_float64_on_dequantized_weight(
 def test_fused_gemm_split_over_k_matches_float64(split_k, generator, device):
     # K 520 = 65 packed rows = 9 steps of 8 (the last partial): 2 splits of 5 + 4 steps, 3 of 3 + 3 + 3,
     # and 16 asked for, 9 made (one step each). The partials are added in split order by the last
-    # program to arrive, so repeated calls agree bit for bit; the counters are left at zero for the next.
+    # program to arrive, so repeated calls agree bit for bit (the GPU test also reuses the counters).
     from nbxsig.kernels import int4_gemm as KM
 
     m, n, k = 37, 70, 520
@@ -155,8 +155,6 @@ def test_quant_sweep_gemm_rows_run_their_configs(generator, device):
     qw = Q.quantize_int4(random_tensor((40, 256), generator=generator), 128).to(device)
     x = random_tensor((20, 256), generator=generator, dtype=torch.float16, device=device)
     ref = x.cpu().double() @ Q.dequantize_int4(qw.to("cpu"), dtype=torch.float16).double().t()
-    rows = {v for variants in S.GEMM.values() for v in variants}
-    assert len(rows) >= 6
     for shape, variants in S.GEMM.items():
         for v in variants:
             assert_close(S._call("gemm", shape, v, None)(x, qw), ref, dtype=torch.float16, msg=str(v))

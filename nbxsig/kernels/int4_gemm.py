@@ -168,8 +168,9 @@ def _int4_gemm_kernel(
     else:
         # Partials (N_SPLITS, M, N) float32, then one arrival per program on the tile's counter; the
         # last program adds the partials in split order (as int4_gemv: deterministic, no data atomics).
+        plane = tl.cast(M, tl.int64) * N  # one split's partials
         p_off = m.to(tl.int64)[:, None] * N + n[None, :]
-        tl.store(part_ptr + sp.to(tl.int64) * M * N + p_off, acc, mask=out_ok)
+        tl.store(part_ptr + sp * plane + p_off, acc, mask=out_ok)
         tl.debug_barrier()  # every thread's partial is stored before the (release) increment
         tile = pid_m * tl.num_programs(1) + pid_n
         arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
@@ -177,7 +178,7 @@ def _int4_gemm_kernel(
             # ".cg" reads L2, never a stale L1 line of another SM's partial.
             total = tl.load(part_ptr + p_off, mask=out_ok, other=0.0, cache_modifier=".cg")
             for s in tl.static_range(1, N_SPLITS):
-                total += tl.load(part_ptr + s * M * N + p_off, mask=out_ok, other=0.0, cache_modifier=".cg")
+                total += tl.load(part_ptr + s * plane + p_off, mask=out_ok, other=0.0, cache_modifier=".cg")
             tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next launch
             _finish(total, bias_ptr, out, n, n_ok, out_ok, HAS_BIAS)
 
