@@ -167,6 +167,7 @@ def test_gemm_config_splits_k_into_whole_steps():
     assert GemmConfig(16, 32, split_k=2).split_steps(65) == 5  # 5 + 4
     assert GemmConfig(16, 32, split_k=16).split_steps(65) == 1  # no more splits than steps
     assert GemmConfig(16, 32, block_r=16, split_k=4).split_steps(192) == 3  # 12 steps of 16 rows
+    assert [GemmConfig(16, 32, split_k=k).n_splits(65) for k in (1, 2, 3, 16)] == [1, 2, 3, 9]
 
 
 @pytest.mark.parametrize("m,fused_gemm", [(3, False), (12, True)], ids=["gemv", "gemm"])

@@ -134,7 +134,7 @@ for dt, (m, n), gs, pdl, split in [("fp16", (256, 512), 128, True, 1), ("bf16", 
                                             "part_ptr": "*fp32", "count_ptr": "*i32"},
                      dict(stride_xk=1, stride_pn=1, stride_sn=1, stride_on=1, N_ROWS=64, GROUP_ROWS=gs // 8,
                           HAS_BIAS=True, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_R=cfg.block_r,
-                          SPLIT_STEPS=steps, N_SPLITS=-(-(64 // cfg.block_r) // steps), PDL=pdl),
+                          SPLIT_STEPS=steps, N_SPLITS=cfg.n_splits(64), PDL=pdl),
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     bm = cfg.block_m
     assert pipelined(compiled), (dt, m, n, gs)

@@ -29,6 +29,7 @@ import triton.language as tl
 from ._launch import PDL_LAUNCH, CachedLaunch, pdl_supported
 from ._runtime import cdiv, check_launchable, empty_output
 from ._splitsum import zeroed_counters
+from .int4_gemv import _finish  # the GEMV's epilogue: (+ bias), cast, store
 
 #: Packed rows a step (K 64 a step).
 BLOCK_R = 8
@@ -56,6 +57,10 @@ class GemmConfig:
         """Steps a split walks (the last split may walk fewer): all of them with one split."""
         steps = cdiv(rows, self.block_r)
         return cdiv(steps, min(self.split_k, steps))
+
+    def n_splits(self, rows: int) -> int:
+        """Splits made of ``rows`` packed rows: ``split_k`` at most, fewer where the steps run out."""
+        return cdiv(cdiv(rows, self.block_r), self.split_steps(rows))
 
 
 def gemm_config(m: int, k: int, n: int) -> GemmConfig:
@@ -183,14 +188,6 @@ def _int4_gemm_kernel(
             _finish(total, bias_ptr, out, n, n_ok, out_ok, HAS_BIAS)
 
 
-@triton.jit
-def _finish(acc, bias_ptr, out_ptrs, n, n_ok, out_ok, HAS_BIAS: tl.constexpr):
-    """``acc (+ bias)`` cast to the output dtype and stored."""
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(out_ptrs, acc.to(out_ptrs.dtype.element_ty), mask=out_ok)
-
-
 _launch = CachedLaunch(_int4_gemm_kernel)
 
 
@@ -215,8 +212,7 @@ def int4_gemm(
         return out
     cfg = config or gemm_config(m, k, n)
     rows = k // 8
-    split_steps = cfg.split_steps(rows)
-    n_splits = cdiv(cdiv(rows, cfg.block_r), split_steps)
+    split_steps, n_splits = cfg.split_steps(rows), cfg.n_splits(rows)
     grid = (cdiv(m, cfg.block_m), cdiv(n, cfg.block_n), n_splits)
     if n_splits > 1:
         # Scratch: every element a later read touches is written first, so plain empty is right.
