@@ -927,3 +927,34 @@ def test_torch_backend_mel_is_torch_fft_outside_an_export(center, generator, mon
         16000, n_fft=400, hop_length=160, n_mels=40, center=center
     ).double()(x.double())
     assert_close(got, expected, dtype="float32")
+
+
+# ---------------------------------------------------------------- the sm_90 kernel's CPU-side contract
+
+
+def test_sm90_path_refuses_what_it_cannot_run(generator):
+    # The Gluon kernel runs only on an H100/H200 (tests/test_features_gpu.py); elsewhere the private
+    # _path="sm90" is a clear error and the auto path never picks it.
+    from nbxsig.kernels import mel as kmel
+    from nbxsig.kernels import mel_sm90
+
+    x = random_tensor((2, 4000), generator=generator)
+    window = nf.prepare_window(None, 400, 400, x.device)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=torch.float64)
+    opts = dict(n_fft=400, hop_length=160, window=window, filters=filters, power=2.0, scale=1.0)
+    opts.update(center=True, pad_mode="reflect")
+    with pytest.raises(ParameterValueError, match=r"x must be an fp32 tensor on an sm_90 GPU.*_path='sm90'"):
+        kmel.mel_spectrogram(x, _path="sm90", **opts)
+    assert not mel_sm90.supports(x, n_fft=400, n_mels=80, precision="tf32")
+    auto = kmel.mel_spectrogram(x, **opts)
+    assert_close(auto, kmel.mel_spectrogram(x, _path="fused", **opts), rel_error=0.0)
+
+
+@pytest.mark.parametrize(
+    ("kp", "pieces"), [(208, (128, 64, 16)), (144, (128, 16, 0)), (48, (32, 16, 0)), (32, (32, 0, 0))]
+)
+def test_sm90_k_pieces(kp, pieces):
+    from nbxsig.kernels import mel_sm90
+
+    assert mel_sm90.k_pieces(kp) == pieces
+    assert sum(pieces) == kp

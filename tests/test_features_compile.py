@@ -105,3 +105,65 @@ print("compiled")
 
 def test_kernels_compile_for_sm90():
     run_sm90_script(SCRIPT)
+
+
+GLUON_SCRIPT = r"""
+import re
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from nbxsig.kernels import mel_sm90 as m
+
+def descriptor(dtype, rows):
+    element = gl.float16 if dtype == "fp16" else gl.float32
+    layout = gl.NVMMASharedLayout.get_default_for([rows, m.BLOCK_F], element)
+    return f"tensordesc<{dtype}[{rows}, {m.BLOCK_F}],{layout!r}>"
+
+kernel = m._mel_sm90_kernel
+names = list(kernel.arg_names)
+# (n_fft, M1, M2, VEC, power mode, Whisper's epilogue, stack bytes allowed): tests/test_features_gpu.py's
+# cases (K pieces 128+64+16, 128+16, 64+16, 32+16; one mel block or two; 16-byte loads or not) and
+# Whisper's 80 and 128 mels, each within the H100/H200's 227 KB of shared memory and spilling no more
+# than today (128 mels: their accumulators take 64 of the products' registers).
+launches = [
+    (400, 64, 16, True, 2, False, 48), (400, 64, 16, True, 2, True, 152), (400, 128, 0, True, 1, False, 280),
+    (400, 128, 0, True, 2, True, 416), (256, 64, 0, True, 2, False, 0), (414, 32, 16, False, 0, False, 0),
+    (128, 32, 0, True, 2, False, 0), (64, 16, 0, True, 2, False, 0),
+]
+for n_fft, m1, m2, vec, power_mode, whisper, stack in launches:
+    kp = -(-(n_fft // 2 + 1) // 16) * 16
+    k0, k1, k2 = m.k_pieces(kp)
+    constexprs = dict(POWER_MODE=power_mode, HAS_FLOOR=whisper, LOG=4 if whisper else 0, TRACK_PEAK=whisper,
+                      N_FFT=n_fft, KP=kp, F_ALL=-(-kp // m.BLOCK_F) * m.BLOCK_F, K0W=k0, K1W=k1, K2W=k2,
+                      M1=m1, M2=m2, BLOCK_T=m.BLOCK_T, BLOCK_F=m.BLOCK_F, ROWS=m.ROWS,
+                      LOADER_WARPS=m.LOADER_WARPS, LOADER_REGS=m.LOADER_REGS, VEC=vec, num_warps=4)
+    types = {n: "*fp32" for n in ("x_ptr", "wa_ptr", "wb_ptr", "out_ptr")}
+    types.update(peak_ptr="*i32", stride_xb="i64", stride_ob="i64", stride_om="i64")
+    types.update(power="fp32", floor="fp32")
+    types.update(k0_desc=descriptor("fp16", k0), k1_desc=descriptor("fp16", k1 or 16),
+                 k2_desc=descriptor("fp16", k2 or 16), f1_desc=descriptor("fp32", m1),
+                 f2_desc=descriptor("fp32", m2 or 16))
+    signature = {n: "constexpr" if n in constexprs else types.get(n, "i32") for n in names}
+    # Every argument not named above is an i32 scalar: a new one must be added here deliberately.
+    scalars = {"t_a", "t_b", "hop", "pad", "n_mels", "n_tt", "n_tiles"}
+    assert {n for n in names if signature[n] == "i32"} == scalars
+    # The host passes 16-byte aligned pointers and strides (torch's allocations; descriptors need them).
+    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in ("x_ptr", "wa_ptr", "wb_ptr", "out_ptr",
+                                                                      "peak_ptr", "stride_xb", "stride_ob")}
+    source = GluonASTSource(kernel, signature, constexprs=constexprs, attrs=aligned)
+    try:
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                                  options=dict(num_warps=4, maxnreg=m._MAXNREG))
+    except RuntimeError as err:
+        if "ptxas" in str(err).lower():
+            sys.exit(77)
+        raise
+    usage = cuobjdump(compiled, "-res-usage")
+    assert int(re.search(r"STACK:(\d+)", usage).group(1)) <= stack, (n_fft, m1, m2, usage)
+    assert compiled.metadata.shared <= 227 * 1024, (n_fft, m1, m2, compiled.metadata.shared)
+    assert "warp_specialize" in compiled.asm["ttgir"]
+print("compiled")
+"""
+
+
+def test_gluon_mel_kernel_compiles_for_sm90():
+    run_sm90_script(GLUON_SCRIPT)

@@ -73,6 +73,8 @@ def whisper_oracle(audio: torch.Tensor, n_mels: int) -> torch.Tensor:
 def test_gpu_mel_full_size(precision, cuda_device, generator, monkeypatch):
     from nbxsig.kernels import mel as kmel
 
+    # The unfused path at either precision (the sm_90 kernel's own tests are below).
+    monkeypatch.setattr(kmel, "SM90_AUTO", False)
     x = random_tensor((4, 16000 * 3), generator=generator)
     expected = stft_mel_oracle(x.double(), sample_rate=16000, n_fft=400, hop=160, n_mels=80)
     previous = torch.get_float32_matmul_precision()
@@ -173,3 +175,105 @@ def test_gpu_mel_half_inputs(dtype, cuda_device, generator):
     expected = nf.mel_spectrogram(x.double(), n_mels=80, hop_length=160, backend="torch")
     assert got.dtype == dtype
     assert_close(got, expected, dtype=dtype, rel_error=4e-3)
+
+
+# ---------------------------------------------------------------- the sm_90 Gluon kernel (TF32)
+
+
+@pytest.fixture
+def sm90_device(cuda_device) -> torch.device:
+    """The CUDA device, which must be an H100/H200 (sm_90): a failure, never a skip, elsewhere."""
+    if torch.cuda.get_device_capability(cuda_device) != (9, 0):
+        name = torch.cuda.get_device_name(cuda_device)
+        pytest.fail(f"this test needs an sm_90 GPU (H100/H200); got {name}")
+    return cuda_device
+
+
+@pytest.fixture
+def tf32_matmul():
+    """torch's matmul precision at "high" (TF32) for the test, restored after it."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    yield
+    torch.set_float32_matmul_precision(previous)
+
+
+# (n_fft, hop, n_mels, power, center, pad_mode, batch, length): the K pieces 128+64+16 (400, 414),
+# 128+16 (256), 64+16 (128), 32+16 (64); one mel block or two; hops that are and are not multiples of
+# 4 (16-byte loads or not); powers 2, 1 and 1.5; lengths that end mid-tile, and signals shorter than a tile.
+SM90_CASES = [
+    (400, 160, 80, 2.0, True, "reflect", 3, 16000 * 3 + 77),
+    (400, 100, 128, 1.0, False, "reflect", 2, 24000),
+    (256, 64, 64, 2.0, True, "constant", 5, 9001),
+    (414, 101, 40, 1.5, True, "reflect", 2, 16000),
+    (128, 32, 32, 2.0, True, "replicate", 3, 5000),
+    (64, 16, 8, 2.0, True, "reflect", 2, 1200),
+    (400, 160, 80, 2.0, True, "reflect", 4, 600),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", SM90_CASES, ids=lambda c: "n{}-h{}-m{}-p{}-c{}-{}-B{}-L{}".format(*c))
+def test_gpu_sm90_kernel_matches_float64(case, sm90_device, tf32_matmul, generator):
+    from nbxsig.kernels import mel as kmel
+
+    n_fft, hop, n_mels, power, center, pad_mode, batch, length = case
+    x = random_tensor((batch, length), generator=generator)
+    # Per-frame scaling: a loud signal, a quiet one, and a silent stretch (frames of zeros).
+    x[0] *= 1e4
+    x[-1] *= 1e-4
+    x[:, length // 3 : length // 3 + 2 * n_fft] = 0.0
+    expected = stft_mel_oracle(
+        x.double(), sample_rate=16000, n_fft=n_fft, hop=hop, n_mels=n_mels, power=power, center=center,
+        pad_mode=pad_mode,
+    )  # fmt: skip
+    window = nf.prepare_window(None, n_fft, n_fft, sm90_device)
+    filters = nf.mel_filterbank(n_fft // 2 + 1, 0.0, 8000.0, n_mels, 16000, dtype=F64, device=sm90_device)
+    opts = dict(n_fft=n_fft, hop_length=hop, window=window, filters=filters, power=power, scale=1.0)
+    got = kmel.mel_spectrogram(x.to(sm90_device), center=center, pad_mode=pad_mode, _path="sm90", **opts)
+    for b in range(batch):  # each signal against its own peak: the quiet one is not lost in the loud one's
+        peak = expected[b].abs().max()
+        assert_close(got[b].cpu().double() / peak, expected[b] / peak, atol=4e-3, rtol=4e-3, rel_error=7e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_sm90_kernel_strided_input(sm90_device, tf32_matmul, generator):
+    from nbxsig.kernels import mel as kmel
+
+    x = random_tensor((3, 2 * 20000), generator=generator).to(sm90_device)[:, ::2]  # a strided view
+    window = nf.prepare_window(None, 400, 400, sm90_device)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=F64, device=sm90_device)
+    opts = dict(n_fft=400, hop_length=160, window=window, filters=filters, power=2.0, scale=1.0)
+    opts.update(center=True, pad_mode="reflect", _path="sm90")
+    assert torch.equal(kmel.mel_spectrogram(x, **opts), kmel.mel_spectrogram(x.contiguous(), **opts))
+
+
+@pytest.mark.gpu
+def test_gpu_sm90_whisper(sm90_device, tf32_matmul, generator):
+    audio = 0.1 * random_tensor((3, 16000 * 5 + 31), generator=generator)
+    audio[1] *= 1e-3
+    got = nf.whisper_log_mel(audio.to(sm90_device), backend="triton")
+    for i in range(3):
+        # TF32 mels: ~2e-4 relative, ~2e-5 in (log10 + 4) / 4; elementwise a few times that.
+        assert_close(got[i], whisper_oracle(audio[i].double(), 80), atol=2e-3, rtol=2e-3, rel_error=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_sm90_is_the_auto_path_at_tf32_only(sm90_device, generator, monkeypatch):
+    from nbxsig.kernels import mel_sm90
+
+    launches = []
+    original = mel_sm90.launch_interior
+    monkeypatch.setattr(mel_sm90, "launch_interior", lambda *a, **k: launches.append(1) or original(*a, **k))
+    x = random_tensor((2, 16000), generator=generator).to(sm90_device)
+    previous = torch.get_float32_matmul_precision()
+    try:
+        for precision, expected in (("highest", 0), ("high", 1), ("medium", 2)):
+            torch.set_float32_matmul_precision(precision)
+            nf.mel_spectrogram(x, n_mels=80, hop_length=160, backend="triton")
+            assert len(launches) == expected, precision
+        nf.mel_spectrogram(x.half(), n_mels=80, hop_length=160, backend="triton")  # fp16 input: not served
+        nf.mel_spectrogram(x, n_fft=512, n_mels=80, hop_length=160, backend="triton")  # n_fft > 414
+        assert len(launches) == 2
+    finally:
+        torch.set_float32_matmul_precision(previous)

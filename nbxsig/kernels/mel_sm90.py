@@ -1,0 +1,841 @@
+"""Waveform → (log-)mel on H100/H200 (sm_90) at TF32 precision: a warp-specialized Gluon kernel.
+
+The interior frames of :func:`nbxsig.kernels.mel._launch` (those that read no centre padding) on
+Hopper, when torch's matmul precision is "high" or "medium". Same function as the Triton kernel
+there, and the same error class (TF32: 10 mantissa bits, operands rounded to nearest), with no
+spectrum in device memory. Per tile of ``BLOCK_T = 64`` frames of one signal::
+
+    a[t, k] = x[t·hop + k]·w[k],  b[t, k] = x[t·hop + n − k]·w[n − k]       (k = 0 .. n/2)
+    s = (a + b)·2^-e[t],  d = (a − b)·2^-e[t]                 fp16, e[t]: the frame's exponent
+    re = s @ cos,  im = d @ −sin                              fp16 wgmma, fp32 accumulators
+    P = (re² + im²)^(power/2) · 2^(2e[t])                     TF32, rounded to nearest
+    mel = P @ fb                                              TF32 wgmma
+
+The real-input symmetry folds each frame in half (``s``/``d``), so the DFT is two 64 × (n/2+1) ×
+(n/2+1) products; scaling each frame by a power of two before rounding it to fp16 keeps fp16's
+range out of the way, so fp16's 11-bit significand gives TF32's error class.
+
+One persistent program per SM walks tiles ``pid, pid + nprog, …`` with three partitions:
+
+- the loader (8 warps) folds, windows and scales the next tile into its shared-memory slot;
+- a TMA warp streams the (cos, sin) basis and filter chunks, 32 bins at a time, the same sequence
+  for every tile, into two-slot rings;
+- the products (one warpgroup) take the tile into registers (its slot goes back to the loader at
+  once), then per 32-bin chunk: wait for the chunk's DFT, issue the next chunk's DFT
+  asynchronously, form ``P`` and issue the chunk's mel product from registers. Then the epilogue
+  (floor, log, Whisper's per-example maximum) and the stores.
+
+Measured (H100, 64 × 30 s, n_fft 400, hop 160, 80 mels, docs/features.md): 218-221 µs against
+308 µs for the Triton path (``nbxsig.stft``'s four-step spectrogram + the mel projection) and
+~1450 µs for torchaudio. Gluon has no interpreter: the CPU suite compiles this kernel for sm_90
+offline (tests/test_features_compile.py); tests/test_features_gpu.py runs it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._runtime import cdiv
+
+BLOCK_T = 64  # frames per tile: one wgmma M
+BLOCK_F = 32  # bins per chunk: the DFT's N and the mel product's K
+ROWS = 16  # the loader's row group
+LOADER_WARPS = 8
+LOADER_REGS = 120  # so that the products get 248: the tile's frames live in their registers
+MAX_N_FFT = 414  # n/2 + 1 bins padded to 16 must be <= 208: the frame tile in 104 registers a thread
+MIN_N_FFT = 32
+MAX_MELS = 128
+# 16 warps a program (4 products + 8 loader + the TMA warp's warpgroup): 65536 registers / 512 threads.
+_MAXNREG = 128
+
+
+@gluon.jit
+def _tile_of(tile, n_tt, t_a, t_b, BLOCK_T: gl.constexpr):
+    """Tile index → (signal, first frame, end frame)."""
+    b = (tile // n_tt).to(gl.int64)
+    t0 = t_a + (tile % n_tt) * BLOCK_T
+    return b, t0, gl.minimum(t_b, t0 + BLOCK_T)
+
+
+@gluon.jit
+def _frame_piece(
+    prow,
+    w_a,
+    w_b,
+    K0: gl.constexpr,
+    KW: gl.constexpr,
+    N_FFT: gl.constexpr,
+    LOAD: gl.constexpr,
+    VEC: gl.constexpr,
+):
+    """Columns ``K0 .. K0+KW`` of ``a`` and ``b``, without masks: the rows are clamped into the tile, every
+    column's address lies inside its frame (column 0 reads ``x[n − 1]`` for ``b``), and the window tables are
+    zero where a column has no term, so the zero windows do the masking."""
+    k = K0 + gl.arange(0, KW, layout=gl.SliceLayout(0, LOAD))
+    if VEC:
+        k = gl.max_contiguous(gl.multiple_of(k, 4), 4)
+    xa = gl.load(prow + gl.expand_dims(k, 0))
+    xb = gl.load(prow + gl.expand_dims(N_FFT - gl.maximum(k, 1), 0))
+    wa = gl.expand_dims(w_a.slice(K0, KW).load(gl.SliceLayout(0, LOAD)), 0)
+    wb = gl.expand_dims(w_b.slice(K0, KW).load(gl.SliceLayout(0, LOAD)), 0)
+    return xa * wa, xb * wb
+
+
+@gluon.jit
+def _row_peak(a, b):
+    return gl.maximum(gl.max(gl.abs(a), axis=1), gl.max(gl.abs(b), axis=1))
+
+
+@gluon.jit
+def _store_folded(a_s, a_d, r0: gl.constexpr, NR: gl.constexpr, a, b, down):
+    d = gl.expand_dims(down, 1)
+    a_s.slice(r0, NR, dim=0).store(((a + b) * d).to(gl.float16))
+    a_d.slice(r0, NR, dim=0).store(((a - b) * d).to(gl.float16))
+
+
+@gluon.jit
+def _loader(
+    args,
+    bufs,
+    bars,
+    K0W: gl.constexpr,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    ROWS: gl.constexpr,
+    VEC: gl.constexpr,
+    N_FFT: gl.constexpr,
+    LOADER_WARPS: gl.constexpr,
+):
+    """Worker: each tile's folded, scaled fp16 frames into the frame slot, and its per-frame ``2^e``."""
+    x_ptr, stride_xb, t_a, t_b, hop, pad, n_tt, n_tiles = args
+    a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, w_a, w_b, peak_rows = bufs
+    a_ready, a_empty = bars
+    # Two threads a warp along the rows: 16-byte loads of x[k], and each warp's 64 columns of a row group.
+    LOAD: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [LOADER_WARPS, 1], [1, 0])
+    SMALL: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0])
+    i = 0
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        mbarrier.wait(a_empty.index(0), (i & 1) ^ 1)
+        b, t0, t_end = _tile_of(tile, n_tt, t_a, t_b, BLOCK_T)
+        # Offsets from the signal's start, not the tile's: offsets that do not depend on the tile would be
+        # hoisted out of the tile loop and held in registers (they spilled).
+        if VEC:  # noqa: SIM108 -- a constexpr branch
+            x_row = x_ptr + gl.multiple_of(b * stride_xb - pad, 4)
+        else:
+            x_row = x_ptr + b * stride_xb - pad
+        if K2W > 0:
+            # The narrow last piece for all of the tile's rows at once, in a layout as narrow as it is (in the
+            # row groups' 64-column layout its 16 columns would be computed four times over); its row maxima
+            # reach the row groups through shared memory.
+            rs = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, SMALL))
+            rows_s = gl.minimum(t0 + rs, t_end - 1) * hop
+            if VEC:
+                rows_s = gl.multiple_of(rows_s, 4)
+            a2, b2 = _frame_piece(
+                gl.expand_dims(x_row + rows_s, 1), w_a, w_b, K0W + K1W, K2W, N_FFT, SMALL, VEC
+            )
+            peak_rows.store(_row_peak(a2, b2))
+            gl.thread_barrier()
+        for r0 in gl.static_range(0, BLOCK_T, ROWS):
+            r = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, LOAD))
+            # Rows past the tile's end re-read its last frame (never stored): no row masks.
+            rows = gl.minimum(t0 + r, t_end - 1) * hop
+            if VEC:
+                rows = gl.multiple_of(rows, 4)
+            prow = gl.expand_dims(x_row + rows, 1)
+            a0, b0 = _frame_piece(prow, w_a, w_b, 0, K0W, N_FFT, LOAD, VEC)
+            peak = _row_peak(a0, b0)
+            if K1W > 0:
+                a1, b1 = _frame_piece(prow, w_a, w_b, K0W, K1W, N_FFT, LOAD, VEC)
+                peak = gl.maximum(peak, _row_peak(a1, b1))
+            if K2W > 0:
+                peak = gl.maximum(peak, peak_rows.slice(r0, ROWS).load(gl.SliceLayout(1, LOAD)))
+            # e: the frame's largest |a|, |b| exponent, clamped so that 2^(140 − e) and 2^(e − 140) are
+            # normal; the frame is scaled by 2^(140 − e) (its largest term lands in [2^13, 2^14): fp16's
+            # range above and the sum of 208 terms below 65504) and P is scaled back by 2^(2(e − 140)).
+            e = gl.minimum(gl.maximum((peak.to(gl.int32, bitcast=True) >> 23) & 0xFF, 14), 253)
+            down = ((267 - e) << 23).to(gl.float32, bitcast=True)  # 2^(140 - e)
+            up_rows.index(0).slice(r0, ROWS).store(((e - 13) << 23).to(gl.float32, bitcast=True))
+            _store_folded(a_s0.index(0), a_d0.index(0), r0, ROWS, a0, b0, down)
+            if K1W > 0:
+                _store_folded(a_s1.index(0), a_d1.index(0), r0, ROWS, a1, b1, down)
+        if K2W > 0:
+            gl.thread_barrier()  # every row group's scale is in up_rows
+            e_s = (up_rows.index(0).load(gl.SliceLayout(1, SMALL)).to(gl.int32, bitcast=True) >> 23) + 13
+            _store_folded(
+                a_s2.index(0),
+                a_d2.index(0),
+                0,
+                BLOCK_T,
+                a2,
+                b2,
+                ((267 - e_s) << 23).to(gl.float32, bitcast=True),
+            )
+        fence_async_shared()  # the products' first reads may go through the async proxy
+        mbarrier.arrive(a_ready.index(0), count=1)
+        i += 1  # noqa: SIM113 -- a strided range: no enumerate in a kernel
+
+
+@gluon.jit
+def _tma_issuer(
+    args,
+    bufs,
+    bars,
+    KP: gl.constexpr,
+    K0W: gl.constexpr,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+    M1: gl.constexpr,
+    M2: gl.constexpr,
+    BLOCK_F: gl.constexpr,
+    F_ALL: gl.constexpr,
+):
+    """Worker: the basis and filter chunks, the same sequence for every tile, each into a two-slot ring."""
+    n_tiles, k0_desc, k1_desc, k2_desc, f1_desc, f2_desc = args
+    c0, s0, c1, s1, c2, s2, fb1, fb2 = bufs
+    b_ready, b_empty, f_ready, f_empty = bars
+    N_CHUNKS: gl.constexpr = F_ALL // BLOCK_F
+    BASIS_BYTES: gl.constexpr = (K0W + K1W + K2W) * BLOCK_F * 4
+    FILTER_BYTES: gl.constexpr = (M1 + M2) * BLOCK_F * 4
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    total = (n_tiles - pid + nprog - 1) // nprog * N_CHUNKS
+    # The basis runs one chunk ahead of the filters in this warp's program order: a filter slot frees only
+    # when the mel product two chunks back retires, and waiting for it before the next basis copy would
+    # hold that copy back to just before its use.
+    if total > 0:
+        _issue_basis(
+            0,
+            b_ready,
+            b_empty,
+            k0_desc,
+            k1_desc,
+            k2_desc,
+            c0,
+            s0,
+            c1,
+            s1,
+            c2,
+            s2,
+            KP,
+            K0W,
+            K1W,
+            K2W,
+            BLOCK_F,
+            N_CHUNKS,
+            BASIS_BYTES,
+        )
+    for k in range(total):
+        if k + 1 < total:
+            _issue_basis(
+                k + 1,
+                b_ready,
+                b_empty,
+                k0_desc,
+                k1_desc,
+                k2_desc,
+                c0,
+                s0,
+                c1,
+                s1,
+                c2,
+                s2,
+                KP,
+                K0W,
+                K1W,
+                K2W,
+                BLOCK_F,
+                N_CHUNKS,
+                BASIS_BYTES,
+            )
+        slot = k % 2
+        f0 = (k % N_CHUNKS) * BLOCK_F
+        mbarrier.wait(f_empty.index(slot), ((k // 2) & 1) ^ 1)
+        bar = f_ready.index(slot)
+        mbarrier.expect(bar, FILTER_BYTES)
+        tma.async_copy_global_to_shared(f1_desc, [0, f0], bar, fb1.index(slot))
+        if M2 > 0:
+            tma.async_copy_global_to_shared(f2_desc, [M1, f0], bar, fb2.index(slot))
+
+
+@gluon.jit
+def _issue_basis(
+    k,
+    b_ready,
+    b_empty,
+    k0_desc,
+    k1_desc,
+    k2_desc,
+    c0,
+    s0,
+    c1,
+    s1,
+    c2,
+    s2,
+    KP: gl.constexpr,
+    K0W: gl.constexpr,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+    BLOCK_F: gl.constexpr,
+    N_CHUNKS: gl.constexpr,
+    BASIS_BYTES: gl.constexpr,
+):
+    """Chunk ``k``'s cos/sin basis into slot ``k % 2`` once the DFT products that last read it are done."""
+    slot = k % 2
+    f0 = (k % N_CHUNKS) * BLOCK_F
+    mbarrier.wait(b_empty.index(slot), ((k // 2) & 1) ^ 1)
+    bar = b_ready.index(slot)
+    mbarrier.expect(bar, BASIS_BYTES)
+    tma.async_copy_global_to_shared(k0_desc, [0, f0], bar, c0.index(slot))
+    tma.async_copy_global_to_shared(k0_desc, [KP, f0], bar, s0.index(slot))
+    if K1W > 0:
+        tma.async_copy_global_to_shared(k1_desc, [K0W, f0], bar, c1.index(slot))
+        tma.async_copy_global_to_shared(k1_desc, [KP + K0W, f0], bar, s1.index(slot))
+    if K2W > 0:
+        tma.async_copy_global_to_shared(k2_desc, [K0W + K1W, f0], bar, c2.index(slot))
+        tma.async_copy_global_to_shared(k2_desc, [KP + K0W + K1W, f0], bar, s2.index(slot))
+
+
+@gluon.jit
+def _tf32_round(v):
+    """fp32 → TF32, rounded to nearest (the tensor cores would truncate: a bias)."""
+    bits = v.to(gl.int32, bitcast=True)
+    return ((bits + 0x1000) & -8192).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _dft_async(
+    a_s0,
+    a_d0,
+    a_s1,
+    a_d1,
+    a_s2,
+    a_d2,
+    c0,
+    s0,
+    c1,
+    s1,
+    c2,
+    s2,
+    slot,
+    zero,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+):
+    """Issue one chunk's ``re``/``im`` products (asynchronous wgmma groups) from the frame registers."""
+    re = warpgroup_mma(a_s0, c0.index(slot), zero, is_async=True)
+    im = warpgroup_mma(a_d0, s0.index(slot), zero, is_async=True)
+    if K1W > 0:
+        re = warpgroup_mma(a_s1, c1.index(slot), re, is_async=True)
+        im = warpgroup_mma(a_d1, s1.index(slot), im, is_async=True)
+    if K2W > 0:
+        re = warpgroup_mma(a_s2, c2.index(slot), re, is_async=True)
+        im = warpgroup_mma(a_d2, s2.index(slot), im, is_async=True)
+    return re, im
+
+
+@gluon.jit
+def _peak(
+    acc, M0: gl.constexpr, MW: gl.constexpr, t0, t_end, n_mels, BLOCK_T: gl.constexpr, LAYOUT: gl.constexpr
+):
+    t = t0 + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, LAYOUT))
+    m = M0 + gl.arange(0, MW, layout=gl.SliceLayout(0, LAYOUT))
+    ok = gl.expand_dims(t < t_end, 1) & gl.expand_dims(m < n_mels, 0)
+    return gl.max(gl.max(gl.where(ok, acc, 0.0), axis=1), axis=0)
+
+
+@gluon.jit
+def _store_mels(
+    acc,
+    M0: gl.constexpr,
+    MW: gl.constexpr,
+    out_ptr,
+    b,
+    stride_ob,
+    stride_om,
+    t0,
+    t_end,
+    n_mels,
+    floor,
+    HAS_FLOOR: gl.constexpr,
+    LOG: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """Floor, log (``LOG``: :func:`nbxsig.kernels.mel.log_mode`) and store ``out[b, M0 + m, t]``, a warp
+    per mel column so the stores run along the frames."""
+    STORE: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
+    acc = gl.convert_layout(acc, STORE)
+    t = t0 + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, STORE))
+    m = M0 + gl.arange(0, MW, layout=gl.SliceLayout(0, STORE))
+    ok = gl.expand_dims(t < t_end, 1) & gl.expand_dims(m < n_mels, 0)
+    if HAS_FLOOR:
+        acc = gl.maximum(acc, floor)
+    if LOG == 1:
+        acc = gl.log2(acc) * 0.30102999566398120
+    elif LOG == 2:
+        acc = gl.log2(acc) * 0.69314718055994531
+    elif LOG == 3:
+        acc = gl.log2(acc)
+    elif LOG == 4:  # Whisper: (log10 + 4) / 4
+        acc = (gl.log2(acc) * 0.30102999566398120 + 4.0) * 0.25
+    offs = b * stride_ob + gl.expand_dims(m, 0).to(gl.int64) * stride_om + gl.expand_dims(t, 1).to(gl.int64)
+    gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@gluon.jit
+def _products(
+    args,
+    bufs,
+    bars,
+    out_ptr,
+    stride_ob,
+    stride_om,
+    peak_ptr,
+    n_mels,
+    power,
+    floor,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+    M1: gl.constexpr,
+    M2: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    BLOCK_F: gl.constexpr,
+    F_ALL: gl.constexpr,
+    POWER_MODE: gl.constexpr,
+    HAS_FLOOR: gl.constexpr,
+    LOG: gl.constexpr,
+    TRACK_PEAK: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """Default partition (one warpgroup): the DFT and mel products, then the epilogue."""
+    t_a, t_b, n_tt, n_tiles = args[2], args[3], args[6], args[7]
+    a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2 = bufs
+    a_ready, a_empty, b_ready, b_empty, f_ready, f_empty = bars
+    M2A: gl.constexpr = M2 if M2 > 0 else 16
+    N_CHUNKS: gl.constexpr = F_ALL // BLOCK_F
+    DFT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_F, 16]
+    )
+    MEL1: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, M1, 8]
+    )
+    MEL2: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, M2A, 8]
+    )
+    P1: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MEL1, k_width=1)
+    P2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MEL2, k_width=1)
+    AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=DFT, k_width=2)
+    zero = gl.zeros((BLOCK_T, BLOCK_F), dtype=gl.float32, layout=DFT)
+    i = 0
+    k = 0  # chunks done by this program: the rings' position
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        mbarrier.wait(a_ready.index(0), i & 1)
+        b, t0, t_end = _tile_of(tile, n_tt, t_a, t_b, BLOCK_T)
+        up = gl.expand_dims(up_rows.index(0).load(gl.SliceLayout(1, DFT)), 1)
+        # The frame tile to registers once (104 registers a thread at n_fft 400): the DFT products then read
+        # only the basis from shared memory, and the slot goes back to the loader at once.
+        fs0 = a_s0.index(0).load(AOP)
+        fd0 = a_d0.index(0).load(AOP)
+        fs1 = a_s1.index(0).load(AOP)
+        fd1 = a_d1.index(0).load(AOP)
+        fs2 = a_s2.index(0).load(AOP)
+        fd2 = a_d2.index(0).load(AOP)
+        gl.thread_barrier()  # every warp's reads of the slot are done before it goes back
+        mbarrier.arrive(a_empty.index(0), count=1)
+        acc1 = gl.zeros((BLOCK_T, M1), dtype=gl.float32, layout=MEL1)
+        acc2 = gl.zeros((BLOCK_T, M2A), dtype=gl.float32, layout=MEL2)
+        # Software pipeline over the chunks (unrolled): chunk c+1's DFT runs on the tensor cores while this
+        # warpgroup forms chunk c's power and issues its mel product. Each chunk starts by retiring every
+        # wgmma group (groups retire in issue order, and chunk c-1's mel product was issued after this
+        # chunk's DFT); the wait's deps keep chunk c-1's power, its mel product's register operand, alive.
+        mbarrier.wait(b_ready.index(k % 2), (k // 2) & 1)
+        re, im = _dft_async(fs0, fd0, fs1, fd1, fs2, fd2, c0, s0, c1, s1, c2, s2, k % 2, zero, K1W, K2W)
+        for c in gl.static_range(N_CHUNKS):
+            kc = k + c
+            if c == 0:
+                re, im = warpgroup_mma_wait(0, deps=[re, im])
+            else:
+                # p1/p2: chunk c-1's (the loop is unrolled at compile time)
+                deps = [re, im, acc1, acc2, p1, p2]  # noqa: F821
+                re, im, acc1, acc2, p1, p2 = warpgroup_mma_wait(0, deps=deps)
+                mbarrier.arrive(f_empty.index((kc - 1) % 2), count=1)  # chunk c-1's mel product is done
+            mbarrier.arrive(b_empty.index(kc % 2), count=1)
+            if c + 1 < N_CHUNKS:
+                mbarrier.wait(b_ready.index((kc + 1) % 2), ((kc + 1) // 2) & 1)
+                re_n, im_n = _dft_async(
+                    fs0, fd0, fs1, fd1, fs2, fd2, c0, s0, c1, s1, c2, s2, (kc + 1) % 2, zero, K1W, K2W
+                )
+            p = ((re * re + im * im) * up) * up  # two factors: up² alone can overflow
+            if POWER_MODE == 1:
+                p = gl.sqrt(p)
+            elif POWER_MODE == 0:
+                p = gl.where(p != 0, gl.exp2(gl.log2(gl.where(p != 0, p, 1.0)) * (power * 0.5)), 0.0)
+            p = _tf32_round(p)
+            slot = kc % 2
+            mbarrier.wait(f_ready.index(slot), (kc // 2) & 1)
+            p1 = gl.convert_layout(p, P1)
+            acc1 = warpgroup_mma(p1, fb1.index(slot).permute((1, 0)), acc1, is_async=True)
+            if M2 > 0:
+                p2 = gl.convert_layout(p, P2)
+                acc2 = warpgroup_mma(p2, fb2.index(slot).permute((1, 0)), acc2, is_async=True)
+            else:
+                p2 = p1
+            if c + 1 < N_CHUNKS:
+                re = re_n
+                im = im_n
+        acc1, acc2, p1, p2 = warpgroup_mma_wait(0, deps=[acc1, acc2, p1, p2])
+        k = k + N_CHUNKS
+        mbarrier.arrive(f_empty.index((k - 1) % 2), count=1)
+        i += 1  # noqa: SIM113
+        if TRACK_PEAK:  # Whisper: the signal's largest mel, as float bits (non-negative: int order)
+            peak = _peak(acc1, 0, M1, t0, t_end, n_mels, BLOCK_T, MEL1)
+            if M2 > 0:
+                peak = gl.maximum(peak, _peak(acc2, M1, M2, t0, t_end, n_mels, BLOCK_T, MEL2))
+            gl.atomic_max(peak_ptr + b, peak.to(gl.int32, bitcast=True))
+        _store_mels(
+            acc1,
+            0,
+            M1,
+            out_ptr,
+            b,
+            stride_ob,
+            stride_om,
+            t0,
+            t_end,
+            n_mels,
+            floor,
+            HAS_FLOOR,
+            LOG,
+            BLOCK_T,
+            num_warps,
+        )
+        if M2 > 0:
+            _store_mels(
+                acc2,
+                M1,
+                M2,
+                out_ptr,
+                b,
+                stride_ob,
+                stride_om,
+                t0,
+                t_end,
+                n_mels,
+                floor,
+                HAS_FLOOR,
+                LOG,
+                BLOCK_T,
+                num_warps,
+            )
+
+
+@gluon.jit
+def _mel_sm90_kernel(
+    x_ptr,
+    stride_xb,
+    wa_ptr,
+    wb_ptr,
+    k0_desc,
+    k1_desc,
+    k2_desc,
+    f1_desc,
+    f2_desc,
+    out_ptr,
+    stride_ob,
+    stride_om,
+    peak_ptr,
+    t_a,
+    t_b,
+    hop,
+    pad,
+    n_mels,
+    power,
+    floor,
+    n_tt,
+    n_tiles,
+    POWER_MODE: gl.constexpr,
+    HAS_FLOOR: gl.constexpr,
+    LOG: gl.constexpr,
+    TRACK_PEAK: gl.constexpr,
+    N_FFT: gl.constexpr,
+    KP: gl.constexpr,
+    F_ALL: gl.constexpr,
+    K0W: gl.constexpr,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+    M1: gl.constexpr,
+    M2: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    BLOCK_F: gl.constexpr,
+    ROWS: gl.constexpr,
+    LOADER_WARPS: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
+    VEC: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """Interior frames ``[t_a, t_b)`` of every signal, in ``n_tt`` tiles a signal (``n_tiles`` in all).
+    The basis descriptors cover ``(2·KP, F_ALL)`` fp16 (cos rows, then sin), split in K pieces of
+    ``K0W``/``K1W``/``K2W`` rows; the filter descriptors ``(M_TOT, F_ALL)`` TF32 values."""
+    gl.static_assert(num_warps == 4, "one warpgroup of products")
+    K1A: gl.constexpr = K1W if K1W > 0 else 16  # unused pieces get a minimal buffer
+    K2A: gl.constexpr = K2W if K2W > 0 else 16
+    M2A: gl.constexpr = M2 if M2 > 0 else 16
+    frames0: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, K0W], gl.float16)
+    frames1: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, K1A], gl.float16)
+    frames2: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, K2A], gl.float16)
+    a_s0 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K0W], frames0)
+    a_d0 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K0W], frames0)
+    a_s1 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K1A], frames1)
+    a_d1 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K1A], frames1)
+    a_s2 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K2A], frames2)
+    a_d2 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K2A], frames2)
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    up_rows = gl.allocate_shared_memory(gl.float32, [1, BLOCK_T], flat)
+    peak_rows = gl.allocate_shared_memory(gl.float32, [BLOCK_T], flat)
+    c0 = gl.allocate_shared_memory(gl.float16, [2, K0W, BLOCK_F], k0_desc.layout)
+    s0 = gl.allocate_shared_memory(gl.float16, [2, K0W, BLOCK_F], k0_desc.layout)
+    c1 = gl.allocate_shared_memory(gl.float16, [2, K1A, BLOCK_F], k1_desc.layout)
+    s1 = gl.allocate_shared_memory(gl.float16, [2, K1A, BLOCK_F], k1_desc.layout)
+    c2 = gl.allocate_shared_memory(gl.float16, [2, K2A, BLOCK_F], k2_desc.layout)
+    s2 = gl.allocate_shared_memory(gl.float16, [2, K2A, BLOCK_F], k2_desc.layout)
+    fb1 = gl.allocate_shared_memory(gl.float32, [2, M1, BLOCK_F], f1_desc.layout)
+    fb2 = gl.allocate_shared_memory(gl.float32, [2, M2A, BLOCK_F], f2_desc.layout)
+    # The folded window tables, staged once: the loader re-reads them every tile from shared memory (from
+    # global memory the compiler hoists them out of the tile loop into registers, which spill).
+    w_a = gl.allocate_shared_memory(gl.float32, [256], flat)
+    w_b = gl.allocate_shared_memory(gl.float32, [256], flat)
+    kw = gl.arange(0, 256, layout=gl.BlockedLayout([2], [32], [num_warps], [0]))
+    w_a.store(gl.load(wa_ptr + kw, mask=kw < KP, other=0.0))
+    w_b.store(gl.load(wb_ptr + kw, mask=kw < KP, other=0.0))
+    # Barriers start with phase 1 complete, so a producer's first wait on an "empty" one passes at once.
+    a_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    a_empty = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    b_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    b_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    f_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    f_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(a_ready.index(0), count=1)
+    mbarrier.init(a_empty.index(0), count=1)
+    for j in gl.static_range(2):
+        mbarrier.init(b_ready.index(j), count=1)
+        mbarrier.init(b_empty.index(j), count=1)
+        mbarrier.init(f_ready.index(j), count=1)
+        mbarrier.init(f_empty.index(j), count=1)
+    tiles = (x_ptr, stride_xb, t_a, t_b, hop, pad, n_tt, n_tiles)
+    gl.warp_specialize(
+        [
+            (
+                _products,
+                (
+                    tiles,
+                    (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2),
+                    (a_ready, a_empty, b_ready, b_empty, f_ready, f_empty),
+                    out_ptr,
+                    stride_ob,
+                    stride_om,
+                    peak_ptr,
+                    n_mels,
+                    power,
+                    floor,
+                    K1W,
+                    K2W,
+                    M1,
+                    M2,
+                    BLOCK_T,
+                    BLOCK_F,
+                    F_ALL,
+                    POWER_MODE,
+                    HAS_FLOOR,
+                    LOG,
+                    TRACK_PEAK,
+                    num_warps,
+                ),
+            ),
+            (
+                _loader,
+                (
+                    tiles,
+                    (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, w_a, w_b, peak_rows),
+                    (a_ready, a_empty),
+                    K0W,
+                    K1W,
+                    K2W,
+                    BLOCK_T,
+                    ROWS,
+                    VEC,
+                    N_FFT,
+                    LOADER_WARPS,
+                ),
+            ),
+            (
+                _tma_issuer,
+                (
+                    (n_tiles, k0_desc, k1_desc, k2_desc, f1_desc, f2_desc),
+                    (c0, s0, c1, s1, c2, s2, fb1, fb2),
+                    (b_ready, b_empty, f_ready, f_empty),
+                    KP,
+                    K0W,
+                    K1W,
+                    K2W,
+                    M1,
+                    M2,
+                    BLOCK_F,
+                    F_ALL,
+                ),
+            ),
+        ],
+        [LOADER_WARPS, 1],
+        [LOADER_REGS, 24],
+    )
+
+
+def supports(x: torch.Tensor, *, n_fft: int, n_mels: int, precision: str) -> bool:
+    """Whether this kernel serves the interior frames: fp32 input on an sm_90 GPU at "tf32" precision,
+    ``MIN_N_FFT <= n_fft <= MAX_N_FFT`` and at most ``MAX_MELS`` mels."""
+    return (
+        x.is_cuda
+        and x.dtype == torch.float32
+        and precision == "tf32"
+        and MIN_N_FFT <= n_fft <= MAX_N_FFT
+        and n_mels <= MAX_MELS
+        and torch.cuda.get_device_capability(x.device) == (9, 0)
+    )
+
+
+def k_pieces(kp: int) -> tuple[int, int, int]:
+    """``kp`` (a multiple of 16) as up to three power-of-two wgmma K pieces, largest first, zeros after:
+    208 → (128, 64, 16)."""
+    units = kp // 16
+    widths = [16 << b for b in range(units.bit_length() - 1, -1, -1) if units >> b & 1]
+    return tuple(widths + [0] * (3 - len(widths)))
+
+
+def _operands(window, filters, *, n_fft, scale, power, m1, m2):
+    """The folded window tables, the fp16 (cos, sin) basis ``(2·KP, F_ALL)``, the TF32 filters ``(M_TOT,
+    F_ALL)`` with ``scale^power`` folded in, and their TMA descriptors; cached per operands."""
+    from . import mel as kmel
+
+    half = n_fft // 2 + 1
+    kp = cdiv(half, 16) * 16
+    f_all = cdiv(kp, BLOCK_F) * BLOCK_F
+    m_tot = m1 + m2
+
+    def build():
+        k_pad = cdiv(half, 32) * 32
+        wa, wb, (cos, _, _), (sin, _, _), _ = kmel._packed(window, filters, n_fft, 1.0, k_pad, kp, m_tot)
+        basis = torch.zeros(2, kp, f_all, dtype=torch.float16, device=window.device)
+        basis[0, :, :kp] = cos[:kp]
+        basis[1, :, :kp] = sin[:kp]
+        basis = basis.view(2 * kp, f_all)
+        fbt = torch.zeros(m_tot, f_all, dtype=torch.float32, device=window.device)
+        fbt[:, :kp] = kmel._filter_planes(filters, scale**power, kp, m_tot)[1].t()
+        k0, k1, k2 = k_pieces(kp)
+
+        def desc(t, rows):
+            dtype = gl.float16 if t.dtype == torch.float16 else gl.float32
+            layout = gl.NVMMASharedLayout.get_default_for([rows, BLOCK_F], dtype)
+            return TensorDescriptor.from_tensor(t, [rows, BLOCK_F], layout)
+
+        descs = (
+            desc(basis, k0),
+            desc(basis, k1 or 16),
+            desc(basis, k2 or 16),
+            desc(fbt, m1),
+            desc(fbt, m2 or 16),
+        )
+        return wa, wb, basis, fbt, descs, (kp, f_all, k0, k1, k2)
+
+    key = ("sm90", id(window), kmel.version(window), id(filters), kmel.version(filters), n_fft, scale, power)
+    return kmel.memoized(_OPERANDS, key, (window, filters), build)
+
+
+_OPERANDS: OrderedDict = OrderedDict()
+
+
+def launch_interior(
+    x,
+    out,
+    peak,
+    *,
+    window,
+    filters,
+    n_fft,
+    hop_length,
+    pad,
+    power,
+    scale,
+    floor,
+    t_a,
+    t_b,
+    n_mels,
+    m1,
+    m2,
+    power_mode,
+    log_mode,
+    whisper,
+) -> None:
+    """Frames ``[t_a, t_b)`` of the contiguous fp32 ``x (B, L)`` into ``out (B, n_mels, T)``; Whisper's
+    per-signal maximum into ``peak`` (float bits). The caller (:func:`nbxsig.kernels.mel._launch`)
+    checked :func:`supports` and runs the edge frames and Whisper's second pass."""
+    wa, wb, _, _, descs, (kp, f_all, k0, k1, k2) = _operands(
+        window, filters, n_fft=n_fft, scale=scale, power=power, m1=m1, m2=m2
+    )
+    batch = x.shape[0]
+    n_tt = cdiv(t_b - t_a, BLOCK_T)
+    n_tiles = n_tt * batch
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    aligned = hop_length % 4 == 0 and pad % 4 == 0 and x.stride(0) % 4 == 0 and x.data_ptr() % 16 == 0
+    _mel_sm90_kernel[(min(n_tiles, sms),)](
+        x,
+        x.stride(0),
+        wa,
+        wb,
+        *descs,
+        out,
+        out.stride(0),
+        out.stride(1),
+        peak,
+        t_a,
+        t_b,
+        hop_length,
+        pad,
+        n_mels,
+        float(power),
+        float(floor or 0.0),
+        n_tt,
+        n_tiles,
+        POWER_MODE=power_mode,
+        HAS_FLOOR=floor is not None,
+        LOG=log_mode,
+        TRACK_PEAK=whisper,
+        N_FFT=n_fft,
+        KP=kp,
+        F_ALL=f_all,
+        K0W=k0,
+        K1W=k1,
+        K2W=k2,
+        M1=m1,
+        M2=m2,
+        BLOCK_T=BLOCK_T,
+        BLOCK_F=BLOCK_F,
+        ROWS=ROWS,
+        LOADER_WARPS=LOADER_WARPS,
+        LOADER_REGS=LOADER_REGS,
+        VEC=aligned,
+        num_warps=4,
+        maxnreg=_MAXNREG,
+    )
