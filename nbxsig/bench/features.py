@@ -2,10 +2,12 @@
 
 Rows: MelSpectrogram 16 kHz n_fft=400 hop=160 80 mels on 64 × 30 s fp32 at matmul precision
 "highest" and "high" through the auto path (on a GPU: nbxsig.stft.spectrogram -- the four-step
-kernel of ``nbxsig.kernels.fourstep`` at n_fft 400 -- + one mel matmul), two GPU paths forced
-("probe": the fused four-step mel kernel, and spectrogram + matmul), the dense fused kernel and the
-torch backend at both precisions for comparison, the Whisper log10 front end (auto, and with the
-four-step kernel off everywhere: the FFT spectrogram + matmul), and one push of a 256-stream
+kernel of ``nbxsig.kernels.fourstep`` at n_fft 400 -- + one mel matmul; at "high" on an H100/H200 the
+Gluon kernel of ``nbxsig.kernels.mel_sm90``), three GPU paths forced ("probe": the fused four-step
+mel kernel, spectrogram + matmul, and the sm_90 kernel), the dense fused kernel and the torch
+backend at both precisions for comparison, the Whisper log10 front end (auto; without the sm_90
+kernel; and with it and the four-step kernel off everywhere: the FFT spectrogram + matmul), and one
+push of a 256-stream
 streaming iSTFT (n_fft 20, hop 5, 10 ms at 24 kHz = 48 frames) against ``torch.istft`` on the same
 chunk (which carries no state).
 """
@@ -36,16 +38,32 @@ def _with_precision(precision: str, fn):
 
 
 def _without_fourstep(fn):
-    """``fn`` with the four-step kernel off in every auto path (``kernels.fourstep.*_AUTO``)."""
+    """``fn`` with the four-step and sm_90 kernels off in every auto path (``kernels.fourstep.*_AUTO``,
+    ``kernels.mel.SM90_AUTO``)."""
     from ..kernels import fourstep
 
     def run():
         saved = fourstep.MEL_AUTO, fourstep.SPECTROGRAM_AUTO
         fourstep.MEL_AUTO = fourstep.SPECTROGRAM_AUTO = False
         try:
-            return fn()
+            return _without_sm90(fn)()
         finally:
             fourstep.MEL_AUTO, fourstep.SPECTROGRAM_AUTO = saved
+
+    return run
+
+
+def _without_sm90(fn):
+    """``fn`` with the sm_90 Gluon mel kernel off the auto path (``kernels.mel.SM90_AUTO``)."""
+    from ..kernels import mel as kmel
+
+    def run():
+        saved = kmel.SM90_AUTO
+        kmel.SM90_AUTO = False
+        try:
+            return fn()
+        finally:
+            kmel.SM90_AUTO = saved
 
     return run
 
@@ -139,25 +157,28 @@ def cases(*, quick: bool = False) -> list[Case]:
                     check=_with_precision(precision, lambda impl=impl: _rel(impl(x[:8]), mel64)),
                 )
             )
-    # Both GPU paths of mel_path forced, for the dispatch rule's record: the four-step kernel (the
-    # auto path for composite n_fft) and nbxsig.stft's spectrogram + one mel matmul.
-    for precision in ("highest", "high"):
-        for path in ("fourstep", "unfused"):
-            out.append(
-                Case(
-                    name=f"{name}, {precision}, _path={path}",
-                    run=_with_precision(
-                        precision, lambda path=path: kmel.mel_spectrogram(x, **common, _path=path)
-                    ),
-                    baseline=_with_precision(precision, lambda: theirs(x)),
-                    bytes_moved=mel_bytes,
-                    target="probe",
-                    check=_with_precision(
-                        precision,
-                        lambda path=path: _rel(kmel.mel_spectrogram(x[:8], **common, _path=path), mel64),
-                    ),
-                )
+    # The GPU paths forced, for the dispatch rule's record: the four-step kernel, nbxsig.stft's
+    # spectrogram + one mel matmul (the auto path without the sm_90 kernel) and, on an H100/H200, the
+    # sm_90 kernel (TF32 only, so at "high" alone).
+    forced = [(p, path) for p in ("highest", "high") for path in ("fourstep", "unfused")]
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0):
+        forced.append(("high", "sm90"))
+    for precision, path in forced:
+        out.append(
+            Case(
+                name=f"{name}, {precision}, _path={path}",
+                run=_with_precision(
+                    precision, lambda path=path: kmel.mel_spectrogram(x, **common, _path=path)
+                ),
+                baseline=_with_precision(precision, lambda: theirs(x)),
+                bytes_moved=mel_bytes,
+                target="probe",
+                check=_with_precision(
+                    precision,
+                    lambda path=path: _rel(kmel.mel_spectrogram(x[:8], **common, _path=path), mel64),
+                ),
             )
+        )
     for precision in ("highest", "high"):
         out.append(
             Case(
@@ -172,7 +193,18 @@ def cases(*, quick: bool = False) -> list[Case]:
             )
         )
 
-    # Whisper with the four-step kernel switched off (the previous auto path: FFT + matmul).
+    # Whisper at "high" without the sm_90 kernel (the four-step spectrogram + the projection).
+    out.append(
+        Case(
+            name=f"Whisper log-mel (80 mels, max−8), {batch}×{seconds} s, high, without the sm_90 kernel",
+            run=_without_sm90(_with_precision("high", lambda: nf.whisper_log_mel(x))),
+            baseline=_with_precision("high", lambda: torch.clamp(theirs(x)[..., :-1], min=1e-10).log10()),
+            bytes_moved=mel_bytes,
+            target="probe",
+            check=_without_sm90(_with_precision("high", lambda: _rel(nf.whisper_log_mel(x[:8]), whisper64))),
+        )
+    )
+    # Whisper with the four-step and sm_90 kernels switched off (the older auto path: FFT + matmul).
     for precision in ("highest", "high"):
         unfused = _without_fourstep(_with_precision(precision, lambda: nf.whisper_log_mel(x)))
         out.append(
