@@ -932,12 +932,13 @@ def test_torch_backend_mel_is_torch_fft_outside_an_export(center, generator, mon
 # ---------------------------------------------------------------- the sm_90 kernel's CPU-side contract
 
 
-def test_sm90_path_refuses_what_it_cannot_run(generator):
+def test_sm90_path_refuses_what_it_cannot_run(generator, monkeypatch):
     # The Gluon kernel runs only on an H100/H200 (tests/test_features_gpu.py); elsewhere the private
-    # _path="sm90" is a clear error and the auto path never picks it.
+    # _path="sm90" is a clear error and the auto path never picks it, even with its switch on.
     from nbxsig.kernels import mel as kmel
     from nbxsig.kernels import mel_sm90
 
+    monkeypatch.setattr(kmel, "SM90_AUTO", True)
     x = random_tensor((2, 4000), generator=generator)
     window = nf.prepare_window(None, 400, 400, x.device)
     filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=torch.float64)

@@ -73,7 +73,7 @@ def whisper_oracle(audio: torch.Tensor, n_mels: int) -> torch.Tensor:
 def test_gpu_mel_full_size(precision, cuda_device, generator, monkeypatch):
     from nbxsig.kernels import mel as kmel
 
-    # The unfused path at either precision (the sm_90 kernel's own tests are below).
+    # The unfused path at either precision, whatever SM90_AUTO says (the sm_90 kernel's tests are below).
     monkeypatch.setattr(kmel, "SM90_AUTO", False)
     x = random_tensor((4, 16000 * 3), generator=generator)
     expected = stft_mel_oracle(x.double(), sample_rate=16000, n_fft=400, hop=160, n_mels=80)
@@ -260,8 +260,10 @@ def test_gpu_sm90_whisper(sm90_device, tf32_matmul, generator):
 
 @pytest.mark.gpu
 def test_gpu_sm90_is_the_auto_path_at_tf32_only(sm90_device, generator, monkeypatch):
+    from nbxsig.kernels import mel as kmel
     from nbxsig.kernels import mel_sm90
 
+    monkeypatch.setattr(kmel, "SM90_AUTO", True)  # the rule itself, whatever the switch's default
     launches = []
     original = mel_sm90.launch_interior
     monkeypatch.setattr(mel_sm90, "launch_interior", lambda *a, **k: launches.append(1) or original(*a, **k))

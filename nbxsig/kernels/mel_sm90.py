@@ -25,10 +25,12 @@ One persistent program per SM walks tiles ``pid, pid + nprog, …`` with three p
   asynchronously, form ``P`` and issue the chunk's mel product from registers. Then the epilogue
   (floor, log, Whisper's per-example maximum) and the stores.
 
-Measured (H100, 64 × 30 s, n_fft 400, hop 160, 80 mels, docs/features.md): 218-221 µs against
-308 µs for the Triton path (``nbxsig.stft``'s four-step spectrogram + the mel projection) and
-~1450 µs for torchaudio. Gluon has no interpreter: the CPU suite compiles this kernel for sm_90
-offline (tests/test_features_compile.py); tests/test_features_gpu.py runs it.
+Its prototype (``experiment/gluon-dense-mel``, v13a1b2) measured 218-220 µs on an H100 (64 × 30 s,
+n_fft 400, hop 160, 80 mels) against 308 µs for the Triton path (``nbxsig.stft``'s four-step
+spectrogram + the mel projection) and ~1450 µs for torchaudio (docs/features.md). This module has
+not yet run on a GPU, so :data:`nbxsig.kernels.mel.SM90_AUTO` keeps it off the auto path. Gluon has
+no interpreter: the CPU suite compiles the kernel for sm_90 offline (tests/test_features_compile.py);
+tests/test_features_gpu.py runs it.
 """
 
 from __future__ import annotations
