@@ -879,21 +879,21 @@ def _unfused(
 SM90_AUTO = False
 
 
-def _sm90_supported(x: torch.Tensor, filters: torch.Tensor, n_fft: int) -> bool:
+def _sm90_supported(x: torch.Tensor, filters: torch.Tensor, opts: dict) -> bool:
     from . import mel_sm90
 
-    precision = dot_precision(x.device)
-    return x.is_cuda and mel_sm90.supports(x, n_fft=n_fft, n_mels=filters.shape[1], precision=precision)
+    precision = opts["_precision"] or dot_precision(x.device)
+    return mel_sm90.supports(x, n_fft=opts["n_fft"], n_mels=filters.shape[1], precision=precision)
 
 
 def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) -> torch.Tensor:
     path = _path or mel_path(device_type=x.device.type, n_fft=opts["n_fft"])
     private = opts["_precision"] is not None or opts["_config"] is not None
     auto_sm90 = _path is None and path == "unfused" and SM90_AUTO and not private
-    if auto_sm90 and _sm90_supported(x, filters, opts["n_fft"]):
+    if auto_sm90 and _sm90_supported(x, filters, opts):
         path = "sm90"
     if path == "sm90":
-        if not _sm90_supported(x, filters, opts["n_fft"]):
+        if not _sm90_supported(x, filters, opts):
             from . import mel_sm90
 
             raise bad_value(
