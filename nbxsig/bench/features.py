@@ -3,14 +3,13 @@
 Rows: MelSpectrogram 16 kHz n_fft=400 hop=160 80 mels on 64 × 30 s fp32 at matmul precision
 "highest" and "high" through the auto path (on a GPU: nbxsig.stft.spectrogram -- the four-step
 kernel of ``nbxsig.kernels.fourstep`` at n_fft 400 -- + one mel matmul; at "high" on an H100/H200 the
-Gluon kernel of ``nbxsig.kernels.mel_sm90`` where ``kernels.mel.SM90_AUTO`` is on), three GPU paths
+Gluon kernel of ``nbxsig.kernels.mel_sm90`` where ``kernels.mel.SM90_AUTO`` is on), the GPU paths
 forced ("probe": the fused four-step mel kernel, spectrogram + matmul, and on sm_90 the Gluon
-kernel), the dense fused kernel and the torch
-backend at both precisions for comparison, the Whisper log10 front end (auto; without the sm_90
-kernel; and with it and the four-step kernel off everywhere: the FFT spectrogram + matmul), and one
-push of a 256-stream
-streaming iSTFT (n_fft 20, hop 5, 10 ms at 24 kHz = 48 frames) against ``torch.istft`` on the same
-chunk (which carries no state).
+kernel), the dense fused kernel and the torch backend at both precisions for comparison, the Whisper
+log10 front end (auto; at "high" without the sm_90 kernel; and with it and the four-step kernel off
+everywhere: the FFT spectrogram + matmul), and one push of a 256-stream streaming iSTFT (n_fft 20,
+hop 5, 10 ms at 24 kHz = 48 frames) against ``torch.istft`` on the same chunk (which carries no
+state).
 """
 
 from __future__ import annotations
