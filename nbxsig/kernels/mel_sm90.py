@@ -206,71 +206,30 @@ def _tma_issuer(
     F_ALL: gl.constexpr,
 ):
     """Worker: the basis and filter chunks, the same sequence for every tile, each into a two-slot ring."""
-    n_tiles, k0_desc, k1_desc, k2_desc, f1_desc, f2_desc = args
-    c0, s0, c1, s1, c2, s2, fb1, fb2 = bufs
+    n_tiles, basis_descs, f1_desc, f2_desc = args
+    basis, fb1, fb2 = bufs
     b_ready, b_empty, f_ready, f_empty = bars
     N_CHUNKS: gl.constexpr = F_ALL // BLOCK_F
-    BASIS_BYTES: gl.constexpr = (K0W + K1W + K2W) * BLOCK_F * 4
     FILTER_BYTES: gl.constexpr = (M1 + M2) * BLOCK_F * 4
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     total = (n_tiles - pid + nprog - 1) // nprog * N_CHUNKS
-    # The basis runs one chunk ahead of the filters in this warp's program order: a filter slot frees only
-    # when the mel product two chunks back retires, and waiting for it before the next basis copy would
-    # hold that copy back to just before its use.
-    if total > 0:
-        _issue_basis(
-            0,
-            b_ready,
-            b_empty,
-            k0_desc,
-            k1_desc,
-            k2_desc,
-            c0,
-            s0,
-            c1,
-            s1,
-            c2,
-            s2,
-            KP,
-            K0W,
-            K1W,
-            K2W,
-            BLOCK_F,
-            N_CHUNKS,
-            BASIS_BYTES,
-        )
-    for k in range(total):
-        if k + 1 < total:
-            _issue_basis(
-                k + 1,
-                b_ready,
-                b_empty,
-                k0_desc,
-                k1_desc,
-                k2_desc,
-                c0,
-                s0,
-                c1,
-                s1,
-                c2,
-                s2,
-                KP,
-                K0W,
-                K1W,
-                K2W,
-                BLOCK_F,
-                N_CHUNKS,
-                BASIS_BYTES,
-            )
-        slot = k % 2
-        f0 = (k % N_CHUNKS) * BLOCK_F
-        mbarrier.wait(f_empty.index(slot), ((k // 2) & 1) ^ 1)
-        bar = f_ready.index(slot)
-        mbarrier.expect(bar, FILTER_BYTES)
-        tma.async_copy_global_to_shared(f1_desc, [0, f0], bar, fb1.index(slot))
-        if M2 > 0:
-            tma.async_copy_global_to_shared(f2_desc, [M1, f0], bar, fb2.index(slot))
+    # The basis runs one chunk ahead of the filters in this warp's program order (step s: basis s, then
+    # filters s - 1): a filter slot frees only when the mel product two chunks back retires, and waiting
+    # for it before the next basis copy would hold that copy back to just before its use.
+    for step in range(total + 1):
+        if step < total:
+            _issue_basis(step, b_ready, b_empty, basis_descs, basis, KP, K0W, K1W, K2W, BLOCK_F, N_CHUNKS)
+        if step > 0:
+            k = step - 1
+            slot = k % 2
+            f0 = (k % N_CHUNKS) * BLOCK_F
+            mbarrier.wait(f_empty.index(slot), ((k // 2) & 1) ^ 1)
+            bar = f_ready.index(slot)
+            mbarrier.expect(bar, FILTER_BYTES)
+            tma.async_copy_global_to_shared(f1_desc, [0, f0], bar, fb1.index(slot))
+            if M2 > 0:
+                tma.async_copy_global_to_shared(f2_desc, [M1, f0], bar, fb2.index(slot))
 
 
 @gluon.jit
@@ -278,29 +237,23 @@ def _issue_basis(
     k,
     b_ready,
     b_empty,
-    k0_desc,
-    k1_desc,
-    k2_desc,
-    c0,
-    s0,
-    c1,
-    s1,
-    c2,
-    s2,
+    descs,
+    basis,
     KP: gl.constexpr,
     K0W: gl.constexpr,
     K1W: gl.constexpr,
     K2W: gl.constexpr,
     BLOCK_F: gl.constexpr,
     N_CHUNKS: gl.constexpr,
-    BASIS_BYTES: gl.constexpr,
 ):
     """Chunk ``k``'s cos/sin basis into slot ``k % 2`` once the DFT products that last read it are done."""
+    k0_desc, k1_desc, k2_desc = descs
+    c0, s0, c1, s1, c2, s2 = basis
     slot = k % 2
     f0 = (k % N_CHUNKS) * BLOCK_F
     mbarrier.wait(b_empty.index(slot), ((k // 2) & 1) ^ 1)
     bar = b_ready.index(slot)
-    mbarrier.expect(bar, BASIS_BYTES)
+    mbarrier.expect(bar, (K0W + K1W + K2W) * BLOCK_F * 4)  # cos + sin, fp16
     tma.async_copy_global_to_shared(k0_desc, [0, f0], bar, c0.index(slot))
     tma.async_copy_global_to_shared(k0_desc, [KP, f0], bar, s0.index(slot))
     if K1W > 0:
@@ -686,8 +639,8 @@ def _mel_sm90_kernel(
             (
                 _tma_issuer,
                 (
-                    (n_tiles, k0_desc, k1_desc, k2_desc, f1_desc, f2_desc),
-                    (c0, s0, c1, s1, c2, s2, fb1, fb2),
+                    (n_tiles, (k0_desc, k1_desc, k2_desc), f1_desc, f2_desc),
+                    ((c0, s0, c1, s1, c2, s2), fb1, fb2),
                     (b_ready, b_empty, f_ready, f_empty),
                     KP,
                     K0W,
