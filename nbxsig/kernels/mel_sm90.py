@@ -317,21 +317,16 @@ def _store_mels(
     acc,
     M0: gl.constexpr,
     MW: gl.constexpr,
-    out_ptr,
-    b,
-    stride_ob,
-    stride_om,
-    t0,
-    t_end,
-    n_mels,
-    floor,
+    dest,
     HAS_FLOOR: gl.constexpr,
     LOG: gl.constexpr,
     BLOCK_T: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     """Floor, log (``LOG``: :func:`nbxsig.kernels.mel.log_mode`) and store ``out[b, M0 + m, t]``, a warp
-    per mel column so the stores run along the frames."""
+    per mel column so the stores run along the frames. ``dest``: (out_ptr, b, stride_ob, stride_om, t0,
+    t_end, n_mels, floor)."""
+    out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor = dest
     STORE: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
     acc = gl.convert_layout(acc, STORE)
     t = t0 + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, STORE))
@@ -356,13 +351,7 @@ def _products(
     args,
     bufs,
     bars,
-    out_ptr,
-    stride_ob,
-    stride_om,
-    peak_ptr,
-    n_mels,
-    power,
-    floor,
+    outputs,
     K1W: gl.constexpr,
     K2W: gl.constexpr,
     M1: gl.constexpr,
@@ -380,6 +369,7 @@ def _products(
     t_a, t_b, n_tt, n_tiles = args[2], args[3], args[6], args[7]
     a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2 = bufs
     a_ready, a_empty, b_ready, b_empty, f_ready, f_empty = bars
+    out_ptr, stride_ob, stride_om, peak_ptr, n_mels, power, floor = outputs
     M2A: gl.constexpr = M2 if M2 > 0 else 16
     N_CHUNKS: gl.constexpr = F_ALL // BLOCK_F
     DFT: gl.constexpr = gl.NVMMADistributedLayout(
@@ -461,41 +451,10 @@ def _products(
             if M2 > 0:
                 peak = gl.maximum(peak, _peak(acc2, M1, M2, t0, t_end, n_mels, BLOCK_T, MEL2))
             gl.atomic_max(peak_ptr + b, peak.to(gl.int32, bitcast=True))
-        _store_mels(
-            acc1,
-            0,
-            M1,
-            out_ptr,
-            b,
-            stride_ob,
-            stride_om,
-            t0,
-            t_end,
-            n_mels,
-            floor,
-            HAS_FLOOR,
-            LOG,
-            BLOCK_T,
-            num_warps,
-        )
+        dest = (out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor)
+        _store_mels(acc1, 0, M1, dest, HAS_FLOOR, LOG, BLOCK_T, num_warps)
         if M2 > 0:
-            _store_mels(
-                acc2,
-                M1,
-                M2,
-                out_ptr,
-                b,
-                stride_ob,
-                stride_om,
-                t0,
-                t_end,
-                n_mels,
-                floor,
-                HAS_FLOOR,
-                LOG,
-                BLOCK_T,
-                num_warps,
-            )
+            _store_mels(acc2, M1, M2, dest, HAS_FLOOR, LOG, BLOCK_T, num_warps)
 
 
 @gluon.jit
@@ -599,13 +558,7 @@ def _mel_sm90_kernel(
                     tiles,
                     (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2),
                     (a_ready, a_empty, b_ready, b_empty, f_ready, f_empty),
-                    out_ptr,
-                    stride_ob,
-                    stride_om,
-                    peak_ptr,
-                    n_mels,
-                    power,
-                    floor,
+                    (out_ptr, stride_ob, stride_om, peak_ptr, n_mels, power, floor),
                     K1W,
                     K2W,
                     M1,
