@@ -6,9 +6,10 @@ there, and the same error class (TF32: 10 mantissa bits, operands rounded to nea
 spectrum in device memory. Per tile of ``BLOCK_T = 64`` frames of one signal::
 
     a[t, k] = x[t·hop + k]·w[k],  b[t, k] = x[t·hop + n − k]·w[n − k]       (k = 0 .. n/2)
-    s = (a + b)·2^-e[t],  d = (a − b)·2^-e[t]                 fp16, e[t]: the frame's exponent
+    s = (a + b)·σ[t],  d = (a − b)·σ[t]                       fp16; σ[t] a power of two that puts
+                                                              the frame's largest |a|, |b| in [2^13, 2^14)
     re = s @ cos,  im = d @ −sin                              fp16 wgmma, fp32 accumulators
-    P = (re² + im²)^(power/2) · 2^(2e[t])                     TF32, rounded to nearest
+    P = ((re² + im²) / σ[t]²)^(power/2)                       TF32, rounded to nearest
     mel = P @ fb                                              TF32 wgmma
 
 The real-input symmetry folds each frame in half (``s``/``d``), so the DFT is two 64 × (n/2+1) ×
