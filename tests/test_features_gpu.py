@@ -249,13 +249,23 @@ def test_gpu_sm90_kernel_strided_input(sm90_device, tf32_matmul, generator):
 
 
 @pytest.mark.gpu
-def test_gpu_sm90_whisper(sm90_device, tf32_matmul, generator):
+@pytest.mark.parametrize("n_mels", [80, 128])  # Whisper large-v3 has 128
+def test_gpu_sm90_whisper(n_mels, sm90_device, tf32_matmul, generator, monkeypatch):
+    from nbxsig.kernels import mel as kmel
+    from nbxsig.kernels import mel_sm90
+
+    monkeypatch.setattr(kmel, "SM90_AUTO", True)  # Whisper reaches the kernel through the auto path
+    launches = []
+    original = mel_sm90.launch_interior
+    monkeypatch.setattr(mel_sm90, "launch_interior", lambda *a, **k: launches.append(1) or original(*a, **k))
     audio = 0.1 * random_tensor((3, 16000 * 5 + 31), generator=generator)
     audio[1] *= 1e-3
-    got = nf.whisper_log_mel(audio.to(sm90_device), backend="triton")
+    got = nf.whisper_log_mel(audio.to(sm90_device), n_mels=n_mels, backend="triton")
+    assert launches, "the sm_90 kernel did not run"
     for i in range(3):
         # TF32 mels: ~2e-4 relative, ~2e-5 in (log10 + 4) / 4; elementwise a few times that.
-        assert_close(got[i], whisper_oracle(audio[i].double(), 80), atol=2e-3, rtol=2e-3, rel_error=1e-4)
+        expected = whisper_oracle(audio[i].double(), n_mels)
+        assert_close(got[i], expected, atol=2e-3, rtol=2e-3, rel_error=1e-4)
 
 
 @pytest.mark.gpu
