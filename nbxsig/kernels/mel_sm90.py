@@ -131,7 +131,7 @@ def _loader(
     SMALL: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0])
     i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        mbarrier.wait(a_empty.index(0), (i & 1) ^ 1)
+        mbarrier.wait(a_empty, (i & 1) ^ 1)
         b, t0, t_end = _tile_of(tile, n_tt, t_a, t_b, BLOCK_T)
         # Offsets from the signal's start, not the tile's: offsets that do not depend on the tile would be
         # hoisted out of the tile loop and held in registers (they spilled).
@@ -171,16 +171,16 @@ def _loader(
             # range above and the sum of 208 terms below 65504) and P is scaled back by 2^(2(e − 140)).
             e = gl.minimum(gl.maximum((peak.to(gl.int32, bitcast=True) >> 23) & 0xFF, 14), 253)
             down = ((267 - e) << 23).to(gl.float32, bitcast=True)  # 2^(140 - e)
-            up_rows.index(0).slice(r0, ROWS).store(((e - 13) << 23).to(gl.float32, bitcast=True))
-            _store_folded(a_s0.index(0), a_d0.index(0), r0, ROWS, a0, b0, down)
+            up_rows.slice(r0, ROWS).store(((e - 13) << 23).to(gl.float32, bitcast=True))
+            _store_folded(a_s0, a_d0, r0, ROWS, a0, b0, down)
             if K1W > 0:
-                _store_folded(a_s1.index(0), a_d1.index(0), r0, ROWS, a1, b1, down)
+                _store_folded(a_s1, a_d1, r0, ROWS, a1, b1, down)
         if K2W > 0:
             gl.thread_barrier()  # every row group's scale is in up_rows
-            e_s = (up_rows.index(0).load(gl.SliceLayout(1, SMALL)).to(gl.int32, bitcast=True) >> 23) + 13
+            e_s = (up_rows.load(gl.SliceLayout(1, SMALL)).to(gl.int32, bitcast=True) >> 23) + 13
             _store_folded(
-                a_s2.index(0),
-                a_d2.index(0),
+                a_s2,
+                a_d2,
                 0,
                 BLOCK_T,
                 a2,
@@ -188,7 +188,7 @@ def _loader(
                 ((267 - e_s) << 23).to(gl.float32, bitcast=True),
             )
         fence_async_shared()  # the products' first reads may go through the async proxy
-        mbarrier.arrive(a_ready.index(0), count=1)
+        mbarrier.arrive(a_ready, count=1)
         i += 1  # noqa: SIM113 -- a strided range: no enumerate in a kernel
 
 
@@ -389,19 +389,19 @@ def _products(
     i = 0
     k = 0  # chunks done by this program: the rings' position
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        mbarrier.wait(a_ready.index(0), i & 1)
+        mbarrier.wait(a_ready, i & 1)
         b, t0, t_end = _tile_of(tile, n_tt, t_a, t_b, BLOCK_T)
-        up = gl.expand_dims(up_rows.index(0).load(gl.SliceLayout(1, DFT)), 1)
+        up = gl.expand_dims(up_rows.load(gl.SliceLayout(1, DFT)), 1)
         # The frame tile to registers once (104 registers a thread at n_fft 400): the DFT products then read
         # only the basis from shared memory, and the slot goes back to the loader at once.
-        fs0 = a_s0.index(0).load(AOP)
-        fd0 = a_d0.index(0).load(AOP)
-        fs1 = a_s1.index(0).load(AOP)
-        fd1 = a_d1.index(0).load(AOP)
-        fs2 = a_s2.index(0).load(AOP)
-        fd2 = a_d2.index(0).load(AOP)
+        fs0 = a_s0.load(AOP)
+        fd0 = a_d0.load(AOP)
+        fs1 = a_s1.load(AOP)
+        fd1 = a_d1.load(AOP)
+        fs2 = a_s2.load(AOP)
+        fd2 = a_d2.load(AOP)
         gl.thread_barrier()  # every warp's reads of the slot are done before it goes back
-        mbarrier.arrive(a_empty.index(0), count=1)
+        mbarrier.arrive(a_empty, count=1)
         acc1 = gl.zeros((BLOCK_T, M1), dtype=gl.float32, layout=MEL1)
         acc2 = gl.zeros((BLOCK_T, M2A), dtype=gl.float32, layout=MEL2)
         # Software pipeline over the chunks (unrolled): chunk c+1's DFT runs on the tensor cores while this
@@ -512,14 +512,14 @@ def _mel_sm90_kernel(
     frames0: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, K0W], gl.float16)
     frames1: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, K1A], gl.float16)
     frames2: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, K2A], gl.float16)
-    a_s0 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K0W], frames0)
-    a_d0 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K0W], frames0)
-    a_s1 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K1A], frames1)
-    a_d1 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K1A], frames1)
-    a_s2 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K2A], frames2)
-    a_d2 = gl.allocate_shared_memory(gl.float16, [1, BLOCK_T, K2A], frames2)
+    a_s0 = gl.allocate_shared_memory(gl.float16, [BLOCK_T, K0W], frames0)
+    a_d0 = gl.allocate_shared_memory(gl.float16, [BLOCK_T, K0W], frames0)
+    a_s1 = gl.allocate_shared_memory(gl.float16, [BLOCK_T, K1A], frames1)
+    a_d1 = gl.allocate_shared_memory(gl.float16, [BLOCK_T, K1A], frames1)
+    a_s2 = gl.allocate_shared_memory(gl.float16, [BLOCK_T, K2A], frames2)
+    a_d2 = gl.allocate_shared_memory(gl.float16, [BLOCK_T, K2A], frames2)
     flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-    up_rows = gl.allocate_shared_memory(gl.float32, [1, BLOCK_T], flat)
+    up_rows = gl.allocate_shared_memory(gl.float32, [BLOCK_T], flat)
     peak_rows = gl.allocate_shared_memory(gl.float32, [BLOCK_T], flat)
     c0 = gl.allocate_shared_memory(gl.float16, [2, K0W, BLOCK_F], k0_desc.layout)
     s0 = gl.allocate_shared_memory(gl.float16, [2, K0W, BLOCK_F], k0_desc.layout)
@@ -537,14 +537,14 @@ def _mel_sm90_kernel(
     w_a.store(gl.load(wa_ptr + kw, mask=kw < KP, other=0.0))
     w_b.store(gl.load(wb_ptr + kw, mask=kw < KP, other=0.0))
     # Barriers start with phase 1 complete, so a producer's first wait on an "empty" one passes at once.
-    a_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    a_empty = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    a_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    a_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     b_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     b_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     f_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     f_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(a_ready.index(0), count=1)
-    mbarrier.init(a_empty.index(0), count=1)
+    mbarrier.init(a_ready, count=1)
+    mbarrier.init(a_empty, count=1)
     for j in gl.static_range(2):
         mbarrier.init(b_ready.index(j), count=1)
         mbarrier.init(b_empty.index(j), count=1)
