@@ -888,21 +888,19 @@ def _sm90_supported(x: torch.Tensor, filters: torch.Tensor, opts: dict) -> bool:
 
 def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) -> torch.Tensor:
     path = _path or mel_path(device_type=x.device.type, n_fft=opts["n_fft"])
+    if _path == "sm90" and not _sm90_supported(x, filters, opts):
+        from . import mel_sm90
+
+        raise bad_value(
+            "x",
+            x,
+            f"an fp32 tensor on an sm_90 GPU at TF32 matmul precision, with n_fft in "
+            f"[{mel_sm90.MIN_N_FFT}, {mel_sm90.MAX_N_FFT}] and at most {mel_sm90.MAX_MELS} mels",
+            context=f"for _path='sm90' (n_fft={opts['n_fft']}, {filters.shape[1]} mels)",
+        )
     private = opts["_precision"] is not None or opts["_config"] is not None
     auto_sm90 = _path is None and path == "unfused" and SM90_AUTO and not private
-    if auto_sm90 and _sm90_supported(x, filters, opts):
-        path = "sm90"
-    if path == "sm90":
-        if not _sm90_supported(x, filters, opts):
-            from . import mel_sm90
-
-            raise bad_value(
-                "x",
-                x,
-                f"an fp32 tensor on an sm_90 GPU at TF32 matmul precision, with n_fft in "
-                f"[{mel_sm90.MIN_N_FFT}, {mel_sm90.MAX_N_FFT}] and at most {mel_sm90.MAX_MELS} mels",
-                context=f"for _path='sm90' (n_fft={opts['n_fft']}, {filters.shape[1]} mels)",
-            )
+    if path == "sm90" or (auto_sm90 and _sm90_supported(x, filters, opts)):
         return _launch(x, window=window, filters=filters, _sm90=True, **opts)
     if path == "unfused":
         check_launchable(x, window, filters)
