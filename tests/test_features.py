@@ -959,3 +959,19 @@ def test_sm90_k_pieces(kp, pieces):
 
     assert mel_sm90.k_pieces(kp) == pieces
     assert sum(pieces) == kp
+
+
+def test_sm90_mel_k_order_matches_the_kernels_relabelling(generator):
+    # The kernel relabels each 8-bin group of the power's columns, (a, b) -> (b, a) over a [4, 2] split, so
+    # that its accumulator registers serve as the TF32 operand unmoved; the filters' columns, put in
+    # mel_k_order, must make the product the same as with neither.
+    from nbxsig.kernels import mel_sm90
+
+    frames, width, n_mels = 5, 32, 7
+    power = random_tensor((frames, width), generator=generator, dtype=torch.float64)
+    filters = random_tensor((n_mels, width), generator=generator, dtype=torch.float64)
+    relabelled = power.reshape(frames, width // 8, 4, 2).permute(0, 1, 3, 2).reshape(frames, width)
+    order = mel_sm90.mel_k_order(width)
+    assert sorted(order.tolist()) == list(range(width))
+    assert_close(relabelled @ filters[:, order].T, power @ filters.T, rel_error=1e-15)
+    assert not torch.equal(order, torch.arange(width))

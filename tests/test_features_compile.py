@@ -126,8 +126,8 @@ names = list(kernel.arg_names)
 # than today: 128 mels' accumulators take 64 of the products' registers, and Whisper's store offsets,
 # the same for every tile, are hoisted out of the tile loop and reloaded from the stack once a tile.
 launches = [
-    (400, 64, 16, True, 2, False, 40), (400, 64, 16, True, 2, True, 192), (400, 128, 0, True, 1, False, 272),
-    (400, 128, 0, True, 2, True, 368), (256, 64, 0, True, 2, False, 0), (414, 32, 16, False, 0, False, 0),
+    (400, 64, 16, True, 2, False, 32), (400, 64, 16, True, 2, True, 192), (400, 128, 0, True, 1, False, 272),
+    (400, 128, 0, True, 2, True, 360), (256, 64, 0, True, 2, False, 0), (414, 32, 16, False, 0, False, 0),
     (128, 32, 0, True, 2, False, 0), (64, 16, 0, True, 2, False, 0),
 ]
 for n_fft, m1, m2, vec, power_mode, whisper, stack in launches:

@@ -341,6 +341,22 @@ def _lg2(v):
 
 
 @gluon.jit
+def _mufu_pow(v, exponent):
+    """``v^exponent`` for ``v >= 0`` as ``2^(exponent·log2 v)`` on the special-function unit (``.approx``,
+    a few ulp; subnormal ``v`` and results flush to 0, some 2^-170 below the frame's peak here); the
+    software ``gl.exp2``/``gl.log2`` take ~30 instructions an element more."""
+    e = gl.full(v.shape, exponent, gl.float32, v.type.layout)
+    return gl.inline_asm_elementwise(
+        "{ .reg .f32 t; lg2.approx.ftz.f32 t, $1; mul.ftz.f32 t, t, $2; ex2.approx.ftz.f32 $0, t; }",
+        "=f,f,f",
+        [v, e],
+        dtype=gl.float32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
 def _store_mels(
     acc,
     M0: gl.constexpr,
@@ -457,14 +473,18 @@ def _products(
             if POWER_MODE == 1:
                 p = gl.sqrt(p)
             elif POWER_MODE == 0:
-                p = gl.where(p != 0, gl.exp2(gl.log2(gl.where(p != 0, p, 1.0)) * (power * 0.5)), 0.0)
-            p = _tf32_round(p)
+                p = _mufu_pow(p, power * 0.5)  # lg2(0) = -inf, ex2(-inf) = 0
+            # Relabel each 8-bin group's columns [0, 4, 1, 5, 2, 6, 3, 7]: the accumulator's registers are
+            # then the TF32 A operand's as they stand, so the conversions below move nothing (the host put
+            # the filter columns in the same order: mel_k_order).
+            p = _tf32_round(p).reshape([BLOCK_T, BLOCK_F // 8, 4, 2]).permute([0, 1, 3, 2])
+            p = p.reshape([BLOCK_T, BLOCK_F])
             slot = kc % 2
             mbarrier.wait(f_ready.index(slot), (kc // 2) & 1)
-            p1 = gl.convert_layout(p, P1)
+            p1 = gl.convert_layout(p, P1, assert_trivial=True)
             acc1 = warpgroup_mma(p1, fb1.index(slot).permute((1, 0)), acc1, is_async=True)
             if M2 > 0:
-                p2 = gl.convert_layout(p, P2)
+                p2 = gl.convert_layout(p, P2, assert_trivial=True)
                 acc2 = warpgroup_mma(p2, fb2.index(slot).permute((1, 0)), acc2, is_async=True)
             else:
                 p2 = p1
@@ -663,6 +683,15 @@ def k_pieces(kp: int) -> tuple[int, int, int]:
     return tuple(widths + [0] * (3 - len(widths)))
 
 
+def mel_k_order(width: int) -> torch.Tensor:
+    """The filter columns in the order of the products' TF32 A operand: in each group of 8 bins, bin
+    ``2a + b`` of the DFT accumulator is the operand's column ``4b + a`` (a relabelling of its registers,
+    no data movement), so column ``k`` takes bin ``[0, 2, 4, 6, 1, 3, 5, 7][k]``. ``width``: a multiple
+    of 8. ``mel_k_order(16)`` → ``[0, 2, 4, 6, 1, 3, 5, 7, 8, 10, …]``."""
+    within = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7])
+    return (torch.arange(0, width, 8)[:, None] + within).reshape(-1)
+
+
 def _operands(window, filters, *, n_fft, scale, power, m1, m2):
     """The folded window tables, the fp16 (cos, sin) basis ``(2·KP, F_ALL)``, the TF32 filters ``(M_TOT,
     F_ALL)`` with ``scale^power`` folded in, and their TMA descriptors; cached per operands."""
@@ -682,6 +711,7 @@ def _operands(window, filters, *, n_fft, scale, power, m1, m2):
         basis = basis.view(2 * kp, f_all)
         fbt = torch.zeros(m_tot, f_all, dtype=torch.float32, device=window.device)
         fbt[:, :kp] = kmel._filter_planes(filters, scale**power, kp, m_tot)[1].t()
+        fbt = fbt[:, mel_k_order(f_all).to(fbt.device)].contiguous()
         k0, k1, k2 = k_pieces(kp)
 
         def desc(t, rows):
