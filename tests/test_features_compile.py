@@ -120,22 +120,25 @@ def descriptor(dtype, rows):
 
 kernel = m._mel_sm90_kernel
 names = list(kernel.arg_names)
-# (n_fft, M1, M2, VEC, power mode, Whisper's epilogue, stack bytes allowed): tests/test_features_gpu.py's
-# cases (K pieces 128+64+16, 128+16, 64+16, 32+16; one mel block or two; 16-byte loads or not) and
-# Whisper's 80 and 128 mels, each within the H100/H200's 227 KB of shared memory and spilling no more
-# than today: 128 mels' accumulators take 64 of the products' registers, and Whisper's store offsets,
-# the same for every tile, are hoisted out of the tile loop and reloaded from the stack once a tile.
+# (n_fft, M1, M2, VEC, power mode, LOG, a normal floor, stack bytes allowed): tests/test_features_gpu.py's
+# cases (K pieces 128+64+16, 128+16, 64+16, 32+16; one mel block or two; 16-byte loads or not), its logs
+# with a normal and a subnormal floor, and Whisper's 80 and 128 mels (LOG 4), each within the H100/H200's
+# 227 KB of shared memory and spilling no more than today: 128 mels' accumulators take 64 of the products'
+# registers, and Whisper's store offsets, the same for every tile, are hoisted out of the tile loop and
+# reloaded from the stack once a tile.
 launches = [
-    (400, 64, 16, True, 2, False, 32), (400, 64, 16, True, 2, True, 192), (400, 128, 0, True, 1, False, 272),
-    (400, 128, 0, True, 2, True, 360), (256, 64, 0, True, 2, False, 0), (414, 32, 16, False, 0, False, 0),
-    (128, 32, 0, True, 2, False, 0), (64, 16, 0, True, 2, False, 0),
+    (400, 64, 16, True, 2, 0, False, 32), (400, 64, 16, True, 2, 4, True, 104),
+    (400, 128, 0, True, 1, 0, False, 272), (400, 128, 0, True, 2, 4, True, 288),
+    (256, 64, 0, True, 2, 0, False, 0), (414, 32, 16, False, 0, 0, False, 0),
+    (128, 32, 0, True, 2, 0, False, 0), (64, 16, 0, True, 2, 0, False, 0),
+    (400, 64, 16, True, 2, 1, True, 40), (400, 64, 16, True, 2, 2, False, 32),
 ]
-for n_fft, m1, m2, vec, power_mode, whisper, stack in launches:
+for n_fft, m1, m2, vec, power_mode, log, normal_floor, stack in launches:
     kp = -(-(n_fft // 2 + 1) // 16) * 16
     k0, k1, k2 = m.k_pieces(kp)
-    constexprs = dict(POWER_MODE=power_mode, HAS_FLOOR=whisper, LOG=4 if whisper else 0, TRACK_PEAK=whisper,
-                      N_FFT=n_fft, KP=kp, F_ALL=-(-kp // m.BLOCK_F) * m.BLOCK_F, K0W=k0, K1W=k1, K2W=k2,
-                      M1=m1, M2=m2, BLOCK_T=m.BLOCK_T, BLOCK_F=m.BLOCK_F, ROWS=m.ROWS,
+    constexprs = dict(POWER_MODE=power_mode, HAS_FLOOR=log > 0, NORMAL_FLOOR=normal_floor, LOG=log,
+                      TRACK_PEAK=log == 4, N_FFT=n_fft, KP=kp, F_ALL=-(-kp // m.BLOCK_F) * m.BLOCK_F,
+                      K0W=k0, K1W=k1, K2W=k2, M1=m1, M2=m2, BLOCK_T=m.BLOCK_T, BLOCK_F=m.BLOCK_F, ROWS=m.ROWS,
                       LOADER_WARPS=m.LOADER_WARPS, LOADER_REGS=m.LOADER_REGS, VEC=vec, num_warps=4)
     types = {n: "*fp32" for n in ("x_ptr", "wa_ptr", "wb_ptr", "out_ptr")}
     types.update(peak_ptr="*i32", stride_xb="i64", stride_ob="i64", stride_om="i64")

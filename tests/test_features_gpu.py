@@ -237,6 +237,29 @@ def test_gpu_sm90_kernel_matches_float64(case, sm90_device, tf32_matmul, generat
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("log", "floor"), [("log10", 1e-10), ("ln", 1e-42), ("log2", 1e-30)])
+def test_gpu_sm90_log_floors(log, floor, sm90_device, tf32_matmul, generator):
+    # The log runs on the special-function unit; with a normal floor (1e-10, 1e-30) it flushes subnormal
+    # inputs, which the floor rules out; with a subnormal floor (1e-42) it must not: the second signal's
+    # mels (~1e-41) and its silent stretch (at the floor) are subnormal.
+    from nbxsig.kernels import mel as kmel
+
+    x = random_tensor((2, 16000 + 77), generator=generator)
+    x[1] *= 1e-22
+    x[:, 5000:6000] = 0.0
+    mel = stft_mel_oracle(x.double(), sample_rate=16000, n_fft=400, hop=160, n_mels=80)
+    expected = {"log10": torch.log10, "ln": torch.log, "log2": torch.log2}[log](mel.clamp_min(floor))
+    window = nf.prepare_window(None, 400, 400, sm90_device)
+    filters = nf.mel_filterbank(201, 0.0, 8000.0, 80, 16000, dtype=F64, device=sm90_device)
+    opts = dict(n_fft=400, hop_length=160, window=window, filters=filters, power=2.0, scale=1.0)
+    got = kmel.mel_spectrogram(
+        x.to(sm90_device), center=True, pad_mode="reflect", floor=floor, log=log, _path="sm90", **opts
+    )
+    # TF32 mels (~1e-3 relative at worst, more where a subnormal mel has lost bits): ~1e-3 in the log.
+    assert_close(got.cpu().double(), expected, atol=5e-3, rtol=1e-4, rel_error=1e-4)
+
+
+@pytest.mark.gpu
 def test_gpu_sm90_kernel_strided_input(sm90_device, tf32_matmul, generator):
     from nbxsig.kernels import mel as kmel
 

@@ -321,23 +321,20 @@ def _unscale(acc, up, power, POWER_MODE: gl.constexpr):
 
 
 @gluon.jit
-def _peak(
-    acc, M0: gl.constexpr, MW: gl.constexpr, t0, t_end, n_mels, BLOCK_T: gl.constexpr, LAYOUT: gl.constexpr
-):
-    t = t0 + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, LAYOUT))
-    m = M0 + gl.arange(0, MW, layout=gl.SliceLayout(0, LAYOUT))
-    ok = gl.expand_dims(t < t_end, 1) & gl.expand_dims(m < n_mels, 0)
-    return gl.max(gl.max(gl.where(ok, acc, 0.0), axis=1), axis=0)
-
-
-@gluon.jit
-def _lg2(v):
+def _lg2(v, FTZ: gl.constexpr):
     """log2 on the special-function unit (CUDA's ``__log2f``: absolute error ≤ 2^-22 on [0.5, 2], 2 ulp
-    elsewhere, far inside TF32's error). ``gl.log2`` lowers to a correctly rounded software routine of
-    ~15 FMAs an element, which cost Whisper's products a quarter of their instructions."""
-    return gl.inline_asm_elementwise(
-        "lg2.approx.f32 $0, $1;", "=f,f", [v], dtype=gl.float32, is_pure=True, pack=1
-    )
+    elsewhere, far inside TF32's error); with ``FTZ`` subnormal inputs count as 0, which saves the three
+    instructions an element that rescale them. ``gl.log2`` lowers to a correctly rounded software routine
+    of ~15 FMAs an element, which cost Whisper's products a quarter of their instructions."""
+    if FTZ:
+        out = gl.inline_asm_elementwise(
+            "lg2.approx.ftz.f32 $0, $1;", "=f,f", [v], dtype=gl.float32, is_pure=True, pack=1
+        )
+    else:
+        out = gl.inline_asm_elementwise(
+            "lg2.approx.f32 $0, $1;", "=f,f", [v], dtype=gl.float32, is_pure=True, pack=1
+        )
+    return out
 
 
 @gluon.jit
@@ -363,12 +360,14 @@ def _store_mels(
     MW: gl.constexpr,
     dest,
     HAS_FLOOR: gl.constexpr,
+    NORMAL_FLOOR: gl.constexpr,
     LOG: gl.constexpr,
     BLOCK_T: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     """Floor, log (``LOG``: :func:`nbxsig.kernels.mel.log_mode`) and store ``out[b, M0 + m, t]``, a warp
-    per mel column so the stores run along the frames. ``dest``: (out_ptr, b, stride_ob, stride_om, t0,
+    per mel column so the stores run along the frames. ``NORMAL_FLOOR``: the floor is a normal float, so
+    no input of the log is subnormal. ``dest``: (out_ptr, b, stride_ob, stride_om, t0,
     t_end, n_mels, floor)."""
     out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor = dest
     STORE: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, num_warps], [0, 1])
@@ -379,13 +378,13 @@ def _store_mels(
     if HAS_FLOOR:
         acc = gl.maximum(acc, floor)
     if LOG == 1:
-        acc = _lg2(acc) * 0.30102999566398120
+        acc = _lg2(acc, NORMAL_FLOOR) * 0.30102999566398120
     elif LOG == 2:
-        acc = _lg2(acc) * 0.69314718055994531
+        acc = _lg2(acc, NORMAL_FLOOR) * 0.69314718055994531
     elif LOG == 3:
-        acc = _lg2(acc)
+        acc = _lg2(acc, NORMAL_FLOOR)
     elif LOG == 4:  # Whisper: (log10 + 4) / 4
-        acc = (_lg2(acc) * 0.30102999566398120 + 4.0) * 0.25
+        acc = _lg2(acc, NORMAL_FLOOR) * (0.30102999566398120 * 0.25) + 1.0
     offs = b * stride_ob + gl.expand_dims(m, 0).to(gl.int64) * stride_om + gl.expand_dims(t, 1).to(gl.int64)
     gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
@@ -405,6 +404,7 @@ def _products(
     F_ALL: gl.constexpr,
     POWER_MODE: gl.constexpr,
     HAS_FLOOR: gl.constexpr,
+    NORMAL_FLOOR: gl.constexpr,
     LOG: gl.constexpr,
     TRACK_PEAK: gl.constexpr,
     num_warps: gl.constexpr,
@@ -498,14 +498,16 @@ def _products(
         acc1 = _unscale(acc1, up1, power, POWER_MODE)
         acc2 = _unscale(acc2, up2, power, POWER_MODE)
         if TRACK_PEAK:  # Whisper: the signal's largest mel, as float bits (non-negative: int order)
-            peak = _peak(acc1, 0, M1, t0, t_end, n_mels, BLOCK_T, MEL1)
+            # No masks: the rows past the tile's end repeat its last frame, the columns past n_mels have
+            # zero filters, and every mel is >= 0, so none of them can raise the maximum.
+            peak = gl.max(gl.max(acc1, axis=1), axis=0)
             if M2 > 0:
-                peak = gl.maximum(peak, _peak(acc2, M1, M2, t0, t_end, n_mels, BLOCK_T, MEL2))
+                peak = gl.maximum(peak, gl.max(gl.max(acc2, axis=1), axis=0))
             gl.atomic_max(peak_ptr + b, peak.to(gl.int32, bitcast=True))
         dest = (out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor)
-        _store_mels(acc1, 0, M1, dest, HAS_FLOOR, LOG, BLOCK_T, num_warps)
+        _store_mels(acc1, 0, M1, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
         if M2 > 0:
-            _store_mels(acc2, M1, M2, dest, HAS_FLOOR, LOG, BLOCK_T, num_warps)
+            _store_mels(acc2, M1, M2, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
 
 
 @gluon.jit
@@ -534,6 +536,7 @@ def _mel_sm90_kernel(
     n_tiles,
     POWER_MODE: gl.constexpr,
     HAS_FLOOR: gl.constexpr,
+    NORMAL_FLOOR: gl.constexpr,
     LOG: gl.constexpr,
     TRACK_PEAK: gl.constexpr,
     N_FFT: gl.constexpr,
@@ -619,6 +622,7 @@ def _mel_sm90_kernel(
                     F_ALL,
                     POWER_MODE,
                     HAS_FLOOR,
+                    NORMAL_FLOOR,
                     LOG,
                     TRACK_PEAK,
                     num_warps,
@@ -789,6 +793,7 @@ def launch_interior(
         n_tiles,
         POWER_MODE=power_mode,
         HAS_FLOOR=floor is not None,
+        NORMAL_FLOOR=floor is not None and floor >= torch.finfo(torch.float32).tiny,
         LOG=log_mode,
         TRACK_PEAK=whisper,
         N_FFT=n_fft,
