@@ -127,7 +127,7 @@ names = list(kernel.arg_names)
 # registers, and Whisper's store offsets, the same for every tile, are hoisted out of the tile loop and
 # reloaded from the stack once a tile.
 launches = [
-    (400, 64, 16, True, 2, 0, False, 32), (400, 64, 16, True, 2, 4, True, 104),
+    (400, 64, 16, True, 2, 0, False, 32), (400, 64, 16, True, 2, 4, True, 80),
     (400, 128, 0, True, 1, 0, False, 272), (400, 128, 0, True, 2, 4, True, 288),
     (256, 64, 0, True, 2, 0, False, 0), (414, 32, 16, False, 0, 0, False, 0),
     (128, 32, 0, True, 2, 0, False, 0), (64, 16, 0, True, 2, 0, False, 0),

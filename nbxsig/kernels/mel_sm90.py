@@ -211,35 +211,41 @@ def _tma_issuer(
     """Worker: the basis and filter chunks, the same sequence for every tile, each into a two-slot ring."""
     n_tiles, basis_descs, f1_desc, f2_desc = args
     basis, fb1, fb2 = bufs
-    b_ready, b_empty, f_ready, f_empty = bars
+    chunk_ready, slots_free = bars
     N_CHUNKS: gl.constexpr = F_ALL // BLOCK_F
+    BASIS_BYTES: gl.constexpr = (K0W + K1W + K2W) * BLOCK_F * 4  # cos + sin, fp16
     FILTER_BYTES: gl.constexpr = (M1 + M2) * BLOCK_F * 4
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     total = (n_tiles - pid + nprog - 1) // nprog * N_CHUNKS
-    # The basis runs one chunk ahead of the filters in this warp's program order (step s: basis s, then
-    # filters s - 1): a filter slot frees only when the mel product two chunks back retires, and waiting
-    # for it before the next basis copy would hold that copy back to just before its use.
+    # Step s copies basis s and filters s - 1 (the basis runs a chunk ahead), both signalled on
+    # chunk_ready[s % 2]: the products wait there once a chunk, before chunk c + 1's DFT and chunk c's mel
+    # product. One barrier frees both rings: the products arrive on slots_free[c % 2] once chunk c's DFT
+    # and chunk c - 1's mel product have retired, which frees basis slot c % 2 and filter slot (c - 1) % 2;
+    # step s waits for chunk s - 2's arrival.
     for step in range(total + 1):
+        mbarrier.wait(slots_free.index(step % 2), ((step // 2) & 1) ^ 1)
+        bar = chunk_ready.index(step % 2)
         if step < total:
-            _issue_basis(step, b_ready, b_empty, basis_descs, basis, KP, K0W, K1W, K2W, BLOCK_F, N_CHUNKS)
+            if step > 0:
+                mbarrier.expect(bar, BASIS_BYTES + FILTER_BYTES)
+            else:
+                mbarrier.expect(bar, BASIS_BYTES)
+            _issue_basis(step, bar, basis_descs, basis, KP, K0W, K1W, K2W, BLOCK_F, N_CHUNKS)
+        elif step > 0:
+            mbarrier.expect(bar, FILTER_BYTES)
         if step > 0:
             k = step - 1
-            slot = k % 2
             f0 = (k % N_CHUNKS) * BLOCK_F
-            mbarrier.wait(f_empty.index(slot), ((k // 2) & 1) ^ 1)
-            bar = f_ready.index(slot)
-            mbarrier.expect(bar, FILTER_BYTES)
-            tma.async_copy_global_to_shared(f1_desc, [0, f0], bar, fb1.index(slot))
+            tma.async_copy_global_to_shared(f1_desc, [0, f0], bar, fb1.index(k % 2))
             if M2 > 0:
-                tma.async_copy_global_to_shared(f2_desc, [M1, f0], bar, fb2.index(slot))
+                tma.async_copy_global_to_shared(f2_desc, [M1, f0], bar, fb2.index(k % 2))
 
 
 @gluon.jit
 def _issue_basis(
     k,
-    b_ready,
-    b_empty,
+    bar,
     descs,
     basis,
     KP: gl.constexpr,
@@ -249,14 +255,11 @@ def _issue_basis(
     BLOCK_F: gl.constexpr,
     N_CHUNKS: gl.constexpr,
 ):
-    """Chunk ``k``'s cos/sin basis into slot ``k % 2`` once the DFT products that last read it are done."""
+    """Chunk ``k``'s cos/sin basis into slot ``k % 2`` (free: the caller waited), signalled on ``bar``."""
     k0_desc, k1_desc, k2_desc = descs
     c0, s0, c1, s1, c2, s2 = basis
     slot = k % 2
     f0 = (k % N_CHUNKS) * BLOCK_F
-    mbarrier.wait(b_empty.index(slot), ((k // 2) & 1) ^ 1)
-    bar = b_ready.index(slot)
-    mbarrier.expect(bar, (K0W + K1W + K2W) * BLOCK_F * 4)  # cos + sin, fp16
     tma.async_copy_global_to_shared(k0_desc, [0, f0], bar, c0.index(slot))
     tma.async_copy_global_to_shared(k0_desc, [KP, f0], bar, s0.index(slot))
     if K1W > 0:
@@ -412,7 +415,7 @@ def _products(
     """Default partition (one warpgroup): the DFT and mel products, then the epilogue."""
     t_a, t_b, n_tt, n_tiles = args[2], args[3], args[6], args[7]
     a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2 = bufs
-    a_ready, a_empty, b_ready, b_empty, f_ready, f_empty = bars
+    a_ready, a_empty, chunk_ready, slots_free = bars
     out_ptr, stride_ob, stride_om, peak_ptr, n_mels, power, floor = outputs
     M2A: gl.constexpr = M2 if M2 > 0 else 16
     N_CHUNKS: gl.constexpr = F_ALL // BLOCK_F
@@ -452,7 +455,7 @@ def _products(
         # warpgroup forms chunk c's power and issues its mel product. Each chunk starts by retiring every
         # wgmma group (groups retire in issue order, and chunk c-1's mel product was issued after this
         # chunk's DFT); the wait's deps keep chunk c-1's power, its mel product's register operand, alive.
-        mbarrier.wait(b_ready.index(k % 2), (k // 2) & 1)
+        mbarrier.wait(chunk_ready.index(k % 2), (k // 2) & 1)  # chunk k's basis
         re, im = _dft_async(fs0, fd0, fs1, fd1, fs2, fd2, c0, s0, c1, s1, c2, s2, k % 2, zero, K1W, K2W)
         for c in gl.static_range(N_CHUNKS):
             kc = k + c
@@ -462,10 +465,10 @@ def _products(
                 # p1/p2: chunk c-1's (the loop is unrolled at compile time)
                 deps = [re, im, acc1, acc2, p1, p2]  # noqa: F821
                 re, im, acc1, acc2, p1, p2 = warpgroup_mma_wait(0, deps=deps)
-                mbarrier.arrive(f_empty.index((kc - 1) % 2), count=1)  # chunk c-1's mel product is done
-            mbarrier.arrive(b_empty.index(kc % 2), count=1)
+            mbarrier.arrive(slots_free.index(kc % 2), count=1)  # chunk c's basis, chunk c-1's filters
+            # Chunk c+1's basis (the next tile's first after the last chunk) and chunk c's filters.
+            mbarrier.wait(chunk_ready.index((kc + 1) % 2), ((kc + 1) // 2) & 1)
             if c + 1 < N_CHUNKS:
-                mbarrier.wait(b_ready.index((kc + 1) % 2), ((kc + 1) // 2) & 1)
                 re_n, im_n = _dft_async(
                     fs0, fd0, fs1, fd1, fs2, fd2, c0, s0, c1, s1, c2, s2, (kc + 1) % 2, zero, K1W, K2W
                 )
@@ -480,7 +483,6 @@ def _products(
             p = _tf32_round(p).reshape([BLOCK_T, BLOCK_F // 8, 4, 2]).permute([0, 1, 3, 2])
             p = p.reshape([BLOCK_T, BLOCK_F])
             slot = kc % 2
-            mbarrier.wait(f_ready.index(slot), (kc // 2) & 1)
             p1 = gl.convert_layout(p, P1, assert_trivial=True)
             acc1 = warpgroup_mma(p1, fb1.index(slot).permute((1, 0)), acc1, is_async=True)
             if M2 > 0:
@@ -493,7 +495,6 @@ def _products(
                 im = im_n
         acc1, acc2, p1, p2 = warpgroup_mma_wait(0, deps=[acc1, acc2, p1, p2])
         k = k + N_CHUNKS
-        mbarrier.arrive(f_empty.index((k - 1) % 2), count=1)
         i += 1  # noqa: SIM113
         acc1 = _unscale(acc1, up1, power, POWER_MODE)
         acc2 = _unscale(acc2, up2, power, POWER_MODE)
@@ -592,17 +593,13 @@ def _mel_sm90_kernel(
     # Barriers start with phase 1 complete, so a producer's first wait on an "empty" one passes at once.
     a_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     a_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    b_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    b_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    f_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    f_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    chunk_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    slots_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(a_ready, count=1)
     mbarrier.init(a_empty, count=1)
     for j in gl.static_range(2):
-        mbarrier.init(b_ready.index(j), count=1)
-        mbarrier.init(b_empty.index(j), count=1)
-        mbarrier.init(f_ready.index(j), count=1)
-        mbarrier.init(f_empty.index(j), count=1)
+        mbarrier.init(chunk_ready.index(j), count=1)
+        mbarrier.init(slots_free.index(j), count=1)
     tiles = (x_ptr, stride_xb, t_a, t_b, hop, pad, n_tt, n_tiles)
     gl.warp_specialize(
         [
@@ -611,7 +608,7 @@ def _mel_sm90_kernel(
                 (
                     tiles,
                     (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2),
-                    (a_ready, a_empty, b_ready, b_empty, f_ready, f_empty),
+                    (a_ready, a_empty, chunk_ready, slots_free),
                     (out_ptr, stride_ob, stride_om, peak_ptr, n_mels, power, floor),
                     K1W,
                     K2W,
@@ -649,7 +646,7 @@ def _mel_sm90_kernel(
                 (
                     (n_tiles, (k0_desc, k1_desc, k2_desc), f1_desc, f2_desc),
                     ((c0, s0, c1, s1, c2, s2), fb1, fb2),
-                    (b_ready, b_empty, f_ready, f_empty),
+                    (chunk_ready, slots_free),
                     KP,
                     K0W,
                     K1W,
