@@ -455,7 +455,10 @@ def _products(
         # warpgroup forms chunk c's power and issues its mel product. Each chunk starts by retiring every
         # wgmma group (groups retire in issue order, and chunk c-1's mel product was issued after this
         # chunk's DFT); the wait's deps keep chunk c-1's power, its mel product's register operand, alive.
-        mbarrier.wait(chunk_ready.index(k % 2), (k // 2) & 1)  # chunk k's basis
+        # Chunk k's basis. After the first tile the previous tile's last chunk already waited for this phase;
+        # waiting again passes at once (the barrier's next phase needs an arrival still to come), and a
+        # branch around it compiled larger.
+        mbarrier.wait(chunk_ready.index(k % 2), (k // 2) & 1)
         re, im = _dft_async(fs0, fd0, fs1, fd1, fs2, fd2, c0, s0, c1, s1, c2, s2, k % 2, zero, K1W, K2W)
         for c in gl.static_range(N_CHUNKS):
             kc = k + c
