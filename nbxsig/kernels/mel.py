@@ -776,26 +776,35 @@ def _launch(
     edge = dict(_INTERPRETER_CONFIG if interpreted else _EDGE_CONFIG)
     edge_meta = {k: edge.pop(k) for k in ("num_warps", "num_stages") if k in edge}
     edge_tiles = cdiv(t_a, edge["BLOCK_T"]) + cdiv(n_frames - t_b, edge["BLOCK_T"])
-    if edge_tiles:
-        _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
-    if t_b > t_a and _sm90:
+
+    def edges():
+        if edge_tiles:
+            _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
+
+    if _sm90:
         from . import mel_sm90
 
-        mel_sm90.launch_interior(
-            x, out, peak, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length, pad=pad,
-            power=power, scale=scale, floor=floor, t_a=t_a, t_b=t_b, n_mels=n_mels, m1=m1, m2=m2,
-            power_mode=args["POWER_MODE"], log_mode=args["LOG"], whisper=whisper,
-        )  # fmt: skip
-    elif t_b > t_a:
-        if _config is None and not interpreted:
-            grid = lambda meta: (cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
-            _tuned_kernel()[grid](*common, *scalars, EDGE=False, **args)
-        else:
-            # A fixed config: the interpreter's, or one the benchmark's sweep names.
-            config = dict(_config or _INTERPRETER_CONFIG)
-            meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
-            grid = (cdiv(t_b - t_a, config["BLOCK_T"]), batch)
-            _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
+        if t_b > t_a:
+            mel_sm90.launch_interior(
+                x, out, peak, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length, pad=pad,
+                power=power, scale=scale, floor=floor, t_a=t_a, t_b=t_b, n_mels=n_mels, m1=m1, m2=m2,
+                power_mode=args["POWER_MODE"], log_mode=args["LOG"], whisper=whisper,
+            )  # fmt: skip
+        # After the persistent kernel, whose programs end up to a tile apart: the edge programs fill the
+        # SMs its first finishers leave (the launches write disjoint frames).
+        edges()
+    else:
+        edges()
+        if t_b > t_a:
+            if _config is None and not interpreted:
+                grid = lambda meta: (cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
+                _tuned_kernel()[grid](*common, *scalars, EDGE=False, **args)
+            else:
+                # A fixed config: the interpreter's, or one the benchmark's sweep names.
+                config = dict(_config or _INTERPRETER_CONFIG)
+                meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
+                grid = (cdiv(t_b - t_a, config["BLOCK_T"]), batch)
+                _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
     if whisper:
         whisper_finish(out, peak)
     return out
