@@ -125,7 +125,8 @@ names = list(kernel.arg_names)
 # with a normal and a subnormal floor, and Whisper's 80 and 128 mels (LOG 4), each within the H100/H200's
 # 227 KB of shared memory and spilling no more than today: 128 mels' accumulators take 64 of the products'
 # registers, and Whisper's store offsets, the same for every tile, are hoisted out of the tile loop and
-# reloaded from the stack once a tile.
+# reloaded from the stack once a tile. The centre padding's four modes (constant, reflect, replicate,
+# circular) take turns.
 launches = [
     (400, 64, 16, True, 2, 0, False, 32), (400, 64, 16, True, 2, 4, True, 80),
     (400, 128, 0, True, 1, 0, False, 272), (400, 128, 0, True, 2, 4, True, 288),
@@ -133,12 +134,13 @@ launches = [
     (128, 32, 0, True, 2, 0, False, 0), (64, 16, 0, True, 2, 0, False, 0),
     (400, 64, 16, True, 2, 1, True, 40), (400, 64, 16, True, 2, 2, False, 32),
 ]
-for n_fft, m1, m2, vec, power_mode, log, normal_floor, stack in launches:
+for i, (n_fft, m1, m2, vec, power_mode, log, normal_floor, stack) in enumerate(launches):
     kp = -(-(n_fft // 2 + 1) // 16) * 16
     k0, k1, k2 = m.k_pieces(kp)
     constexprs = dict(POWER_MODE=power_mode, HAS_FLOOR=log > 0, NORMAL_FLOOR=normal_floor, LOG=log,
-                      TRACK_PEAK=log == 4, N_FFT=n_fft, KP=kp, F_ALL=-(-kp // m.BLOCK_F) * m.BLOCK_F,
-                      K0W=k0, K1W=k1, K2W=k2, M1=m1, M2=m2, BLOCK_T=m.BLOCK_T, BLOCK_F=m.BLOCK_F, ROWS=m.ROWS,
+                      TRACK_PEAK=log == 4, PAD_MODE=i % 4, N_FFT=n_fft, KP=kp,
+                      F_ALL=-(-kp // m.BLOCK_F) * m.BLOCK_F, K0W=k0, K1W=k1, K2W=k2, M1=m1, M2=m2,
+                      BLOCK_T=m.BLOCK_T, BLOCK_F=m.BLOCK_F, ROWS=m.ROWS,
                       LOADER_WARPS=m.LOADER_WARPS, LOADER_REGS=m.LOADER_REGS, VEC=vec, num_warps=4)
     types = {n: "*fp32" for n in ("x_ptr", "wa_ptr", "wb_ptr", "out_ptr")}
     types.update(peak_ptr="*i32", stride_xb="i64", stride_ob="i64", stride_om="i64")
@@ -148,7 +150,7 @@ for n_fft, m1, m2, vec, power_mode, log, normal_floor, stack in launches:
                  f2_desc=descriptor("fp32", m2 or 16))
     signature = {n: "constexpr" if n in constexprs else types.get(n, "i32") for n in names}
     # Every argument not named above is an i32 scalar: a new one must be added here deliberately.
-    scalars = {"t_a", "t_b", "hop", "pad", "n_mels", "n_tt", "n_tiles"}
+    scalars = {"length", "n_frames", "t_a", "t_b", "hop", "pad", "n_mels", "n_tt", "n_tiles"}
     assert {n for n in names if signature[n] == "i32"} == scalars
     # The host passes 16-byte aligned pointers and strides (torch's allocations; descriptors need them).
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in ("x_ptr", "wa_ptr", "wb_ptr", "out_ptr",

@@ -200,9 +200,11 @@ def tf32_matmul():
 
 # (n_fft, hop, n_mels, power, center, pad_mode, batch, length): the K pieces 128+64+16 (400, 414),
 # 128+16 (256), 64+16 (128), 32+16 (64); one mel block or two; hops that are and are not multiples of
-# 4 (16-byte loads or not); powers 2, 1 and 1.5; lengths that end mid-tile, and signals shorter than a tile.
+# 4 (16-byte loads or not); powers 2, 1 and 1.5; lengths that end mid-tile, and signals shorter than a tile;
+# the four centre paddings (the kernel maps the edge tiles' positions itself).
 SM90_CASES = [
     (400, 160, 80, 2.0, True, "reflect", 3, 16000 * 3 + 77),
+    (400, 160, 80, 2.0, True, "circular", 2, 16000 + 5),
     (400, 100, 128, 1.0, False, "reflect", 2, 24000),
     (256, 64, 64, 2.0, True, "constant", 5, 9001),
     (414, 101, 40, 1.5, True, "reflect", 2, 16000),
@@ -279,8 +281,8 @@ def test_gpu_sm90_whisper(n_mels, sm90_device, tf32_matmul, generator, monkeypat
 
     monkeypatch.setattr(kmel, "SM90_AUTO", True)  # Whisper reaches the kernel through the auto path
     launches = []
-    original = mel_sm90.launch_interior
-    monkeypatch.setattr(mel_sm90, "launch_interior", lambda *a, **k: launches.append(1) or original(*a, **k))
+    original = mel_sm90.launch
+    monkeypatch.setattr(mel_sm90, "launch", lambda *a, **k: launches.append(1) or original(*a, **k))
     audio = 0.1 * random_tensor((3, 16000 * 5 + 31), generator=generator)
     audio[1] *= 1e-3
     got = nf.whisper_log_mel(audio.to(sm90_device), n_mels=n_mels, backend="triton")
@@ -298,8 +300,8 @@ def test_gpu_sm90_is_the_auto_path_at_tf32_only(sm90_device, generator, monkeypa
 
     monkeypatch.setattr(kmel, "SM90_AUTO", True)  # the rule itself, whatever the switch's default
     launches = []
-    original = mel_sm90.launch_interior
-    monkeypatch.setattr(mel_sm90, "launch_interior", lambda *a, **k: launches.append(1) or original(*a, **k))
+    original = mel_sm90.launch
+    monkeypatch.setattr(mel_sm90, "launch", lambda *a, **k: launches.append(1) or original(*a, **k))
     x = random_tensor((2, 16000), generator=generator).to(sm90_device)
     previous = torch.get_float32_matmul_precision()
     try:

@@ -30,7 +30,7 @@ four-step kernel of :mod:`nbxsig.kernels.fourstep` computes the same function fo
 without any spectrogram tensor (``_path="fourstep"``; measured slower than the unfused path, so
 opt-in) -- and the unfused path's spectrogram is itself that kernel where it measured faster. On an
 H100/H200 at TF32 precision (matmul precision "high"/"medium"), fp32 input, n_fft <= 414 and <= 128
-mels, this module's launch can run its interior frames in the warp-specialized Gluon kernel of
+mels, this module's launch can run all its frames in the warp-specialized Gluon kernel of
 :mod:`nbxsig.kernels.mel_sm90` (``_path="sm90"``); :data:`SM90_AUTO` makes that the auto path there
 (off until the integrated kernel has run on a GPU; its prototype measured 1.4× the unfused path).
 
@@ -708,8 +708,9 @@ def _launch(
     _config: dict | None = None,
     _sm90: bool = False,
 ) -> torch.Tensor:
-    """The fused kernel over ``x (B, L)``: the edge frames here, the interior ones here too or, with
-    ``_sm90`` (the caller checked :func:`nbxsig.kernels.mel_sm90.supports`), in that module's kernel."""
+    """The fused kernel over ``x (B, L)``: the edge frames and the interior ones in two launches, or, with
+    ``_sm90`` (the caller checked :func:`nbxsig.kernels.mel_sm90.supports`), every frame in that module's
+    kernel."""
     device = check_launchable(x, window, filters)
     if _sm90:
         x = x.contiguous()  # its loads assume unit sample stride
@@ -777,24 +778,18 @@ def _launch(
     edge_meta = {k: edge.pop(k) for k in ("num_warps", "num_stages") if k in edge}
     edge_tiles = cdiv(t_a, edge["BLOCK_T"]) + cdiv(n_frames - t_b, edge["BLOCK_T"])
 
-    def edges():
-        if edge_tiles:
-            _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
-
-    if _sm90:
+    if _sm90:  # every frame, the edge ones included, in the one persistent kernel
         from . import mel_sm90
 
-        if t_b > t_a:
-            mel_sm90.launch_interior(
-                x, out, peak, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length, pad=pad,
-                power=power, scale=scale, floor=floor, t_a=t_a, t_b=t_b, n_mels=n_mels, m1=m1, m2=m2,
-                power_mode=args["POWER_MODE"], log_mode=args["LOG"], whisper=whisper,
-            )  # fmt: skip
-        # After the persistent kernel, whose programs end up to a tile apart: the edge programs fill the
-        # SMs its first finishers leave (the launches write disjoint frames).
-        edges()
+        mel_sm90.launch(
+            x, out, peak, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length, pad=pad,
+            pad_mode=args["PAD_MODE"], power=power, scale=scale, floor=floor, n_frames=n_frames, t_a=t_a,
+            t_b=t_b, n_mels=n_mels, m1=m1, m2=m2, power_mode=args["POWER_MODE"], log_mode=args["LOG"],
+            whisper=whisper,
+        )  # fmt: skip
     else:
-        edges()
+        if edge_tiles:
+            _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
         if t_b > t_a:
             if _config is None and not interpreted:
                 grid = lambda meta: (cdiv(t_b - t_a, meta["BLOCK_T"]), batch)

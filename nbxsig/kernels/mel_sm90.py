@@ -1,9 +1,9 @@
 """Waveform → (log-)mel on H100/H200 (sm_90) at TF32 precision: a warp-specialized Gluon kernel.
 
-The interior frames of :func:`nbxsig.kernels.mel._launch` (those that read no centre padding) on
-Hopper, when torch's matmul precision is "high" or "medium". Same function as the Triton kernel
-there, and the same error class (TF32: 10 mantissa bits, operands rounded to nearest), with no
-spectrum in device memory. Per tile of ``BLOCK_T = 64`` frames of one signal::
+Every frame of :func:`nbxsig.kernels.mel._launch` on Hopper, when torch's matmul precision is "high"
+or "medium". Same function as the Triton kernel there, and the same error class (TF32: 10 mantissa
+bits, operands rounded to nearest), with no spectrum in device memory. Per tile of ``BLOCK_T = 64``
+frames of one signal::
 
     a[t, k] = x[t·hop + k]·w[k],  b[t, k] = x[t·hop + n − k]·w[n − k]       (k = 0 .. n/2)
     s = (a + b)·σ[t],  d = (a − b)·σ[t]                       fp16; σ[t] a power of two that puts
@@ -20,7 +20,8 @@ unscaling each bin (barring overflow or underflow), for a fraction of the multip
 
 One persistent program per SM walks tiles ``pid, pid + nprog, …`` with three partitions:
 
-- the loader (8 warps) folds, windows and scales the next tile into its shared-memory slot;
+- the loader (8 warps) folds, windows and scales the next tile into its shared-memory slot (a
+  signal's first and last tiles, whose frames read the centre padding, by mapped positions);
 - a TMA warp streams the (cos, sin) basis and filter chunks, 32 bins at a time, the same sequence
   for every tile, into two-slot rings;
 - the products (one warpgroup) take the tile into registers (its slot goes back to the loader at
@@ -67,11 +68,11 @@ _MAXNREG = 128
 
 
 @gluon.jit
-def _tile_of(tile, n_tt, t_a, t_b, BLOCK_T: gl.constexpr):
+def _tile_of(tile, n_tt, n_frames, BLOCK_T: gl.constexpr):
     """Tile index → (signal, first frame, end frame)."""
     b = (tile // n_tt).to(gl.int64)
-    t0 = t_a + (tile % n_tt) * BLOCK_T
-    return b, t0, gl.minimum(t_b, t0 + BLOCK_T)
+    t0 = (tile % n_tt) * BLOCK_T
+    return b, t0, gl.minimum(n_frames, t0 + BLOCK_T)
 
 
 @gluon.jit
@@ -111,10 +112,25 @@ def _store_folded(a_s, a_d, r0: gl.constexpr, NR: gl.constexpr, a, b, down):
 
 
 @gluon.jit
-def _loader(
-    args,
+def _row_scale(peak):
+    """``(down, up)`` for frames whose largest |a|, |b| is ``peak``: e, its exponent, clamped so that
+    2^(140 − e) and 2^(e − 140) are normal; the frame is scaled by ``down = 2^(140 − e)`` (its largest term
+    lands in [2^13, 2^14): fp16's range above and the sum of 208 terms below 65504) and the mels back by
+    ``up = 2^(e − 140)`` to the power."""
+    e = gl.minimum(gl.maximum((peak.to(gl.int32, bitcast=True) >> 23) & 0xFF, 14), 253)
+    return ((267 - e) << 23).to(gl.float32, bitcast=True), ((e - 13) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _fold_interior(
+    x_ptr,
+    stride_xb,
+    b,
+    t0,
+    t_end,
+    hop,
+    pad,
     bufs,
-    bars,
     K0W: gl.constexpr,
     K1W: gl.constexpr,
     K2W: gl.constexpr,
@@ -124,71 +140,172 @@ def _loader(
     N_FFT: gl.constexpr,
     LOADER_WARPS: gl.constexpr,
 ):
-    """Worker: each tile's folded, scaled fp16 frames into the frame slot, and its per-frame ``2^e``."""
-    x_ptr, stride_xb, t_a, t_b, hop, pad, n_tt, n_tiles = args
+    """A tile of frames that read no padding into the frame slot: no masks, 16-byte loads where aligned."""
     a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, w_a, w_b, peak_rows = bufs
-    a_ready, a_empty = bars
     # Two threads a warp along the rows: 16-byte loads of x[k], and each warp's 64 columns of a row group.
     LOAD: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [LOADER_WARPS, 1], [1, 0])
     SMALL: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0])
+    # Offsets from the signal's start, not the tile's: offsets that do not depend on the tile would be
+    # hoisted out of the tile loop and held in registers (they spilled).
+    if VEC:  # noqa: SIM108 -- a constexpr branch
+        x_row = x_ptr + gl.multiple_of(b * stride_xb - pad, 4)
+    else:
+        x_row = x_ptr + b * stride_xb - pad
+    if K2W > 0:
+        # The narrow last piece for all of the tile's rows at once, in a layout as narrow as it is (in the
+        # row groups' 64-column layout its 16 columns would be computed four times over); its row maxima
+        # reach the row groups through shared memory.
+        rs = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, SMALL))
+        rows_s = gl.minimum(t0 + rs, t_end - 1) * hop
+        if VEC:
+            rows_s = gl.multiple_of(rows_s, 4)
+        a2, b2 = _frame_piece(gl.expand_dims(x_row + rows_s, 1), w_a, w_b, K0W + K1W, K2W, N_FFT, SMALL, VEC)
+        peak_rows.store(_row_peak(a2, b2))
+        gl.thread_barrier()
+    for r0 in gl.static_range(0, BLOCK_T, ROWS):
+        r = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, LOAD))
+        # Rows past the tile's end re-read its last frame (never stored): no row masks.
+        rows = gl.minimum(t0 + r, t_end - 1) * hop
+        if VEC:
+            rows = gl.multiple_of(rows, 4)
+        prow = gl.expand_dims(x_row + rows, 1)
+        a0, b0 = _frame_piece(prow, w_a, w_b, 0, K0W, N_FFT, LOAD, VEC)
+        peak = _row_peak(a0, b0)
+        if K1W > 0:
+            a1, b1 = _frame_piece(prow, w_a, w_b, K0W, K1W, N_FFT, LOAD, VEC)
+            peak = gl.maximum(peak, _row_peak(a1, b1))
+        if K2W > 0:
+            peak = gl.maximum(peak, peak_rows.slice(r0, ROWS).load(gl.SliceLayout(1, LOAD)))
+        down, up = _row_scale(peak)
+        up_rows.slice(r0, ROWS).store(up)
+        _store_folded(a_s0, a_d0, r0, ROWS, a0, b0, down)
+        if K1W > 0:
+            _store_folded(a_s1, a_d1, r0, ROWS, a1, b1, down)
+    if K2W > 0:
+        gl.thread_barrier()  # every row group's scale is in up_rows
+        e_s = (up_rows.load(gl.SliceLayout(1, SMALL)).to(gl.int32, bitcast=True) >> 23) + 13
+        _store_folded(a_s2, a_d2, 0, BLOCK_T, a2, b2, ((267 - e_s) << 23).to(gl.float32, bitcast=True))
+
+
+@gluon.jit
+def _padded_load(x_sig, pos, length, PAD_MODE: gl.constexpr):
+    """``x`` at sample positions ``pos`` of a signal padded as torch pads (``PAD_MODE``:
+    :data:`nbxsig.kernels.mel._PAD_MODES`; reflect needs ``pad < length``, which the caller checked)."""
+    if PAD_MODE == 0:  # constant: zeros
+        inside = (pos >= 0) & (pos < length)
+        out = gl.load(x_sig + gl.where(inside, pos, 0), mask=inside, other=0.0)
+    else:
+        if PAD_MODE == 1:  # reflect
+            pos = gl.where(pos < 0, -pos, pos)
+            pos = gl.where(pos >= length, 2 * (length - 1) - pos, pos)
+        elif PAD_MODE == 2:  # replicate
+            pos = gl.minimum(gl.maximum(pos, 0), length - 1)
+        else:  # circular
+            pos = (pos % length + length) % length
+        out = gl.load(x_sig + pos)
+    return out
+
+
+@gluon.jit
+def _padded_piece(
+    x_sig,
+    start,
+    length,
+    w_a,
+    w_b,
+    K0: gl.constexpr,
+    KW: gl.constexpr,
+    N_FFT: gl.constexpr,
+    PAD_MODE: gl.constexpr,
+    LOAD: gl.constexpr,
+):
+    """Columns ``K0 .. K0+KW`` of ``a`` and ``b`` for frames starting at sample ``start`` (a column of
+    ``t·hop − pad``), which may read the centre padding: :func:`_frame_piece` with mapped positions."""
+    k = K0 + gl.arange(0, KW, layout=gl.SliceLayout(0, LOAD))
+    xa = _padded_load(x_sig, start + gl.expand_dims(k, 0), length, PAD_MODE)
+    xb = _padded_load(x_sig, start + gl.expand_dims(N_FFT - gl.maximum(k, 1), 0), length, PAD_MODE)
+    wa = gl.expand_dims(w_a.slice(K0, KW).load(gl.SliceLayout(0, LOAD)), 0)
+    wb = gl.expand_dims(w_b.slice(K0, KW).load(gl.SliceLayout(0, LOAD)), 0)
+    return xa * wa, xb * wb
+
+
+@gluon.jit
+def _fold_edge(
+    x_sig,
+    t0,
+    t_end,
+    hop,
+    pad,
+    length,
+    bufs,
+    K0W: gl.constexpr,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    ROWS: gl.constexpr,
+    N_FFT: gl.constexpr,
+    PAD_MODE: gl.constexpr,
+    LOADER_WARPS: gl.constexpr,
+):
+    """A tile with frames that read the centre padding (a signal's first and last tiles) into the frame
+    slot: every piece per row group, positions mapped (:func:`_padded_load`). Rare, so plain."""
+    a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, w_a, w_b, _ = bufs
+    LOAD: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [LOADER_WARPS, 1], [1, 0])
+    for r0 in gl.static_range(0, BLOCK_T, ROWS):
+        r = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, LOAD))
+        start = gl.expand_dims(gl.minimum(t0 + r, t_end - 1) * hop - pad, 1)
+        a0, b0 = _padded_piece(x_sig, start, length, w_a, w_b, 0, K0W, N_FFT, PAD_MODE, LOAD)
+        peak = _row_peak(a0, b0)
+        if K1W > 0:
+            a1, b1 = _padded_piece(x_sig, start, length, w_a, w_b, K0W, K1W, N_FFT, PAD_MODE, LOAD)
+            peak = gl.maximum(peak, _row_peak(a1, b1))
+        if K2W > 0:
+            a2, b2 = _padded_piece(x_sig, start, length, w_a, w_b, K0W + K1W, K2W, N_FFT, PAD_MODE, LOAD)
+            peak = gl.maximum(peak, _row_peak(a2, b2))
+        down, up = _row_scale(peak)
+        up_rows.slice(r0, ROWS).store(up)
+        _store_folded(a_s0, a_d0, r0, ROWS, a0, b0, down)
+        if K1W > 0:
+            _store_folded(a_s1, a_d1, r0, ROWS, a1, b1, down)
+        if K2W > 0:
+            _store_folded(a_s2, a_d2, r0, ROWS, a2, b2, down)
+
+
+@gluon.jit
+def _loader(
+    args,
+    edges,
+    bufs,
+    bars,
+    K0W: gl.constexpr,
+    K1W: gl.constexpr,
+    K2W: gl.constexpr,
+    BLOCK_T: gl.constexpr,
+    ROWS: gl.constexpr,
+    VEC: gl.constexpr,
+    N_FFT: gl.constexpr,
+    PAD_MODE: gl.constexpr,
+    LOADER_WARPS: gl.constexpr,
+):
+    """Worker: each tile's folded, scaled fp16 frames into the frame slot, and its per-frame ``2^e``;
+    ``edges``: the signal's length and the frames ``[t_a, t_b)`` that read no padding."""
+    x_ptr, stride_xb, n_frames, hop, pad, n_tt, n_tiles = args
+    length, t_a, t_b = edges
+    a_ready, a_empty = bars
     i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         mbarrier.wait(a_empty, (i & 1) ^ 1)
-        b, t0, t_end = _tile_of(tile, n_tt, t_a, t_b, BLOCK_T)
-        # Offsets from the signal's start, not the tile's: offsets that do not depend on the tile would be
-        # hoisted out of the tile loop and held in registers (they spilled).
-        if VEC:  # noqa: SIM108 -- a constexpr branch
-            x_row = x_ptr + gl.multiple_of(b * stride_xb - pad, 4)
+        b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
+        if (t0 < t_a) | (t_end > t_b):
+            _fold_edge(
+                x_ptr + b * stride_xb, t0, t_end, hop, pad, length, bufs, K0W, K1W, K2W, BLOCK_T, ROWS, N_FFT,
+                PAD_MODE, LOADER_WARPS,
+            )  # fmt: skip
         else:
-            x_row = x_ptr + b * stride_xb - pad
-        if K2W > 0:
-            # The narrow last piece for all of the tile's rows at once, in a layout as narrow as it is (in the
-            # row groups' 64-column layout its 16 columns would be computed four times over); its row maxima
-            # reach the row groups through shared memory.
-            rs = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, SMALL))
-            rows_s = gl.minimum(t0 + rs, t_end - 1) * hop
-            if VEC:
-                rows_s = gl.multiple_of(rows_s, 4)
-            a2, b2 = _frame_piece(
-                gl.expand_dims(x_row + rows_s, 1), w_a, w_b, K0W + K1W, K2W, N_FFT, SMALL, VEC
-            )
-            peak_rows.store(_row_peak(a2, b2))
-            gl.thread_barrier()
-        for r0 in gl.static_range(0, BLOCK_T, ROWS):
-            r = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, LOAD))
-            # Rows past the tile's end re-read its last frame (never stored): no row masks.
-            rows = gl.minimum(t0 + r, t_end - 1) * hop
-            if VEC:
-                rows = gl.multiple_of(rows, 4)
-            prow = gl.expand_dims(x_row + rows, 1)
-            a0, b0 = _frame_piece(prow, w_a, w_b, 0, K0W, N_FFT, LOAD, VEC)
-            peak = _row_peak(a0, b0)
-            if K1W > 0:
-                a1, b1 = _frame_piece(prow, w_a, w_b, K0W, K1W, N_FFT, LOAD, VEC)
-                peak = gl.maximum(peak, _row_peak(a1, b1))
-            if K2W > 0:
-                peak = gl.maximum(peak, peak_rows.slice(r0, ROWS).load(gl.SliceLayout(1, LOAD)))
-            # e: the frame's largest |a|, |b| exponent, clamped so that 2^(140 − e) and 2^(e − 140) are
-            # normal; the frame is scaled by 2^(140 − e) (its largest term lands in [2^13, 2^14): fp16's
-            # range above and the sum of 208 terms below 65504) and P is scaled back by 2^(2(e − 140)).
-            e = gl.minimum(gl.maximum((peak.to(gl.int32, bitcast=True) >> 23) & 0xFF, 14), 253)
-            down = ((267 - e) << 23).to(gl.float32, bitcast=True)  # 2^(140 - e)
-            up_rows.slice(r0, ROWS).store(((e - 13) << 23).to(gl.float32, bitcast=True))
-            _store_folded(a_s0, a_d0, r0, ROWS, a0, b0, down)
-            if K1W > 0:
-                _store_folded(a_s1, a_d1, r0, ROWS, a1, b1, down)
-        if K2W > 0:
-            gl.thread_barrier()  # every row group's scale is in up_rows
-            e_s = (up_rows.load(gl.SliceLayout(1, SMALL)).to(gl.int32, bitcast=True) >> 23) + 13
-            _store_folded(
-                a_s2,
-                a_d2,
-                0,
-                BLOCK_T,
-                a2,
-                b2,
-                ((267 - e_s) << 23).to(gl.float32, bitcast=True),
-            )
+            _fold_interior(
+                x_ptr, stride_xb, b, t0, t_end, hop, pad, bufs, K0W, K1W, K2W, BLOCK_T, ROWS, VEC, N_FFT,
+                LOADER_WARPS,
+            )  # fmt: skip
         fence_async_shared()  # the products' first reads may go through the async proxy
         mbarrier.arrive(a_ready, count=1)
         i += 1  # noqa: SIM113 -- a strided range: no enumerate in a kernel
@@ -413,7 +530,7 @@ def _products(
     num_warps: gl.constexpr,
 ):
     """Default partition (one warpgroup): the DFT and mel products, then the epilogue."""
-    t_a, t_b, n_tt, n_tiles = args[2], args[3], args[6], args[7]
+    n_frames, n_tt, n_tiles = args[2], args[5], args[6]
     a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2 = bufs
     a_ready, a_empty, chunk_ready, slots_free = bars
     out_ptr, stride_ob, stride_om, peak_ptr, n_mels, power, floor = outputs
@@ -436,7 +553,7 @@ def _products(
     k = 0  # chunks done by this program: the rings' position
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         mbarrier.wait(a_ready, i & 1)
-        b, t0, t_end = _tile_of(tile, n_tt, t_a, t_b, BLOCK_T)
+        b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
         up1 = up_rows.load(gl.SliceLayout(1, MEL1))
         up2 = up_rows.load(gl.SliceLayout(1, MEL2))
         # The frame tile to registers once (104 registers a thread at n_fft 400): the DFT products then read
@@ -529,6 +646,8 @@ def _mel_sm90_kernel(
     stride_ob,
     stride_om,
     peak_ptr,
+    length,
+    n_frames,
     t_a,
     t_b,
     hop,
@@ -543,6 +662,7 @@ def _mel_sm90_kernel(
     NORMAL_FLOOR: gl.constexpr,
     LOG: gl.constexpr,
     TRACK_PEAK: gl.constexpr,
+    PAD_MODE: gl.constexpr,
     N_FFT: gl.constexpr,
     KP: gl.constexpr,
     F_ALL: gl.constexpr,
@@ -559,7 +679,8 @@ def _mel_sm90_kernel(
     VEC: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    """Interior frames ``[t_a, t_b)`` of every signal, in ``n_tt`` tiles a signal (``n_tiles`` in all).
+    """Frames ``[0, n_frames)`` of every signal of ``length`` samples, in ``n_tt`` tiles a signal (``n_tiles``
+    in all); the frames ``[t_a, t_b)`` read no padding (``pad`` samples each side, ``PAD_MODE``).
     The basis descriptors cover ``(2·KP, F_ALL)`` fp16 (cos rows, then sin), split in K pieces of
     ``K0W``/``K1W``/``K2W`` rows; the filter descriptors ``(M_TOT, F_ALL)`` TF32 values."""
     gl.static_assert(num_warps == 4, "one warpgroup of products")
@@ -603,7 +724,7 @@ def _mel_sm90_kernel(
     for j in gl.static_range(2):
         mbarrier.init(chunk_ready.index(j), count=1)
         mbarrier.init(slots_free.index(j), count=1)
-    tiles = (x_ptr, stride_xb, t_a, t_b, hop, pad, n_tt, n_tiles)
+    tiles = (x_ptr, stride_xb, n_frames, hop, pad, n_tt, n_tiles)
     gl.warp_specialize(
         [
             (
@@ -632,6 +753,7 @@ def _mel_sm90_kernel(
                 _loader,
                 (
                     tiles,
+                    (length, t_a, t_b),
                     (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, w_a, w_b, peak_rows),
                     (a_ready, a_empty),
                     K0W,
@@ -641,6 +763,7 @@ def _mel_sm90_kernel(
                     ROWS,
                     VEC,
                     N_FFT,
+                    PAD_MODE,
                     LOADER_WARPS,
                 ),
             ),
@@ -667,7 +790,7 @@ def _mel_sm90_kernel(
 
 
 def supports(x: torch.Tensor, *, n_fft: int, n_mels: int, precision: str) -> bool:
-    """Whether this kernel serves the interior frames: fp32 input on an sm_90 GPU at "tf32" precision,
+    """Whether this kernel serves the launch: fp32 input on an sm_90 GPU at "tf32" precision,
     ``MIN_N_FFT <= n_fft <= MAX_N_FFT`` and at most ``MAX_MELS`` mels."""
     return (
         x.is_cuda
@@ -739,7 +862,7 @@ def _operands(window, filters, *, n_fft, scale, power, m1, m2):
 _OPERANDS: OrderedDict = OrderedDict()
 
 
-def launch_interior(
+def launch(
     x,
     out,
     peak,
@@ -749,9 +872,11 @@ def launch_interior(
     n_fft,
     hop_length,
     pad,
+    pad_mode,
     power,
     scale,
     floor,
+    n_frames,
     t_a,
     t_b,
     n_mels,
@@ -761,14 +886,15 @@ def launch_interior(
     log_mode,
     whisper,
 ) -> None:
-    """Frames ``[t_a, t_b)`` of the contiguous fp32 ``x (B, L)`` into ``out (B, n_mels, T)``; Whisper's
-    per-signal maximum into ``peak`` (float bits). The caller (:func:`nbxsig.kernels.mel._launch`)
-    checked :func:`supports` and runs the edge frames and Whisper's second pass."""
+    """Frames ``[0, n_frames)`` of the contiguous fp32 ``x (B, L)`` into ``out (B, n_mels, n_frames)``, centre
+    padding of ``pad`` samples each side by ``pad_mode`` (a :data:`nbxsig.kernels.mel._PAD_MODES` code), of
+    which the frames ``[t_a, t_b)`` read none; Whisper's per-signal maximum into ``peak`` (float bits). The
+    caller (:func:`nbxsig.kernels.mel._launch`) checked :func:`supports` and runs Whisper's second pass."""
     wa, wb, _, _, descs, (kp, f_all, k0, k1, k2) = _operands(
         window, filters, n_fft=n_fft, scale=scale, power=power, m1=m1, m2=m2
     )
     batch = x.shape[0]
-    n_tt = cdiv(t_b - t_a, BLOCK_T)
+    n_tt = cdiv(n_frames, BLOCK_T)
     n_tiles = n_tt * batch
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     aligned = hop_length % 4 == 0 and pad % 4 == 0 and x.stride(0) % 4 == 0 and x.data_ptr() % 16 == 0
@@ -782,6 +908,8 @@ def launch_interior(
         out.stride(0),
         out.stride(1),
         peak,
+        x.shape[1],
+        n_frames,
         t_a,
         t_b,
         hop_length,
@@ -796,6 +924,7 @@ def launch_interior(
         NORMAL_FLOOR=floor is not None and floor >= torch.finfo(torch.float32).tiny,
         LOG=log_mode,
         TRACK_PEAK=whisper,
+        PAD_MODE=pad_mode,
         N_FFT=n_fft,
         KP=kp,
         F_ALL=f_all,
