@@ -620,11 +620,13 @@ def _products(
         acc2 = _unscale(acc2, up2, power, POWER_MODE)
         if TRACK_PEAK:  # Whisper: the signal's largest mel, as float bits (non-negative: int order)
             # No masks: the rows past the tile's end repeat its last frame, the columns past n_mels have
-            # zero filters, and every mel is >= 0, so none of them can raise the maximum.
-            peak = gl.max(gl.max(acc1, axis=1), axis=0)
+            # zero filters, and every mel is >= 0, so none of them can raise the maximum. One atomic a row
+            # rather than a reduction across the warps (through shared memory, behind a barrier).
+            rows = gl.max(acc1, axis=1)
             if M2 > 0:
-                peak = gl.maximum(peak, gl.max(gl.max(acc2, axis=1), axis=0))
-            gl.atomic_max(peak_ptr + b, peak.to(gl.int32, bitcast=True))
+                rows = gl.maximum(rows, gl.convert_layout(gl.max(acc2, axis=1), rows.type.layout))
+            bits = rows.to(gl.int32, bitcast=True)
+            gl.atomic_max(peak_ptr + b + gl.zeros_like(bits).to(gl.int64), bits)
         dest = (out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor)
         _store_mels(acc1, 0, M1, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
         if M2 > 0:
