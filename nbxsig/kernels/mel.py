@@ -31,8 +31,8 @@ without any spectrogram tensor (``_path="fourstep"``; measured slower than the u
 opt-in) -- and the unfused path's spectrogram is itself that kernel where it measured faster. On an
 H100/H200 at TF32 precision (matmul precision "high"/"medium"), fp32 input, n_fft <= 414 and <= 128
 mels, this module's launch can run all its frames in the warp-specialized Gluon kernel of
-:mod:`nbxsig.kernels.mel_sm90` (``_path="sm90"``); :data:`SM90_AUTO` makes that the auto path there
-(off until the integrated kernel has run on a GPU; its prototype measured 1.4× the unfused path).
+:mod:`nbxsig.kernels.mel_sm90` (``_path="sm90"``), the auto path there (:data:`SM90_AUTO`; 1.8× the
+unfused path on an H100).
 
 Backward: the kernel stores nothing for autograd; :class:`_FusedMel` recomputes the torch twin
 under autograd in ``backward`` (its ``|X|^power`` has a finite, zero gradient where ``|X| = 0``).
@@ -876,11 +876,11 @@ def _unfused(
     return mels.to(x.dtype)
 
 
-# Whether the auto path on an H100/H200 at TF32 precision is the Gluon kernel of :mod:`mel_sm90`. Off
-# until its GPU tests and the features suite have run on an H100/H200: the prototype it was ported from
-# measured 218-220 µs against 308 µs for the unfused path (64 × 30 s, H100), but this session had no
-# device time left for the integrated kernel (docs/features.md). ``_path="sm90"`` runs it regardless.
-SM90_AUTO = False
+# Whether the auto path on an H100/H200 at TF32 precision is the Gluon kernel of :mod:`mel_sm90`: yes.
+# Measured on an H100 (twenty-seventh round, 64 × 30 s, n_fft 400, hop 160, 80 mels, docs/benchmarks.md):
+# MelSpectrogram 171.8 µs against 307.1 for the unfused path and 1449.7 for torchaudio; Whisper 218.6
+# against 341.8. ``_path="sm90"`` runs it whatever this says; the benchmark turns it off for its probes.
+SM90_AUTO = True
 
 
 def _sm90_supported(x: torch.Tensor, filters: torch.Tensor, opts: dict) -> bool:

@@ -29,12 +29,11 @@ One persistent program per SM walks tiles ``pid, pid + nprog, …`` with three p
   asynchronously, form ``P`` and issue the chunk's mel product from registers. Then the epilogue
   (floor, log, Whisper's per-example maximum) and the stores.
 
-Its prototype (``experiment/gluon-dense-mel``, v13a1b2) measured 218-220 µs on an H100 (64 × 30 s,
-n_fft 400, hop 160, 80 mels) against 308 µs for the Triton path (``nbxsig.stft``'s four-step
-spectrogram + the mel projection) and ~1450 µs for torchaudio (docs/features.md). This module has
-not yet run on a GPU, so :data:`nbxsig.kernels.mel.SM90_AUTO` keeps it off the auto path. Gluon has
-no interpreter: the CPU suite compiles the kernel for sm_90 offline (tests/test_features_compile.py);
-tests/test_features_gpu.py runs it.
+On an H100 (64 × 30 s, n_fft 400, hop 160, 80 mels) it runs MelSpectrogram in 171.8 µs against 307 µs
+for the Triton path (``nbxsig.stft``'s four-step spectrogram + the mel projection) and 1450 µs for
+torchaudio, so it is the auto path there (:data:`nbxsig.kernels.mel.SM90_AUTO`; docs/benchmarks.md).
+Gluon has no interpreter: the CPU suite compiles the kernel for sm_90 offline
+(tests/test_features_compile.py); tests/test_features_gpu.py runs it.
 """
 
 from __future__ import annotations
@@ -945,9 +944,9 @@ def launch(
         LOADER_REGS=LOADER_REGS,
         VEC=aligned,
     )
-    _kernel_launch((min(n_tiles, sms),), args, constexprs, 4, options={"maxnreg": _MAXNREG})
+    _kernel_launch((min(n_tiles, sms), 1), args, constexprs, 4, options={"maxnreg": _MAXNREG})
 
 
 # Through the compiled handle: Gluon's launch path (argument binding, specialization, the five descriptors)
-# is host time on every call, more than the kernel's own at small sizes.
+# is host time on every call (~18 µs of a 1-s clip's ~170 µs per call on an H100).
 _kernel_launch = CachedLaunch(_mel_sm90_kernel)
