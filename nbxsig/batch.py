@@ -714,6 +714,7 @@ def run(
     previous = _raise_on_sigterm()
     try:
         _Engine(todo, job, batch_size=max(1, batch_size), jobs=max(0, jobs), reporter=reporter).run()
+        _check_sigterm()  # one whose exception a finalizer swallowed (see _raise_on_sigterm)
     except _Terminated:
         summary.interrupted, summary.signal = True, signal.SIGTERM
     except KeyboardInterrupt:
@@ -730,16 +731,29 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread."""
 
 
+#: Set by the SIGTERM handler: an exception raised while a finalizer runs (a ``__del__``: a SoundFile
+#: closing) is printed and dropped by Python, so the engine's loops and the run's end check this too.
+_SIGTERM_SEEN = threading.Event()
+
+
 def _raise_on_sigterm() -> Any:
     # SIGTERM (the default of `kill`, `timeout`, job schedulers) becomes an exception so that the
     # atomic writers' cleanup runs and no temporary is left behind.
     def handler(signum: int, frame: Any) -> None:
+        _SIGTERM_SEEN.set()
         raise _Terminated
 
+    _SIGTERM_SEEN.clear()
     try:
         return signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
         return None
+
+
+def _check_sigterm() -> None:
+    """Raise :class:`_Terminated` if SIGTERM arrived, even where its handler's exception was dropped."""
+    if _SIGTERM_SEEN.is_set():
+        raise _Terminated
 
 
 def _restore_sigterm(previous: Any) -> None:
@@ -1329,6 +1343,7 @@ class _Engine:
                 self._start_warm_up(self.todo[0])
             if self.jobs == 0:
                 while self.todo:
+                    _check_sigterm()
                     task = self.todo.popleft()
                     start = time.perf_counter()
                     try:
@@ -1404,6 +1419,7 @@ class _Engine:
         pool = self.pool
         assert pool is not None
         while self.todo or pool.queued or pool.decoded:
+            _check_sigterm()
             pool.feed(self.todo)
             if not pool.queued and not pool.decoded:
                 # Every slot holds a file waiting for its batch or its write: run a batch, then
