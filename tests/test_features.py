@@ -975,3 +975,31 @@ def test_sm90_mel_k_order_matches_the_kernels_relabelling(generator):
     assert sorted(order.tolist()) == list(range(width))
     assert_close(relabelled @ filters[:, order].T, power @ filters.T, rel_error=1e-15)
     assert not torch.equal(order, torch.arange(width))
+
+
+def test_sm90_floor_rest_floors_only_the_tiles_left(generator):
+    # Whisper's floor after the sm_90 kernel: on every 64-frame tile the kernel did not floor (flag 0),
+    # max(v, (log10(max(peak, 1e-10)) - 4) / 4) with each signal's peak; flagged tiles untouched; NaN kept.
+    from nbxsig.kernels import mel_sm90
+
+    batch, n_mels, n_frames = 3, 80, 150  # three tiles a signal, the last one partial
+    n_tt = -(-n_frames // mel_sm90.BLOCK_T)
+    out = random_tensor((batch, n_mels, n_frames), generator=generator)  # mostly above the floors below
+    out[1, 5, 70] = float("nan")
+    peak_mels = torch.tensor([1e3, 5e-3, 1e-12])  # the last one under Whisper's 1e-10 clamp
+    peak = peak_mels.view(torch.int32)
+    floored = torch.tensor([1, 0, 0, 0, 1, 0, 0, 0, 1], dtype=torch.int32)
+    assert floored.numel() == batch * n_tt
+    low = (peak_mels.double().clamp_min(1e-10).log10() - 4.0) / 4.0
+    expected = out.double().clone()
+    for tile, flag in enumerate(floored.tolist()):
+        b, t0 = divmod(tile, n_tt)
+        if not flag:
+            frames = expected[b, :, t0 * 64 : (t0 + 1) * 64]
+            frames.copy_(torch.where(frames < low[b], low[b], frames))
+    got = out.clone()
+    mel_sm90.floor_rest(got, peak, floored)
+    assert torch.isnan(got[1, 5, 70])
+    expected[1, 5, 70] = got[1, 5, 70] = 0.0
+    assert_close(got, expected, atol=1e-6, rtol=0.0)
+    assert not torch.equal(got, out), "no value was under a floor: the test checks nothing"

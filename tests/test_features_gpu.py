@@ -304,6 +304,45 @@ def test_gpu_sm90_whisper(n_mels, sm90_device, tf32_matmul, generator, monkeypat
 
 
 @pytest.mark.gpu
+def test_gpu_sm90_whisper_floor_in_kernel_and_after(sm90_device, tf32_matmul, generator, monkeypatch):
+    # Whisper's floor is applied by the kernel's loader to its stored tiles once their signal is complete, and
+    # by floor_rest to the tiles it left: with both shares non-empty, every value is at or above its signal's
+    # floor and the result is the recipe's. Long signals in a batch bigger than the grid, so that signals
+    # complete while the kernel runs; quiet stretches, so that many values sit on the floor.
+    from nbxsig.kernels import mel as kmel
+    from nbxsig.kernels import mel_sm90
+
+    monkeypatch.setattr(kmel, "SM90_AUTO", True)
+    shares = []
+    original = mel_sm90.floor_rest
+
+    def floor_rest(out, peak, floored):
+        shares.append(floored.clone())
+        original(out, peak, floored)
+
+    monkeypatch.setattr(mel_sm90, "floor_rest", floor_rest)
+    audio = 0.1 * random_tensor((24, 16000 * 30 + 123), generator=generator)
+    audio[:, 16000 * 5 : 16000 * 12] *= 1e-6
+    audio[7] *= 1e-3
+    got = nf.whisper_log_mel(audio.to(sm90_device), backend="triton")
+    assert len(shares) == 1
+    in_kernel = int(shares[0].sum())
+    assert 0 < in_kernel < shares[0].numel(), (in_kernel, shares[0].numel())
+    # Each signal's floor is its maximum - 2 in these units (MUFU log for the values, IEEE for the floor).
+    spread = got.amax(dim=(1, 2)) - got.amin(dim=(1, 2))
+    assert bool((spread <= 2.0 + 1e-5).all()), spread.max().item()
+    monkeypatch.setattr(kmel, "SM90_AUTO", False)
+    unfused = nf.whisper_log_mel(audio.to(sm90_device), backend="triton").double().cpu()
+    for i in (0, 7, 23):  # as test_gpu_sm90_whisper: against the recipe, within 1.5x the unfused path's error
+        expected = whisper_oracle(audio[i].double(), 80)
+        unfused_abs = ((unfused[i] - expected).abs().max() / expected.abs().max()).item()
+        unfused_rel = ((unfused[i] - expected).norm() / expected.norm()).item()
+        atol = min(1e-2, max(2e-3, 1.5 * unfused_abs))
+        rel_error = min(5e-4, max(1e-4, 1.5 * unfused_rel))
+        assert_close(got[i], expected, atol=atol, rtol=2e-3, rel_error=rel_error)
+
+
+@pytest.mark.gpu
 def test_gpu_sm90_is_the_auto_path_at_tf32_only(sm90_device, generator, monkeypatch):
     from nbxsig.kernels import mel as kmel
     from nbxsig.kernels import mel_sm90

@@ -107,7 +107,17 @@ import triton.language as tl
 
 from ._launch import CachedLaunch
 from ._runtime import cdiv, check_launchable, empty_output, next_pow2
-from .mel import _dot, _planes, _store_mels, dot_precision, log_mode, mel_blocks, memoized, whisper_finish
+from .mel import (
+    _dot,
+    _planes,
+    _store_mels,
+    dot_precision,
+    log_mode,
+    mel_blocks,
+    memoized,
+    power_mode,
+    whisper_finish,
+)
 from .mel import version as tensor_version
 from .stft import _PAD_MODES, _load_signal, _load_window
 from .stft import n_frames as count_frames
@@ -746,7 +756,7 @@ def _launch(
     )  # fmt: skip
     constexprs = dict(
         N_FFT=n_fft, N1=n1_, N2=n2_, N1P=n1p, N2P=n2p, K2P=k2p, MODE=_PAD_MODES[pad_mode],
-        HAS_WINDOW=window is not None, POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
+        HAS_WINDOW=window is not None, POWER_MODE=power_mode(power),
         MEL=filters is not None, HAS_FLOOR=floor is not None, LOG=log_mode(log, whisper=peak is not None),
         TRACK_PEAK=peak is not None, M_TOT=m1 + m2, M1=m1, M2=m2, BLOCK_T=block_t, PRECISION=precision,
         COMPLEX=complex_out, NYQ=nyq, K_END=n_fft // 2 + (0 if nyq else 1), **meta,

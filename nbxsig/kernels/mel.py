@@ -59,6 +59,11 @@ _PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
 _LOGS = {None: 0, "log10": 1, "ln": 2, "log2": 3}
 
 
+def power_mode(power: float) -> int:
+    """The kernels' ``POWER_MODE``: 2 for ``|X|²``, 1 for ``|X|``, 0 for any other power."""
+    return 2 if power == 2.0 else (1 if power == 1.0 else 0)
+
+
 def log_mode(log: str | None, *, whisper: bool) -> int:
     """The kernels' ``LOG`` constexpr: ``_LOGS[log]``, or 4 for Whisper's log10 with its ``(x + 4) / 4``
     applied in the store. That affine map is increasing, so it commutes with the floor at the
@@ -689,6 +694,17 @@ def project(
     return out
 
 
+def frame_range(length: int, *, n_fft: int, hop_length: int, center: bool, drop_last: bool) -> tuple:
+    """``(pad, n_frames, t_a, t_b)`` for a signal of ``length`` samples: the centre padding each side, the
+    frames computed, and the frames ``[t_a, t_b)`` that read only samples inside the signal (the b-sample of
+    column 0 reaches ``t·hop − pad + n_fft``); those before and after read the padding."""
+    pad = n_fft // 2 if center else 0
+    n_frames = count_frames(length, n_fft, hop_length, center) - (1 if drop_last else 0)
+    t_a = min(n_frames, -(-pad // hop_length))
+    t_b = max(t_a, min(n_frames, (length - 1 - n_fft + pad) // hop_length + 1))
+    return pad, n_frames, t_a, t_b
+
+
 def _launch(
     x: torch.Tensor,
     *,
@@ -706,21 +722,17 @@ def _launch(
     whisper: bool,
     _precision: str | None = None,
     _config: dict | None = None,
-    _sm90: bool = False,
 ) -> torch.Tensor:
-    """The fused kernel over ``x (B, L)``: the edge frames and the interior ones in two launches, or, with
-    ``_sm90`` (the caller checked :func:`nbxsig.kernels.mel_sm90.supports`), every frame in that module's
-    kernel."""
+    """The fused kernel over ``x (B, L)``: the edge frames and the interior ones in two launches."""
     device = check_launchable(x, window, filters)
-    if _sm90:
-        x = x.contiguous()  # its loads assume unit sample stride
     batch, length = x.shape
     if (_MAX_BLOCK_T * hop_length + n_fft) * abs(x.stride(1)) >= 2**31:
         # A huge sample stride would overflow the interior tiles' 32-bit offsets (never seen for
         # real inputs: it takes a last-dimension stride of ~2^31 / 20 000 elements).
         x = x.contiguous()
-    pad = n_fft // 2 if center else 0
-    n_frames = count_frames(length, n_fft, hop_length, center) - (1 if drop_last else 0)
+    pad, n_frames, t_a, t_b = frame_range(
+        length, n_fft=n_fft, hop_length=hop_length, center=center, drop_last=drop_last
+    )
     n_mels = filters.shape[1]
     half = n_fft // 2 + 1
     k_pad = cdiv(half, 32) * 32
@@ -739,7 +751,7 @@ def _launch(
         return out
     args = dict(
         PAD_MODE=_PAD_MODES[pad_mode],
-        POWER_MODE=2 if power == 2.0 else (1 if power == 1.0 else 0),
+        POWER_MODE=power_mode(power),
         HAS_FLOOR=floor is not None,
         LOG=log_mode(log, whisper=whisper),
         TRACK_PEAK=whisper,
@@ -766,40 +778,26 @@ def _launch(
         out,
         *out.stride(),
     )
-    # Frames [t_a, t_b) read only samples inside the signal (the b-sample of column 0 reaches
-    # t·hop − pad + n_fft): they go to the branch-free interior launch; the few frames at either
-    # end, which read centre padding, to a small launch that maps indices.
-    t_a = min(n_frames, -(-pad // hop_length))
-    t_b = max(t_a, min(n_frames, (length - 1 - n_fft + pad) // hop_length + 1))
+    # Frames [t_a, t_b) go to the branch-free interior launch; the few frames at either end, which read
+    # centre padding, to a small launch that maps indices.
     scalars = (peak, n_frames, t_a, t_b, hop_length, pad, n_fft, n_mels, float(power), float(floor or 0.0))
     interpreted = interpreter_enabled() and device.type == "cpu"
     # One fixed config under the interpreter (autotuning there would run every config).
     edge = dict(_INTERPRETER_CONFIG if interpreted else _EDGE_CONFIG)
     edge_meta = {k: edge.pop(k) for k in ("num_warps", "num_stages") if k in edge}
     edge_tiles = cdiv(t_a, edge["BLOCK_T"]) + cdiv(n_frames - t_b, edge["BLOCK_T"])
-
-    if _sm90:  # every frame, the edge ones included, in the one persistent kernel
-        from . import mel_sm90
-
-        mel_sm90.launch(
-            x, out, peak, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length, pad=pad,
-            pad_mode=args["PAD_MODE"], power=power, scale=scale, floor=floor, n_frames=n_frames, t_a=t_a,
-            t_b=t_b, n_mels=n_mels, m1=m1, m2=m2, power_mode=args["POWER_MODE"], log_mode=args["LOG"],
-            whisper=whisper,
-        )  # fmt: skip
-    else:
-        if edge_tiles:
-            _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
-        if t_b > t_a:
-            if _config is None and not interpreted:
-                grid = lambda meta: (cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
-                _tuned_kernel()[grid](*common, *scalars, EDGE=False, **args)
-            else:
-                # A fixed config: the interpreter's, or one the benchmark's sweep names.
-                config = dict(_config or _INTERPRETER_CONFIG)
-                meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
-                grid = (cdiv(t_b - t_a, config["BLOCK_T"]), batch)
-                _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
+    if edge_tiles:
+        _mel_kernel[(edge_tiles, batch)](*common, *scalars, EDGE=True, **args, **edge, **edge_meta)
+    if t_b > t_a:
+        if _config is None and not interpreted:
+            grid = lambda meta: (cdiv(t_b - t_a, meta["BLOCK_T"]), batch)
+            _tuned_kernel()[grid](*common, *scalars, EDGE=False, **args)
+        else:
+            # A fixed config: the interpreter's, or one the benchmark's sweep names.
+            config = dict(_config or _INTERPRETER_CONFIG)
+            meta = {k: config.pop(k) for k in ("num_warps", "num_stages") if k in config}
+            grid = (cdiv(t_b - t_a, config["BLOCK_T"]), batch)
+            _mel_kernel[grid](*common, *scalars, EDGE=False, **args, **config, **meta)
     if whisper:
         whisper_finish(out, peak)
     return out
@@ -890,6 +888,11 @@ def _sm90_supported(x: torch.Tensor, filters: torch.Tensor, opts: dict) -> bool:
     return mel_sm90.supports(x, n_fft=opts["n_fft"], n_mels=filters.shape[1], precision=precision)
 
 
+def _public(opts: dict) -> dict:
+    """``opts`` without the private ``_precision``/``_config``."""
+    return {k: v for k, v in opts.items() if k[0] != "_"}
+
+
 def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) -> torch.Tensor:
     path = _path or mel_path(device_type=x.device.type, n_fft=opts["n_fft"])
     if _path == "sm90" and not _sm90_supported(x, filters, opts):
@@ -905,10 +908,12 @@ def _run(x: torch.Tensor, *, window, filters, _path: str | None = None, **opts) 
     private = opts["_precision"] is not None or opts["_config"] is not None
     auto_sm90 = _path is None and path == "unfused" and SM90_AUTO and not private
     if path == "sm90" or (auto_sm90 and _sm90_supported(x, filters, opts)):
-        return _launch(x, window=window, filters=filters, _sm90=True, **opts)
+        from . import mel_sm90
+
+        return mel_sm90.mel_spectrogram(x, window=window, filters=filters, **_public(opts))
     if path == "unfused":
         check_launchable(x, window, filters)
-        return _unfused(x, window=window, filters=filters, **{k: v for k, v in opts.items() if k[0] != "_"})
+        return _unfused(x, window=window, filters=filters, **_public(opts))
     if path == "fourstep":
         from . import fourstep
 
@@ -927,7 +932,7 @@ class _FusedMel(torch.autograd.Function):
     def backward(ctx, grad):
         x, window, filters = ctx.saved_tensors
         need_x, need_window = ctx.needs_input_grad[:2]
-        opts = {k: v for k, v in ctx.opts.items() if not k.startswith("_")}
+        opts = _public(ctx.opts)
         # Under create_graph=True the recomputation runs on the saved inputs themselves, so the
         # gradients keep their dependence on x and the window (second derivatives, as the torch
         # backend's; on detached copies they carried no graph and a second grad raised); otherwise on

@@ -39,8 +39,11 @@ Gluon has no interpreter: the CPU suite compiles the kernel for sm_90 offline
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import cache
 
 import torch
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -53,7 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._launch import CachedLaunch
-from ._runtime import cdiv
+from ._runtime import cdiv, empty_output, next_pow2
 
 BLOCK_T = 64  # frames per tile: one wgmma M
 BLOCK_F = 32  # bins per chunk: the DFT's N and the mel product's K
@@ -272,11 +275,85 @@ def _fold_edge(
 
 
 @gluon.jit
+def _sync_part(n_tt, n_tiles):
+    """Whisper's ``sync`` buffer holds each signal's maximum mel (float bits) at ``[0, B)``, its tiles stored
+    so far at ``[part, part + B)`` and, from ``2·part``, a flag a tile that the kernel floored; ``part``, the
+    batch ``n_tiles / n_tt`` rounded up to 4, keeps each piece 16-byte aligned."""
+    return (n_tiles // n_tt + 3) // 4 * 4
+
+
+@gluon.jit
+def _count_stored(sync_ptr, tile, n_tt, n_tiles):
+    """Count ``tile`` towards its signal's completion (Whisper), from one thread with release semantics, once
+    a barrier has ordered every warp's stores and maxima of it before this (cumulative, as in a grid
+    barrier). The products count a tile during the next one's epilogue, behind the barrier that starts it:
+    its stores have long landed, so the release's fence waits for nothing (at once, it waits for them)."""
+    b = (tile // n_tt).to(gl.int64)
+    gl.atomic_add(sync_ptr + _sync_part(n_tt, n_tiles) + b, 1, sem="release", scope="gpu")
+
+
+@gluon.jit
+def _whisper_low(sync_ptr, b):
+    """Whisper's floor for signal ``b`` in stored units: ``(log10(max(peak, 1e-10)) − 8 + 4) / 4``, ``peak``
+    its largest mel (float bits at ``sync_ptr[b]``; the expression of ``mel._whisper_finish_kernel``)."""
+    peak = gl.load(sync_ptr + b).to(gl.float32, bitcast=True)
+    return (gl.log2(gl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
+
+
+@gluon.jit
+def _floor_tile(floors, b, t0, t_end, BLOCK_T: gl.constexpr, LOADER_WARPS: gl.constexpr):
+    """Whisper's floor on a stored tile ``out[b, :, t0:t_end]`` of ``(log10(mel) + 4) / 4`` values: a read of
+    each, a write where the floor raises it (NaN stays NaN, as in torch's ``maximum``). ``out`` is contiguous
+    ``(B, n_mels, n_frames)``: its strides come from the sizes, fewer registers held through the tile loop."""
+    out_ptr, sync_ptr, n_mels, n_frames = floors
+    FLOOR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [LOADER_WARPS, 1], [1, 0])  # a warp: 2 × 64
+    low = _whisper_low(sync_ptr, b)
+    t = t0 + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, FLOOR))
+    row = out_ptr + b * n_mels * n_frames + gl.expand_dims(t, 0)
+    stride_om = n_frames
+    t_ok = gl.expand_dims(t < t_end, 0)
+    for m0 in range(0, n_mels, 2 * LOADER_WARPS):
+        m = m0 + gl.arange(0, 2 * LOADER_WARPS, layout=gl.SliceLayout(1, FLOOR))
+        ptrs = row + gl.expand_dims(m, 1).to(gl.int64) * stride_om
+        ok = gl.expand_dims(m < n_mels, 1) & t_ok
+        v = gl.load(ptrs, mask=ok, other=0.0)
+        gl.store(ptrs, gl.zeros_like(v) + low, mask=ok & (v < low))
+
+
+@gluon.jit
+def _floor_own(floored, upto, n_tt, n_tiles, floors, BLOCK_T: gl.constexpr, LOADER_WARPS: gl.constexpr):
+    """Whisper's floor on this program's tiles ``floored, floored + 1, …`` (its own, counted from 0) below
+    ``upto`` while each one's signal is complete -- every tile of it stored and counted in ``done`` -- so that
+    its maximum is final; marks each in ``sync`` (:func:`_sync_part`) and returns how many are floored.
+    Never waits: a signal still in progress ends the run, and what is left over goes to :func:`floor_rest`."""
+    _, sync_ptr, _, n_frames = floors
+    part = _sync_part(n_tt, n_tiles)
+    done_ptr = sync_ptr + part
+    floored_ptr = sync_ptr + 2 * part
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    go = floored < upto
+    while go:
+        tile = pid + floored * nprog
+        b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
+        # Acquire: the counted tiles' stores and maxima, from every program, are visible from here on.
+        go = gl.atomic_add(done_ptr + b, 0, sem="acquire", scope="gpu") == n_tt
+        if go:
+            _floor_tile(floors, b, t0, t_end, BLOCK_T, LOADER_WARPS)
+            gl.store(floored_ptr + tile, 1)
+            floored += 1
+            go = floored < upto
+    return floored
+
+
+@gluon.jit
 def _loader(
     args,
     edges,
     bufs,
     bars,
+    floors,
+    TRACK_PEAK: gl.constexpr,
     K0W: gl.constexpr,
     K1W: gl.constexpr,
     K2W: gl.constexpr,
@@ -288,11 +365,13 @@ def _loader(
     LOADER_WARPS: gl.constexpr,
 ):
     """Worker: each tile's folded, scaled fp16 frames into the frame slot, and its per-frame ``2^e``;
-    ``edges``: the signal's length and the frames ``[t_a, t_b)`` that read no padding."""
+    ``edges``: the signal's length and the frames ``[t_a, t_b)`` that read no padding. With ``TRACK_PEAK``
+    (Whisper) also the floor on this program's stored tiles whose signal is complete (:func:`_floor_own`)."""
     x_ptr, stride_xb, n_frames, hop, pad, n_tt, n_tiles = args
     length, t_a, t_b = edges
     a_ready, a_empty = bars
     i = 0
+    floored = 0  # this program's tiles floored so far, in order
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         mbarrier.wait(a_empty, (i & 1) ^ 1)
         b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
@@ -308,7 +387,13 @@ def _loader(
             )  # fmt: skip
         fence_async_shared()  # the products' first reads may go through the async proxy
         mbarrier.arrive(a_ready, count=1)
-        i += 1  # noqa: SIM113 -- a strided range: no enumerate in a kernel
+        if TRACK_PEAK:
+            # The slot was free, so the products hold tile i - 1: tiles up to i - 2 are stored and counted.
+            floored = _floor_own(floored, i - 1, n_tt, n_tiles, floors, BLOCK_T, LOADER_WARPS)
+        i += 1
+    if TRACK_PEAK:
+        # Those complete by now; the rest (the last tiles of the last signals) are left to floor_rest.
+        floored = _floor_own(floored, i, n_tt, n_tiles, floors, BLOCK_T, LOADER_WARPS)
 
 
 @gluon.jit
@@ -533,7 +618,7 @@ def _products(
     n_frames, n_tt, n_tiles = args[2], args[5], args[6]
     a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2 = bufs
     a_ready, a_empty, chunk_ready, slots_free = bars
-    out_ptr, stride_ob, stride_om, peak_ptr, n_mels, power, floor = outputs
+    out_ptr, stride_ob, stride_om, sync_ptr, n_mels, power, floor = outputs
     M2A: gl.constexpr = M2 if M2 > 0 else 16
     N_CHUNKS: gl.constexpr = F_ALL // BLOCK_F
     DFT: gl.constexpr = gl.NVMMADistributedLayout(
@@ -615,10 +700,12 @@ def _products(
                 im = im_n
         acc1, acc2, p1, p2 = warpgroup_mma_wait(0, deps=[acc1, acc2, p1, p2])
         k = k + N_CHUNKS
-        i += 1  # noqa: SIM113
+        i += 1
         acc1 = _unscale(acc1, up1, power, POWER_MODE)
         acc2 = _unscale(acc2, up2, power, POWER_MODE)
         if TRACK_PEAK:  # Whisper: the signal's largest mel, as float bits (non-negative: int order)
+            if i > 1:
+                _count_stored(sync_ptr, tile - gl.num_programs(0), n_tt, n_tiles)
             # No masks: the rows past the tile's end repeat its last frame, the columns past n_mels have
             # zero filters, and every mel is >= 0, so none of them can raise the maximum. One atomic a row
             # rather than a reduction across the warps (through shared memory, behind a barrier).
@@ -626,11 +713,14 @@ def _products(
             if M2 > 0:
                 rows = gl.maximum(rows, gl.convert_layout(gl.max(acc2, axis=1), rows.type.layout))
             bits = rows.to(gl.int32, bitcast=True)
-            gl.atomic_max(peak_ptr + b + gl.zeros_like(bits).to(gl.int64), bits)
+            gl.atomic_max(sync_ptr + b + gl.zeros_like(bits).to(gl.int64), bits)
         dest = (out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor)
         _store_mels(acc1, 0, M1, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
         if M2 > 0:
             _store_mels(acc2, M1, M2, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
+    if TRACK_PEAK:  # the last tile (every program has one: the grid is at most the tile count)
+        gl.thread_barrier()
+        _count_stored(sync_ptr, gl.program_id(0) + (i - 1) * gl.num_programs(0), n_tt, n_tiles)
 
 
 @gluon.jit
@@ -647,7 +737,7 @@ def _mel_sm90_kernel(
     out_ptr,
     stride_ob,
     stride_om,
-    peak_ptr,
+    sync_ptr,
     length,
     n_frames,
     t_a,
@@ -735,7 +825,7 @@ def _mel_sm90_kernel(
                     tiles,
                     (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, c0, s0, c1, s1, c2, s2, fb1, fb2),
                     (a_ready, a_empty, chunk_ready, slots_free),
-                    (out_ptr, stride_ob, stride_om, peak_ptr, n_mels, power, floor),
+                    (out_ptr, stride_ob, stride_om, sync_ptr, n_mels, power, floor),
                     K1W,
                     K2W,
                     M1,
@@ -758,6 +848,8 @@ def _mel_sm90_kernel(
                     (length, t_a, t_b),
                     (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, w_a, w_b, peak_rows),
                     (a_ready, a_empty),
+                    (out_ptr, sync_ptr, n_mels, n_frames),
+                    TRACK_PEAK,
                     K0W,
                     K1W,
                     K2W,
@@ -864,10 +956,58 @@ def _operands(window, filters, *, n_fft, scale, power, m1, m2):
 _OPERANDS: OrderedDict = OrderedDict()
 
 
+def mel_spectrogram(
+    x: torch.Tensor,
+    *,
+    n_fft: int,
+    hop_length: int,
+    window: torch.Tensor,
+    filters: torch.Tensor,
+    power: float,
+    scale: float,
+    center: bool,
+    pad_mode: str,
+    floor: float | None,
+    log: str | None,
+    drop_last: bool,
+    whisper: bool,
+) -> torch.Tensor:
+    """:func:`nbxsig.kernels.mel.mel_spectrogram` on ``x (B, L)`` through this kernel, which serves it
+    (:func:`supports`: the caller checked): ``(B, n_mels, n_frames)``. Lean on purpose: on a second of
+    audio the host's time per call is most of the call."""
+    from . import mel as kmel
+
+    x = x.contiguous()  # the loads assume unit sample stride
+    batch, length = x.shape
+    pad, n_frames, t_a, t_b = kmel.frame_range(
+        length, n_fft=n_fft, hop_length=hop_length, center=center, drop_last=drop_last
+    )
+    n_mels = filters.shape[1]
+    out = empty_output((batch, n_mels, n_frames), dtype=x.dtype, device=x.device)
+    if n_frames <= 0:
+        return out
+    n_tt = cdiv(n_frames, BLOCK_T)
+    # Whisper's per-signal maximum (float bits), tiles counted per signal, and which tiles the kernel floored:
+    # zeros, in one allocation (_sync_part); otherwise nothing is tracked: the kernel never reads its buffer.
+    part = cdiv(batch, 4) * 4
+    if whisper:
+        sync = torch.zeros(2 * part + n_tt * batch, dtype=torch.int32, device=x.device)
+    else:
+        sync = torch.empty(1, dtype=torch.int32, device=x.device)
+    launch(
+        x, out, sync, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length,
+        pad=pad, pad_mode=kmel._PAD_MODES[pad_mode], power=power, scale=scale, floor=floor, n_frames=n_frames,
+        t_a=t_a, t_b=t_b, log_mode=kmel.log_mode(log, whisper=whisper), whisper=whisper,
+    )  # fmt: skip
+    if whisper:
+        floor_rest(out, sync[:batch], sync[2 * part :])
+    return out
+
+
 def launch(
     x,
     out,
-    peak,
+    sync,
     *,
     window,
     filters,
@@ -881,24 +1021,23 @@ def launch(
     n_frames,
     t_a,
     t_b,
-    n_mels,
-    m1,
-    m2,
-    power_mode,
     log_mode,
     whisper,
 ) -> None:
     """Frames ``[0, n_frames)`` of the contiguous fp32 ``x (B, L)`` into ``out (B, n_mels, n_frames)``, centre
     padding of ``pad`` samples each side by ``pad_mode`` (a :data:`nbxsig.kernels.mel._PAD_MODES` code), of
-    which the frames ``[t_a, t_b)`` read none; Whisper's per-signal maximum into ``peak`` (float bits). The
-    caller (:func:`nbxsig.kernels.mel._launch`) checked :func:`supports` and runs Whisper's second pass."""
+    which the frames ``[t_a, t_b)`` read none. ``sync``: for Whisper, zeros (:func:`_sync_part` says what
+    the kernel keeps there)."""
+    from . import mel as kmel
+
+    n_mels = filters.shape[1]
+    m1, m2 = kmel.mel_blocks(n_mels)
     wa, wb, _, _, descs, (kp, f_all, k0, k1, k2) = _operands(
         window, filters, n_fft=n_fft, scale=scale, power=power, m1=m1, m2=m2
     )
     batch = x.shape[0]
     n_tt = cdiv(n_frames, BLOCK_T)
     n_tiles = n_tt * batch
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     aligned = hop_length % 4 == 0 and pad % 4 == 0 and x.stride(0) % 4 == 0 and x.data_ptr() % 16 == 0
     args = (
         x,
@@ -909,7 +1048,7 @@ def launch(
         out,
         out.stride(0),
         out.stride(1),
-        peak,
+        sync,
         x.shape[1],
         n_frames,
         t_a,
@@ -923,7 +1062,7 @@ def launch(
         n_tiles,
     )
     constexprs = dict(
-        POWER_MODE=power_mode,
+        POWER_MODE=kmel.power_mode(power),
         HAS_FLOOR=floor is not None,
         NORMAL_FLOOR=floor is not None and floor >= torch.finfo(torch.float32).tiny,
         LOG=log_mode,
@@ -944,9 +1083,46 @@ def launch(
         LOADER_REGS=LOADER_REGS,
         VEC=aligned,
     )
-    _kernel_launch((min(n_tiles, sms), 1), args, constexprs, 4, options={"maxnreg": _MAXNREG})
+    _kernel_launch((min(n_tiles, _sm_count(x.device)), 1), args, constexprs, 4, options={"maxnreg": _MAXNREG})
+
+
+@cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 # Through the compiled handle: Gluon's launch path (argument binding, specialization, the five descriptors)
 # is host time on every call (~18 µs of a 1-s clip's ~170 µs per call on an H100).
 _kernel_launch = CachedLaunch(_mel_sm90_kernel)
+
+
+@triton.jit
+def _floor_rest_kernel(
+    out_ptr, peak_ptr, floored_ptr, n_tt, n_frames, n_mels, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr
+):
+    """Whisper's floor on one ``BLOCK_T``-frame tile of the contiguous ``out (B, n_mels, n_frames)`` unless
+    the sm_90 kernel floored it (``floored``), as :func:`_whisper_low` and :func:`_floor_tile` do."""
+    tile = tl.program_id(0)
+    if tl.load(floored_ptr + tile) == 0:
+        b = (tile // n_tt).to(tl.int64)
+        t = (tile % n_tt) * BLOCK_T + tl.arange(0, BLOCK_T)
+        m = tl.arange(0, BLOCK_M)
+        peak = tl.load(peak_ptr + b).to(tl.float32, bitcast=True)
+        low = (tl.log2(tl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
+        ptrs = out_ptr + b * n_mels * n_frames + m[:, None] * n_frames + t[None, :]
+        ok = (m[:, None] < n_mels) & (t[None, :] < n_frames)
+        v = tl.load(ptrs, mask=ok, other=0.0)
+        tl.store(ptrs, tl.zeros_like(v) + low, mask=ok & (v < low))
+
+
+_floor_rest_launch = CachedLaunch(_floor_rest_kernel)
+
+
+def floor_rest(out: torch.Tensor, peak: torch.Tensor, floored: torch.Tensor) -> None:
+    """Whisper's floor, in place, on the tiles of the contiguous ``out (B, n_mels, n_frames)`` that the
+    kernel left (``floored`` zero: those whose signal was not complete when its program looked, mostly the
+    last signals' last tiles); ``peak``: each signal's maximum mel as float bits."""
+    batch, n_mels, n_frames = out.shape
+    n_tt = cdiv(n_frames, BLOCK_T)
+    constexprs = {"BLOCK_T": BLOCK_T, "BLOCK_M": next_pow2(n_mels)}
+    _floor_rest_launch((n_tt * batch, 1), (out, peak, floored, n_tt, n_frames, n_mels), constexprs, 4)
