@@ -304,6 +304,29 @@ def test_gpu_sm90_whisper(n_mels, sm90_device, tf32_matmul, generator, monkeypat
 
 
 @pytest.mark.gpu
+def test_gpu_sm90_descriptor_launch_matches_tritons(sm90_device, tf32_matmul, generator, monkeypatch):
+    # Repeated launches of the sm_90 kernel go through kernels._launch.DescriptorLaunch, which keeps each TMA
+    # descriptor's encoding instead of Triton's wrapper re-encoding it every call: the same bits as Triton's
+    # own launch, for two operand sets in turn (the encodings must not be mixed up).
+    from nbxsig.kernels import _launch, mel_sm90
+    from nbxsig.kernels import mel as kmel
+
+    x = random_tensor((3, 16000 * 2 + 17), generator=generator).to(sm90_device)
+    window = nf.prepare_window(None, 400, 400, sm90_device)
+    opts = dict(n_fft=400, hop_length=160, window=window, power=2.0, scale=1.0)
+    opts.update(center=True, pad_mode="reflect")
+    banks = [nf.mel_filterbank(201, 0.0, 8000.0, n, 16000, dtype=F64, device=sm90_device) for n in (80, 64)]
+    monkeypatch.setattr(_launch, "CACHED_LAUNCH", False)
+    expected = [kmel.mel_spectrogram(x, filters=fb, _path="sm90", **opts) for fb in banks]
+    monkeypatch.setattr(_launch, "CACHED_LAUNCH", True)
+    for _ in range(3):  # the first call of each class goes through Triton, the others do not
+        for fb, want in zip(banks, expected, strict=True):
+            assert torch.equal(kmel.mel_spectrogram(x, filters=fb, _path="sm90", **opts), want)
+    entries = list(mel_sm90._kernel_launch.handles.values())
+    assert entries and all(isinstance(e, _launch.DescriptorLaunch) for e in entries), entries
+
+
+@pytest.mark.gpu
 def test_gpu_sm90_whisper_floor_in_kernel_and_after(sm90_device, tf32_matmul, generator, monkeypatch):
     # Whisper's floor is applied by the kernel's loader to its stored tiles once their signal is complete, and
     # by floor_rest to the tiles it left: with both shares non-empty, every value is at or above its signal's

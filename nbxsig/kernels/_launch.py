@@ -139,7 +139,8 @@ class CachedLaunch:
         if entry is None:
             handle = self.kernel[grid](*args, **constexprs, num_warps=num_warps, **options)
             handle = handle.result() if hasattr(handle, "result") else handle  # async compile
-            handles[key] = (handle, self._tail(len(args), constexprs))
+            tail = self._tail(len(args), constexprs)
+            handles[key] = DescriptorLaunch.of(handle, tail) or (handle, tail)
             return
         run_handle(entry, device, grid, args)
 
@@ -169,7 +170,67 @@ class CachedLaunch:
 def run_handle(entry: tuple, device: int, grid, args: tuple) -> None:
     # Triton's compiled launcher on the current stream: grid, stream, function, metadata, no launch
     # metadata or hooks (``_direct`` checked), then every kernel parameter (see ``_tail``).
+    if isinstance(entry, DescriptorLaunch):
+        entry(device, grid, args)
+        return
     handle, tail = entry
     stream = torch._C._cuda_getCurrentRawStream(device)
     handle.run(grid[0], grid[1], grid[2] if len(grid) > 2 else 1, stream, handle.function,
                handle.packed_metadata, None, None, None, *args, *tail)  # fmt: skip
+
+
+class DescriptorLaunch:
+    """A compiled kernel with host-side TMA descriptor arguments (``TensorDescriptor``), launched without
+    Triton's per-call wrapper, which encodes every descriptor anew on every launch (``fill_tma_descriptor``:
+    a driver call and a few Python objects each). The encoded form of each descriptor object is kept on the
+    object itself, so it lives exactly as long as the descriptor and the tensor it holds; callers pass the
+    same descriptor objects while their operands are unchanged (``kernels.mel_sm90``'s cache).
+
+    Built from Triton 3.6's launcher: :meth:`of` returns None where the handle is not laid out that way (the
+    caller then launches through Triton's wrapper), or where the kernel needs scratch memory.
+    """
+
+    def __init__(self, handle, tail: tuple, launch, positions: dict) -> None:
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+
+        self.encode = make_tensordesc_arg
+        self.handle = handle
+        self.tail = tail
+        self.launch = launch
+        self.positions = positions  # argument index -> the compiler's metadata for that descriptor
+        run = handle.run
+        self.flags = (run.launch_cooperative_grid, run.launch_pdl)
+
+    @classmethod
+    def of(cls, handle, tail: tuple) -> DescriptorLaunch | None:
+        run = handle.run
+        wrapper = getattr(run, "launch", None)
+        code = getattr(wrapper, "__code__", None)
+        if code is None or not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(code.co_freevars):
+            return None
+        if run.global_scratch_size or run.profile_scratch_size:
+            return None
+        cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in wrapper.__closure__), strict=True))
+        indices = sorted(cells["tensordesc_indices"])
+        metas = cells["tensordesc_meta"] or [None] * len(indices)
+        if not indices or any(meta is None for meta in metas):
+            return None
+        return cls(handle, tail, cells["launcher"], dict(zip(indices, metas, strict=True)))
+
+    def __call__(self, device: int, grid, args: tuple) -> None:
+        flat = []
+        for i, arg in enumerate(args):
+            meta = self.positions.get(i)
+            if meta is None:
+                flat.append(arg)
+                continue
+            # Per compiled metadata (swizzle, block): the metadata dicts live as long as the handles, forever.
+            encoded = arg.__dict__.setdefault("_nbxsig_encoded", {})
+            if id(meta) not in encoded:
+                encoded[id(meta)] = self.encode(arg, meta)
+            flat.extend(encoded[id(meta)])
+        handle = self.handle
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        grid_z = grid[2] if len(grid) > 2 else 1
+        self.launch(grid[0], grid[1], grid_z, stream, handle.function, *self.flags, None, None,
+                    handle.packed_metadata, None, None, None, *flat, *self.tail)  # fmt: skip
