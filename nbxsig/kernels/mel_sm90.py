@@ -56,7 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._launch import CachedLaunch
-from ._runtime import cdiv, empty_output, next_pow2
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 
 BLOCK_T = 64  # frames per tile: one wgmma M
 BLOCK_F = 32  # bins per chunk: the DFT's N and the mel product's K
@@ -977,6 +977,7 @@ def mel_spectrogram(
     audio the host's time per call is most of the call."""
     from . import mel as kmel
 
+    check_launchable(x, window, filters)
     x = x.contiguous()  # the loads assume unit sample stride
     batch, length = x.shape
     pad, n_frames, t_a, t_b = kmel.frame_range(
