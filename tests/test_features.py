@@ -977,28 +977,37 @@ def test_sm90_mel_k_order_matches_the_kernels_relabelling(generator):
     assert not torch.equal(order, torch.arange(width))
 
 
-def test_sm90_floor_rest_floors_only_the_tiles_left(generator):
-    # Whisper's floor after the sm_90 kernel: on every 64-frame tile the kernel did not floor (flag 0),
-    # max(v, (log10(max(peak, 1e-10)) - 4) / 4) with each signal's peak; flagged tiles untouched; NaN kept.
+def test_sm90_whisper_floor_reads_only_tiles_under_the_floor(generator):
+    # Whisper's floor after the sm_90 kernel, from its sync buffer (each 64-frame tile's smallest mel, then
+    # each signal's largest, as float bits): max(v, (log10(max(peak, 1e-10)) - 4) / 4) on every tile whose
+    # smallest mel is under max(peak, 1e-10) * 1e-8 (with a 1e-3 margin); the other tiles are left as they
+    # are, even where (here, on purpose) their values disagree with their minimum; NaN is kept.
     from nbxsig.kernels import mel_sm90
 
     batch, n_mels, n_frames = 3, 80, 150  # three tiles a signal, the last one partial
     n_tt = -(-n_frames // mel_sm90.BLOCK_T)
-    out = random_tensor((batch, n_mels, n_frames), generator=generator)  # mostly above the floors below
+    out = random_tensor((batch, n_mels, n_frames), generator=generator)  # many values under the floors below
     out[1, 5, 70] = float("nan")
-    peak_mels = torch.tensor([1e3, 5e-3, 1e-12])  # the last one under Whisper's 1e-10 clamp
-    peak = peak_mels.view(torch.int32)
-    floored = torch.tensor([1, 0, 0, 0, 1, 0, 0, 0, 1], dtype=torch.int32)
-    assert floored.numel() == batch * n_tt
-    low = (peak_mels.double().clamp_min(1e-10).log10() - 4.0) / 4.0
+    # The last peak is under Whisper's 1e-10 clamp: its floor mel (1e-18) is under the clamp too, so no stored
+    # value of that signal can be under its floor, whatever its tiles' minima.
+    peaks = torch.tensor([1e3, 0.5, 1e-12])
+    floor_mels = peaks.double().clamp_min(1e-10) * 1e-8
+    # Per tile: under the floor, just above it (within the margin: floored too), well above it (left), or so
+    # far under it that the clamp is what counts (floored where the clamp is under the floor: signal 1).
+    factors = torch.tensor([0.5, 1.0005, 1.01, 0.1, 2.0, 1e-3, 1.01, 0.9, 1e-3], dtype=torch.float64)
+    lowest = (floor_mels.repeat_interleave(n_tt) * factors).float()
+    sync = torch.cat([lowest.view(torch.int32), peaks.view(torch.int32)])
+    low = (floor_mels * 1e8).log10().sub(4.0).div(4.0)
+    under = lowest.double().clamp_min(1e-10) < floor_mels.repeat_interleave(n_tt) * 1.001
+    assert under.tolist() == [True, True, False, True, False, True, False, False, False]
     expected = out.double().clone()
-    for tile, flag in enumerate(floored.tolist()):
+    for tile, floored in enumerate(under.tolist()):
         b, t0 = divmod(tile, n_tt)
-        if not flag:
+        if floored:
             frames = expected[b, :, t0 * 64 : (t0 + 1) * 64]
             frames.copy_(torch.where(frames < low[b], low[b], frames))
     got = out.clone()
-    mel_sm90.floor_rest(got, peak, floored)
+    mel_sm90.whisper_floor(got, sync)
     assert torch.isnan(got[1, 5, 70])
     expected[1, 5, 70] = got[1, 5, 70] = 0.0
     assert_close(got, expected, atol=1e-6, rtol=0.0)

@@ -275,85 +275,11 @@ def _fold_edge(
 
 
 @gluon.jit
-def _sync_part(n_tt, n_tiles):
-    """Whisper's ``sync`` buffer holds each signal's maximum mel (float bits) at ``[0, B)``, its tiles stored
-    so far at ``[part, part + B)`` and, from ``2·part``, a flag a tile that the kernel floored; ``part``, the
-    batch ``n_tiles / n_tt`` rounded up to 4, keeps each piece 16-byte aligned."""
-    return (n_tiles // n_tt + 3) // 4 * 4
-
-
-@gluon.jit
-def _count_stored(sync_ptr, tile, n_tt, n_tiles):
-    """Count ``tile`` towards its signal's completion (Whisper), from one thread with release semantics, once
-    a barrier has ordered every warp's stores and maxima of it before this (cumulative, as in a grid
-    barrier). The products count a tile during the next one's epilogue, behind the barrier that starts it:
-    its stores have long landed, so the release's fence waits for nothing (at once, it waits for them)."""
-    b = (tile // n_tt).to(gl.int64)
-    gl.atomic_add(sync_ptr + _sync_part(n_tt, n_tiles) + b, 1, sem="release", scope="gpu")
-
-
-@gluon.jit
-def _whisper_low(sync_ptr, b):
-    """Whisper's floor for signal ``b`` in stored units: ``(log10(max(peak, 1e-10)) − 8 + 4) / 4``, ``peak``
-    its largest mel (float bits at ``sync_ptr[b]``; the expression of ``mel._whisper_finish_kernel``)."""
-    peak = gl.load(sync_ptr + b).to(gl.float32, bitcast=True)
-    return (gl.log2(gl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
-
-
-@gluon.jit
-def _floor_tile(floors, b, t0, t_end, BLOCK_T: gl.constexpr, LOADER_WARPS: gl.constexpr):
-    """Whisper's floor on a stored tile ``out[b, :, t0:t_end]`` of ``(log10(mel) + 4) / 4`` values: a read of
-    each, a write where the floor raises it (NaN stays NaN, as in torch's ``maximum``). ``out`` is contiguous
-    ``(B, n_mels, n_frames)``: its strides come from the sizes, fewer registers held through the tile loop."""
-    out_ptr, sync_ptr, n_mels, n_frames = floors
-    FLOOR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [LOADER_WARPS, 1], [1, 0])  # a warp: 2 × 64
-    low = _whisper_low(sync_ptr, b)
-    t = t0 + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, FLOOR))
-    row = out_ptr + b * n_mels * n_frames + gl.expand_dims(t, 0)
-    stride_om = n_frames
-    t_ok = gl.expand_dims(t < t_end, 0)
-    for m0 in range(0, n_mels, 2 * LOADER_WARPS):
-        m = m0 + gl.arange(0, 2 * LOADER_WARPS, layout=gl.SliceLayout(1, FLOOR))
-        ptrs = row + gl.expand_dims(m, 1).to(gl.int64) * stride_om
-        ok = gl.expand_dims(m < n_mels, 1) & t_ok
-        v = gl.load(ptrs, mask=ok, other=0.0)
-        gl.store(ptrs, gl.zeros_like(v) + low, mask=ok & (v < low))
-
-
-@gluon.jit
-def _floor_own(floored, upto, n_tt, n_tiles, floors, BLOCK_T: gl.constexpr, LOADER_WARPS: gl.constexpr):
-    """Whisper's floor on this program's tiles ``floored, floored + 1, …`` (its own, counted from 0) below
-    ``upto`` while each one's signal is complete -- every tile of it stored and counted in ``done`` -- so that
-    its maximum is final; marks each in ``sync`` (:func:`_sync_part`) and returns how many are floored.
-    Never waits: a signal still in progress ends the run, and what is left over goes to :func:`floor_rest`."""
-    _, sync_ptr, _, n_frames = floors
-    part = _sync_part(n_tt, n_tiles)
-    done_ptr = sync_ptr + part
-    floored_ptr = sync_ptr + 2 * part
-    pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    go = floored < upto
-    while go:
-        tile = pid + floored * nprog
-        b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
-        # Acquire: the counted tiles' stores and maxima, from every program, are visible from here on.
-        go = gl.atomic_add(done_ptr + b, 0, sem="acquire", scope="gpu") == n_tt
-        if go:
-            _floor_tile(floors, b, t0, t_end, BLOCK_T, LOADER_WARPS)
-            gl.store(floored_ptr + tile, 1)
-            floored += 1
-            go = floored < upto
-    return floored
-
-
-@gluon.jit
 def _loader(
     args,
     edges,
     bufs,
     bars,
-    floors,
-    TRACK_PEAK: gl.constexpr,
     K0W: gl.constexpr,
     K1W: gl.constexpr,
     K2W: gl.constexpr,
@@ -365,13 +291,11 @@ def _loader(
     LOADER_WARPS: gl.constexpr,
 ):
     """Worker: each tile's folded, scaled fp16 frames into the frame slot, and its per-frame ``2^e``;
-    ``edges``: the signal's length and the frames ``[t_a, t_b)`` that read no padding. With ``TRACK_PEAK``
-    (Whisper) also the floor on this program's stored tiles whose signal is complete (:func:`_floor_own`)."""
+    ``edges``: the signal's length and the frames ``[t_a, t_b)`` that read no padding."""
     x_ptr, stride_xb, n_frames, hop, pad, n_tt, n_tiles = args
     length, t_a, t_b = edges
     a_ready, a_empty = bars
     i = 0
-    floored = 0  # this program's tiles floored so far, in order
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         mbarrier.wait(a_empty, (i & 1) ^ 1)
         b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
@@ -387,13 +311,7 @@ def _loader(
             )  # fmt: skip
         fence_async_shared()  # the products' first reads may go through the async proxy
         mbarrier.arrive(a_ready, count=1)
-        if TRACK_PEAK:
-            # The slot was free, so the products hold tile i - 1: tiles up to i - 2 are stored and counted.
-            floored = _floor_own(floored, i - 1, n_tt, n_tiles, floors, BLOCK_T, LOADER_WARPS)
-        i += 1
-    if TRACK_PEAK:
-        # Those complete by now; the rest (the last tiles of the last signals) are left to floor_rest.
-        floored = _floor_own(floored, i, n_tt, n_tiles, floors, BLOCK_T, LOADER_WARPS)
+        i += 1  # noqa: SIM113 -- a strided range: no enumerate in a kernel
 
 
 @gluon.jit
@@ -700,27 +618,31 @@ def _products(
                 im = im_n
         acc1, acc2, p1, p2 = warpgroup_mma_wait(0, deps=[acc1, acc2, p1, p2])
         k = k + N_CHUNKS
-        i += 1
+        i += 1  # noqa: SIM113
         acc1 = _unscale(acc1, up1, power, POWER_MODE)
         acc2 = _unscale(acc2, up2, power, POWER_MODE)
-        if TRACK_PEAK:  # Whisper: the signal's largest mel, as float bits (non-negative: int order)
-            if i > 1:
-                _count_stored(sync_ptr, tile - gl.num_programs(0), n_tt, n_tiles)
-            # No masks: the rows past the tile's end repeat its last frame, the columns past n_mels have
-            # zero filters, and every mel is >= 0, so none of them can raise the maximum. One atomic a row
-            # rather than a reduction across the warps (through shared memory, behind a barrier).
-            rows = gl.max(acc1, axis=1)
+        if TRACK_PEAK:
+            # Whisper: the signal's largest mel, one atomic a tile (float bits: non-negative, so int order),
+            # and the tile's smallest, which tells the floor pass whether anything here can be under the
+            # floor (whisper_floor). No masks: the rows past the tile's end repeat its last frame, and the
+            # columns past n_mels its last mel (the host repeats that filter: _operands).
+            top = gl.max(acc1, axis=1)
+            low = gl.min(acc1, axis=1)
             if M2 > 0:
-                rows = gl.maximum(rows, gl.convert_layout(gl.max(acc2, axis=1), rows.type.layout))
-            bits = rows.to(gl.int32, bitcast=True)
-            gl.atomic_max(sync_ptr + b + gl.zeros_like(bits).to(gl.int64), bits)
+                top = gl.maximum(top, gl.convert_layout(gl.max(acc2, axis=1), top.type.layout))
+                low = gl.minimum(low, gl.convert_layout(gl.min(acc2, axis=1), low.type.layout))
+            # Each warp's 16 rows reduced within the warp (shuffles), then one atomic a warp: the rows of one
+            # tile never meet across warps, which would cost a trip through shared memory behind a barrier.
+            top = gl.max(top.reshape([num_warps, BLOCK_T // num_warps]), axis=1)
+            low = gl.min(low.reshape([num_warps, BLOCK_T // num_warps]), axis=1)
+            lane = gl.zeros_like(top).to(gl.int64)
+            gl.atomic_max(sync_ptr + n_tiles + b + lane, top.to(gl.int32, bitcast=True))
+            # The smallest as 0x7fffffff minus its bits: zero-initialised, raised by atomic_max.
+            gl.atomic_max(sync_ptr + tile + lane, 0x7FFFFFFF - low.to(gl.int32, bitcast=True))
         dest = (out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor)
         _store_mels(acc1, 0, M1, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
         if M2 > 0:
             _store_mels(acc2, M1, M2, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
-    if TRACK_PEAK:  # the last tile (every program has one: the grid is at most the tile count)
-        gl.thread_barrier()
-        _count_stored(sync_ptr, gl.program_id(0) + (i - 1) * gl.num_programs(0), n_tt, n_tiles)
 
 
 @gluon.jit
@@ -848,8 +770,6 @@ def _mel_sm90_kernel(
                     (length, t_a, t_b),
                     (a_s0, a_d0, a_s1, a_d1, a_s2, a_d2, up_rows, w_a, w_b, peak_rows),
                     (a_ready, a_empty),
-                    (out_ptr, sync_ptr, n_mels, n_frames),
-                    TRACK_PEAK,
                     K0W,
                     K1W,
                     K2W,
@@ -915,7 +835,8 @@ def mel_k_order(width: int) -> torch.Tensor:
 
 def _operands(window, filters, *, n_fft, scale, power, m1, m2):
     """The folded window tables, the fp16 (cos, sin) basis ``(2·KP, F_ALL)``, the TF32 filters ``(M_TOT,
-    F_ALL)`` with ``scale^power`` folded in, and their TMA descriptors; cached per operands."""
+    F_ALL)`` with ``scale^power`` folded in (rows past the last mel repeat it), and their TMA descriptors;
+    cached per operands."""
     from . import mel as kmel
 
     half = n_fft // 2 + 1
@@ -932,6 +853,9 @@ def _operands(window, filters, *, n_fft, scale, power, m1, m2):
         basis = basis.view(2 * kp, f_all)
         fbt = torch.zeros(m_tot, f_all, dtype=torch.float32, device=window.device)
         fbt[:, :kp] = kmel._filter_planes(filters, scale**power, kp, m_tot)[1].t()
+        # Columns past the last mel repeat its filter, whose values the kernel never stores: they can then
+        # stand in the tile's minimum and maximum unmasked.
+        fbt[filters.shape[1] :] = fbt[filters.shape[1] - 1]
         fbt = fbt[:, mel_k_order(f_all).to(fbt.device)].contiguous()
         k0, k1, k2 = k_pieces(kp)
 
@@ -987,21 +911,17 @@ def mel_spectrogram(
     out = empty_output((batch, n_mels, n_frames), dtype=x.dtype, device=x.device)
     if n_frames <= 0:
         return out
-    n_tt = cdiv(n_frames, BLOCK_T)
-    # Whisper's per-signal maximum (float bits), tiles counted per signal, and which tiles the kernel floored:
-    # zeros, in one allocation (_sync_part); otherwise nothing is tracked: the kernel never reads its buffer.
-    part = cdiv(batch, 4) * 4
-    if whisper:
-        sync = torch.zeros(2 * part + n_tt * batch, dtype=torch.int32, device=x.device)
-    else:
-        sync = torch.empty(1, dtype=torch.int32, device=x.device)
+    # Whisper: each tile's smallest mel and, after them, each signal's largest (zeros: the kernel raises them;
+    # float bits); otherwise nothing is tracked and the kernel never reads its buffer.
+    n_tiles = cdiv(n_frames, BLOCK_T) * batch
+    sync = torch.zeros(n_tiles + batch if whisper else 1, dtype=torch.int32, device=x.device)
     launch(
         x, out, sync, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length,
         pad=pad, pad_mode=kmel._PAD_MODES[pad_mode], power=power, scale=scale, floor=floor, n_frames=n_frames,
         t_a=t_a, t_b=t_b, log_mode=kmel.log_mode(log, whisper=whisper), whisper=whisper,
     )  # fmt: skip
     if whisper:
-        floor_rest(out, sync[:batch], sync[2 * part :])
+        whisper_floor(out, sync)
     return out
 
 
@@ -1027,8 +947,8 @@ def launch(
 ) -> None:
     """Frames ``[0, n_frames)`` of the contiguous fp32 ``x (B, L)`` into ``out (B, n_mels, n_frames)``, centre
     padding of ``pad`` samples each side by ``pad_mode`` (a :data:`nbxsig.kernels.mel._PAD_MODES` code), of
-    which the frames ``[t_a, t_b)`` read none. ``sync``: for Whisper, zeros (:func:`_sync_part` says what
-    the kernel keeps there)."""
+    which the frames ``[t_a, t_b)`` read none. ``sync``: for Whisper, ``n_tiles + B`` zeros, where the kernel
+    puts each tile's smallest mel and each signal's largest (float bits) for :func:`whisper_floor`."""
     from . import mel as kmel
 
     n_mels = filters.shape[1]
@@ -1098,32 +1018,38 @@ _kernel_launch = CachedLaunch(_mel_sm90_kernel)
 
 
 @triton.jit
-def _floor_rest_kernel(
-    out_ptr, peak_ptr, floored_ptr, n_tt, n_frames, n_mels, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr
+def _whisper_floor_kernel(
+    out_ptr, sync_ptr, n_tt, n_tiles, n_frames, n_mels, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr
 ):
-    """Whisper's floor on one ``BLOCK_T``-frame tile of the contiguous ``out (B, n_mels, n_frames)`` unless
-    the sm_90 kernel floored it (``floored``), as :func:`_whisper_low` and :func:`_floor_tile` do."""
+    """Whisper's floor ``max(v, (log10(max(peak, 1e-10)) − 8 + 4) / 4)`` on one ``BLOCK_T``-frame tile of the
+    contiguous ``out (B, n_mels, n_frames)`` of stored ``(log10(max(mel, 1e-10)) + 4) / 4`` values, where the
+    tile's smallest mel says it can change any: else the tile is not read at all."""
     tile = tl.program_id(0)
-    if tl.load(floored_ptr + tile) == 0:
-        b = (tile // n_tt).to(tl.int64)
+    b = (tile // n_tt).to(tl.int64)
+    peak = tl.maximum(tl.load(sync_ptr + n_tiles + b).to(tl.float32, bitcast=True), 1e-10)
+    lowest = tl.maximum(tl.load(sync_ptr + tile).to(tl.float32, bitcast=True), 1e-10)
+    # A stored value is under the floor only where its mel is under peak · 1e-8 (both clamped as stored); the
+    # margin of 1e-3 (1e-4 in stored units) is far above the kernel's log error (lg2.approx, ~1e-7).
+    if lowest < peak * 1.001e-8:
         t = (tile % n_tt) * BLOCK_T + tl.arange(0, BLOCK_T)
         m = tl.arange(0, BLOCK_M)
-        peak = tl.load(peak_ptr + b).to(tl.float32, bitcast=True)
-        low = (tl.log2(tl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
+        low = (tl.log2(peak) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
         ptrs = out_ptr + b * n_mels * n_frames + m[:, None] * n_frames + t[None, :]
         ok = (m[:, None] < n_mels) & (t[None, :] < n_frames)
         v = tl.load(ptrs, mask=ok, other=0.0)
-        tl.store(ptrs, tl.zeros_like(v) + low, mask=ok & (v < low))
+        tl.store(ptrs, tl.zeros_like(v) + low, mask=ok & (v < low))  # NaN stays NaN, as in torch.maximum
 
 
-_floor_rest_launch = CachedLaunch(_floor_rest_kernel)
+_whisper_floor_launch = CachedLaunch(_whisper_floor_kernel)
 
 
-def floor_rest(out: torch.Tensor, peak: torch.Tensor, floored: torch.Tensor) -> None:
-    """Whisper's floor, in place, on the tiles of the contiguous ``out (B, n_mels, n_frames)`` that the
-    kernel left (``floored`` zero: those whose signal was not complete when its program looked, mostly the
-    last signals' last tiles); ``peak``: each signal's maximum mel as float bits."""
+def whisper_floor(out: torch.Tensor, sync: torch.Tensor) -> None:
+    """Whisper's floor, in place, on the contiguous ``out (B, n_mels, n_frames)`` the kernel stored, from
+    ``sync`` (each 64-frame tile's smallest mel, then each signal's largest, as float bits): the tiles whose
+    smallest mel is under the floor are read and rewritten, the others not even read -- on speech and noise
+    that is most of them, against a full pass over the output (one read, 61 MB at 64 × 30 s)."""
     batch, n_mels, n_frames = out.shape
     n_tt = cdiv(n_frames, BLOCK_T)
     constexprs = {"BLOCK_T": BLOCK_T, "BLOCK_M": next_pow2(n_mels)}
-    _floor_rest_launch((n_tt * batch, 1), (out, peak, floored, n_tt, n_frames, n_mels), constexprs, 4)
+    args = (out, sync, n_tt, n_tt * batch, n_frames, n_mels)
+    _whisper_floor_launch((n_tt * batch, 1), args, constexprs, 4)
