@@ -978,10 +978,11 @@ def test_sm90_mel_k_order_matches_the_kernels_relabelling(generator):
 
 
 def test_sm90_whisper_floor_reads_only_tiles_under_the_floor(generator):
-    # Whisper's floor after the sm_90 kernel, from its sync buffer (each 64-frame tile's smallest mel, then
-    # each signal's largest, as float bits): max(v, (log10(max(peak, 1e-10)) - 4) / 4) on every tile whose
-    # smallest mel is under max(peak, 1e-10) * 1e-8 (with a 1e-3 margin); the other tiles are left as they
-    # are, even where (here, on purpose) their values disagree with their minimum; NaN is kept.
+    # Whisper's floor after the sm_90 kernel, from its sync buffer (each 64-frame tile's smallest mel as
+    # 0x7FFFFFFF minus its float bits, then each signal's largest as float bits): max(v, (log10(max(peak,
+    # 1e-10)) - 4) / 4) on every tile whose smallest mel is under max(peak, 1e-10) * 1e-8 (with a 1e-3
+    # margin); the other tiles are left as they are, even where (here, on purpose) their values disagree
+    # with their minimum; NaN is kept.
     from nbxsig.kernels import mel_sm90
 
     batch, n_mels, n_frames = 3, 80, 150  # three tiles a signal, the last one partial
@@ -996,7 +997,7 @@ def test_sm90_whisper_floor_reads_only_tiles_under_the_floor(generator):
     # far under it that the clamp is what counts (floored where the clamp is under the floor: signal 1).
     factors = torch.tensor([0.5, 1.0005, 1.01, 0.1, 2.0, 1e-3, 1.01, 0.9, 1e-3], dtype=torch.float64)
     lowest = (floor_mels.repeat_interleave(n_tt) * factors).float()
-    sync = torch.cat([lowest.view(torch.int32), peaks.view(torch.int32)])
+    sync = torch.cat([0x7FFFFFFF - lowest.view(torch.int32), peaks.view(torch.int32)])  # the kernel's coding
     low = (floor_mels * 1e8).log10().sub(4.0).div(4.0)
     under = lowest.double().clamp_min(1e-10) < floor_mels.repeat_interleave(n_tt) * 1.001
     assert under.tolist() == [True, True, False, True, False, True, False, False, False]
