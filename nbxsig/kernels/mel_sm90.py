@@ -919,7 +919,10 @@ def mel_spectrogram(
     # Whisper: each tile's smallest mel and, after them, each signal's largest (zeros: the kernel raises them;
     # float bits); otherwise nothing is tracked and the kernel never reads its buffer.
     n_tiles = cdiv(n_frames, BLOCK_T) * batch
-    sync = torch.zeros(n_tiles + batch if whisper else 1, dtype=torch.int32, device=x.device)
+    if whisper:
+        sync = torch.zeros(n_tiles + batch, dtype=torch.int32, device=x.device)
+    else:
+        sync = torch.empty(1, dtype=torch.int32, device=x.device)
     launch(
         x, out, sync, window=window, filters=filters, n_fft=n_fft, hop_length=hop_length,
         pad=pad, pad_mode=kmel._PAD_MODES[pad_mode], power=power, scale=scale, floor=floor, n_frames=n_frames,
