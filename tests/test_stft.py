@@ -1025,6 +1025,52 @@ def test_cached_launch_key_refines_triton_specialization():
                 assert triton_class(a) == triton_class(b), (a, b)
 
 
+def test_descriptor_launch_passes_what_tritons_wrapper_passes(monkeypatch):
+    # DescriptorLaunch (kernels with TMA descriptor arguments, the sm_90 mel kernel) takes Triton 3.6's
+    # compiled launcher out of the wrapper that encodes every descriptor on every launch, and keeps each
+    # descriptor's encoding: the launcher must get the same arguments either way, the encodings must be made
+    # once per descriptor object, and a handle laid out otherwise must be left to Triton's own path.
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia import driver
+
+    encoded = []
+
+    def encode(desc, meta):  # stands in for the driver call (fill_tma_descriptor): an object and sizes
+        encoded.append(desc.name)
+        return [f"tma:{desc.name}:{meta['swizzle']}", *desc.shape, *desc.strides]
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", encode)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77)
+    calls = []
+    signature = {"x": "*fp32", "d0": "tensordesc<fp16[64, 32]>", "n": "i32", "d1": "tensordesc<fp32[16, 32]>"}
+    signature.update(f="fp32", C="constexpr")
+    metas = [{"swizzle": 128}, {"swizzle": 64}]
+    run = SimpleNamespace(
+        launch=driver.wrap_handle_tensordesc(lambda *a: calls.append(a), signature, metas),
+        global_scratch_size=0, profile_scratch_size=0, launch_cooperative_grid=False, launch_pdl=True,
+    )  # fmt: skip
+    handle = SimpleNamespace(run=run, function=5, packed_metadata=(1, 2))
+    tail = (8,)  # the constexpr's value
+
+    class Descriptor:
+        def __init__(self, name, shape):
+            self.name, self.shape, self.strides = name, shape, [shape[1], 1]
+
+    d0, d1 = Descriptor("d0", [416, 256]), Descriptor("d1", [80, 256])
+    args = ("x-pointer", d0, 3000, d1, 2.5)
+    # Triton's path: grid, stream, function, flags, scratch, metadata, hooks, then the kernel's arguments.
+    run.launch(7, 1, 1, 77, 5, False, True, None, None, (1, 2), None, None, None, *args, *tail)
+    launch = L.DescriptorLaunch.of(handle, tail)
+    assert launch is not None
+    for _ in range(2):
+        launch(0, (7, 1), args)
+    assert calls[1] == calls[0] and calls[2] == calls[0], calls
+    assert encoded == ["d0", "d1", "d0", "d1"]  # Triton's wrapper once, then DescriptorLaunch once
+    handle.run = SimpleNamespace(launch=print, global_scratch_size=0, profile_scratch_size=0)  # no wrapper
+    assert L.DescriptorLaunch.of(handle, tail) is None
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cached", [False, True], ids=["jit-launch", "cached-launch"])
 def test_cuda_istft_per_argument_class(cached, monkeypatch, generator, cuda_device):
