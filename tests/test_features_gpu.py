@@ -273,6 +273,19 @@ def test_gpu_sm90_kernel_strided_input(sm90_device, tf32_matmul, generator):
     assert torch.equal(kmel.mel_spectrogram(x, **opts), kmel.mel_spectrogram(x.contiguous(), **opts))
 
 
+def assert_whisper_within_unfused(got, unfused, expected):
+    """The sm_90 kernel's Whisper features ``got`` against the float64 recipe ``expected``, one clip. TF32
+    mels: ~2e-4 relative, ~2e-5 in (log10 + 4) / 4; elementwise a few times that, and more where the log
+    magnifies the error of a low-energy bin under a narrow filter (128 mels' lowest cover one or two bins).
+    The unfused path (``unfused``, TF32 too) has the same error class: the kernel may be worse than it by
+    half again at most, and never beyond 5e-4 relative or 1e-2 of the peak."""
+    unfused_abs = ((unfused - expected).abs().max() / expected.abs().max()).item()
+    unfused_rel = ((unfused - expected).norm() / expected.norm()).item()
+    atol = min(1e-2, max(2e-3, 1.5 * unfused_abs))
+    rel_error = min(5e-4, max(1e-4, 1.5 * unfused_rel))
+    assert_close(got, expected, atol=atol, rtol=2e-3, rel_error=rel_error)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_mels", [80, 128])  # Whisper large-v3 has 128
 def test_gpu_sm90_whisper(n_mels, sm90_device, tf32_matmul, generator, monkeypatch):
@@ -290,17 +303,7 @@ def test_gpu_sm90_whisper(n_mels, sm90_device, tf32_matmul, generator, monkeypat
     monkeypatch.setattr(kmel, "SM90_AUTO", False)
     unfused = nf.whisper_log_mel(audio.to(sm90_device), n_mels=n_mels, backend="triton").double().cpu()
     for i in range(3):
-        # TF32 mels: ~2e-4 relative, ~2e-5 in (log10 + 4) / 4; elementwise a few times that, and more where
-        # the log magnifies the error of a low-energy bin under a narrow filter (128 mels' lowest cover one or
-        # two bins). The unfused path, TF32 too, has the same error class: the kernel may be worse than it by
-        # half again at most, and never beyond 5e-4 relative or 1e-2 of the peak.
-        expected = whisper_oracle(audio[i].double(), n_mels)
-        peak = expected.abs().max()
-        unfused_abs = ((unfused[i] - expected).abs().max() / peak).item()
-        unfused_rel = ((unfused[i] - expected).norm() / expected.norm()).item()
-        atol = min(1e-2, max(2e-3, 1.5 * unfused_abs))
-        rel_error = min(5e-4, max(1e-4, 1.5 * unfused_rel))
-        assert_close(got[i], expected, atol=atol, rtol=2e-3, rel_error=rel_error)
+        assert_whisper_within_unfused(got[i], unfused[i], whisper_oracle(audio[i].double(), n_mels))
 
 
 @pytest.mark.gpu
@@ -359,13 +362,8 @@ def test_gpu_sm90_whisper_floor_skips_tiles_above_it(sm90_device, tf32_matmul, g
     assert bool((spread <= 2.0 + 1e-5).all()), spread.max().item()
     monkeypatch.setattr(kmel, "SM90_AUTO", False)
     unfused = nf.whisper_log_mel(audio.to(sm90_device), backend="triton").double().cpu()
-    for i in (0, 3):  # as test_gpu_sm90_whisper: against the recipe, within 1.5x the unfused path's error
-        expected = whisper_oracle(audio[i].double(), 80)
-        unfused_abs = ((unfused[i] - expected).abs().max() / expected.abs().max()).item()
-        unfused_rel = ((unfused[i] - expected).norm() / expected.norm()).item()
-        atol = min(1e-2, max(2e-3, 1.5 * unfused_abs))
-        rel_error = min(5e-4, max(1e-4, 1.5 * unfused_rel))
-        assert_close(got[i], expected, atol=atol, rtol=2e-3, rel_error=rel_error)
+    for i in (0, 3):
+        assert_whisper_within_unfused(got[i], unfused[i], whisper_oracle(audio[i].double(), 80))
 
 
 @pytest.mark.gpu

@@ -454,6 +454,13 @@ def _project_kernel(
 
 
 @triton.jit
+def whisper_floor_value(peak):
+    """Whisper's floor for a signal whose largest mel is ``peak``, in the stored units:
+    ``(log10(max(peak, 1e-10)) − 8 + 4) / 4``. Both floor passes (here and :mod:`mel_sm90`'s) use it."""
+    return (tl.log2(tl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
+
+
+@triton.jit
 def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
     """``out = max(out, (log10(max(peak, 1e-10)) − 8 + 4) / 4)`` on a contiguous ``(B, M, T)`` block
     of ``(log10(mel) + 4) / 4`` values: a read of every value, a write of only those below the floor
@@ -461,8 +468,7 @@ def _whisper_finish_kernel(out_ptr, peak_ptr, per_example, BLOCK: tl.constexpr):
     b = tl.program_id(1).to(tl.int64)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < per_example
-    peak = tl.load(peak_ptr + b).to(tl.float32, bitcast=True)
-    low = (tl.log2(tl.maximum(peak, 1e-10)) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
+    low = whisper_floor_value(tl.load(peak_ptr + b).to(tl.float32, bitcast=True))
     ptrs = out_ptr + b * per_example + i
     v = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
     tl.store(ptrs, low.to(out_ptr.dtype.element_ty), mask=ok & (v < low))
@@ -889,7 +895,7 @@ def _sm90_supported(x: torch.Tensor, filters: torch.Tensor, opts: dict) -> bool:
 
 
 def _public(opts: dict) -> dict:
-    """``opts`` without the private ``_precision``/``_config``."""
+    """``opts`` without the private options (``_precision``, ``_config``, ``_path``)."""
     return {k: v for k, v in opts.items() if k[0] != "_"}
 
 

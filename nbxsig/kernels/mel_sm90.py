@@ -60,6 +60,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from . import mel as kmel
 from ._launch import CachedLaunch
 from ._runtime import cdiv, check_launchable, empty_output, next_pow2
 
@@ -842,8 +843,6 @@ def _operands(window, filters, *, n_fft, scale, power, m1, m2):
     """The folded window tables, the fp16 (cos, sin) basis ``(2·KP, F_ALL)``, the TF32 filters ``(M_TOT,
     F_ALL)`` with ``scale^power`` folded in (rows past the last mel repeat it), and their TMA descriptors;
     cached per operands."""
-    from . import mel as kmel
-
     half = n_fft // 2 + 1
     kp = cdiv(half, 16) * 16
     f_all = cdiv(kp, BLOCK_F) * BLOCK_F
@@ -904,8 +903,6 @@ def mel_spectrogram(
     """:func:`nbxsig.kernels.mel.mel_spectrogram` on ``x (B, L)`` through this kernel, which serves it
     (:func:`supports`: the caller checked): ``(B, n_mels, n_frames)``. Lean on purpose: on a second of
     audio the host's time per call is most of the call."""
-    from . import mel as kmel
-
     check_launchable(x, window, filters)
     x = x.contiguous()  # the loads assume unit sample stride
     batch, length = x.shape
@@ -957,8 +954,6 @@ def launch(
     padding of ``pad`` samples each side by ``pad_mode`` (a :data:`nbxsig.kernels.mel._PAD_MODES` code), of
     which the frames ``[t_a, t_b)`` read none. ``sync``: for Whisper, ``n_tiles + B`` zeros, where the kernel
     puts each tile's smallest mel and each signal's largest for :func:`whisper_floor` (which says how)."""
-    from . import mel as kmel
-
     n_mels = filters.shape[1]
     m1, m2 = kmel.mel_blocks(n_mels)
     wa, wb, _, _, descs, (kp, f_all, k0, k1, k2) = _operands(
@@ -1029,7 +1024,7 @@ _kernel_launch = CachedLaunch(_mel_sm90_kernel)
 def _whisper_floor_kernel(
     out_ptr, sync_ptr, n_tt, n_tiles, n_frames, n_mels, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr
 ):
-    """Whisper's floor ``max(v, (log10(max(peak, 1e-10)) − 8 + 4) / 4)`` on one ``BLOCK_T``-frame tile of the
+    """Whisper's floor ``max(v, whisper_floor_value(peak))`` on one ``BLOCK_T``-frame tile of the
     contiguous ``out (B, n_mels, n_frames)`` of stored ``(log10(max(mel, 1e-10)) + 4) / 4`` values, where the
     tile's smallest mel says it can change any: else the tile is not read at all."""
     tile = tl.program_id(0)
@@ -1041,7 +1036,7 @@ def _whisper_floor_kernel(
     if lowest < peak * 1.001e-8:
         t = (tile % n_tt) * BLOCK_T + tl.arange(0, BLOCK_T)
         m = tl.arange(0, BLOCK_M)
-        low = (tl.log2(peak) * 0.30102999566398120 - 8.0 + 4.0) * 0.25
+        low = kmel.whisper_floor_value(peak)
         ptrs = out_ptr + b * n_mels * n_frames + m[:, None] * n_frames + t[None, :]
         ok = (m[:, None] < n_mels) & (t[None, :] < n_frames)
         v = tl.load(ptrs, mask=ok, other=0.0)
@@ -1054,9 +1049,9 @@ _whisper_floor_launch = CachedLaunch(_whisper_floor_kernel)
 def whisper_floor(out: torch.Tensor, sync: torch.Tensor) -> None:
     """Whisper's floor, in place, on the contiguous ``out (B, n_mels, n_frames)`` the kernel stored, from
     ``sync`` (each 64-frame tile's smallest mel as ``0x7FFFFFFF`` minus its float bits, then each signal's
-    largest as its float bits): the tiles whose
-    smallest mel is under the floor are read and rewritten, the others not even read -- on speech and noise
-    that is most of them, against a full pass over the output (one read, 61 MB at 64 × 30 s)."""
+    largest as its float bits): the tiles whose smallest mel is under the floor are read and rewritten, the
+    others not even read -- on speech and noise that is most of them, against a full pass over the output
+    (one read, 61 MB at 64 × 30 s)."""
     batch, n_mels, n_frames = out.shape
     n_tt = cdiv(n_frames, BLOCK_T)
     constexprs = {"BLOCK_T": BLOCK_T, "BLOCK_M": next_pow2(n_mels)}
