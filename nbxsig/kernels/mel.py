@@ -376,7 +376,8 @@ def _finish_tile(
             m2 = M1 + tl.arange(0, M2)
             ok2 = t_ok[:, None] & (m2 < n_mels)[None, :]
             peak = tl.maximum(peak, tl.max(tl.max(tl.where(ok2, acc2, 0.0), axis=1), axis=0))
-        tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True))
+        # Relaxed: only the floor pass reads it, after this kernel ends (acq_rel fences each atomic).
+        tl.atomic_max(peak_ptr + b, peak.to(tl.int32, bitcast=True), sem="relaxed")
     _store_mels(acc1, m1, out_ptr, b, stride_ob, stride_om, stride_ot, t, t_ok, n_mels, floor, HAS_FLOOR, LOG)
     if M2 > 0:
         m2 = M1 + tl.arange(0, M2)
@@ -450,7 +451,8 @@ def _project_kernel(
         )
     if TRACK_PEAK:
         # Mels are >= 0, and non-negative floats order like their int32 bit patterns.
-        tl.atomic_max(peak_ptr + b, tl.max(peaks, axis=0).to(tl.int32, bitcast=True))
+        # Relaxed: only the floor pass reads it, after this kernel ends (acq_rel fences each atomic).
+        tl.atomic_max(peak_ptr + b, tl.max(peaks, axis=0).to(tl.int32, bitcast=True), sem="relaxed")
 
 
 @triton.jit

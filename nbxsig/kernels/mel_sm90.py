@@ -641,10 +641,13 @@ def _products(
             # tile never meet across warps, which would cost a trip through shared memory behind a barrier.
             top = gl.max(top.reshape([num_warps, BLOCK_T // num_warps]), axis=1)
             low = gl.min(low.reshape([num_warps, BLOCK_T // num_warps]), axis=1)
+            # Relaxed: only the next kernel (whisper_floor) reads them, after this one ends. The default
+            # (acq_rel) fences each atomic: it waited for the previous tile's stores to reach the GPU
+            # (MEMBAR.GPU) and invalidated the SM's L1 (CCTL.IVALL), which the loader's frames reuse.
             lane = gl.zeros_like(top).to(gl.int64)
-            gl.atomic_max(sync_ptr + n_tiles + b + lane, top.to(gl.int32, bitcast=True))
+            gl.atomic_max(sync_ptr + n_tiles + b + lane, top.to(gl.int32, bitcast=True), sem="relaxed")
             # The smallest as 0x7fffffff minus its bits: zero-initialised, raised by atomic_max.
-            gl.atomic_max(sync_ptr + tile + lane, 0x7FFFFFFF - low.to(gl.int32, bitcast=True))
+            gl.atomic_max(sync_ptr + tile + lane, 0x7FFFFFFF - low.to(gl.int32, bitcast=True), sem="relaxed")
         dest = (out_ptr, b, stride_ob, stride_om, t0, t_end, n_mels, floor)
         _store_mels(acc1, 0, M1, dest, HAS_FLOOR, NORMAL_FLOOR, LOG, BLOCK_T, num_warps)
         if M2 > 0:
