@@ -883,9 +883,9 @@ def _unfused(
 
 
 # Whether the auto path on an H100/H200 at TF32 precision is the Gluon kernel of :mod:`mel_sm90`: yes.
-# Measured on an H100 (twenty-seventh round, 64 × 30 s, n_fft 400, hop 160, 80 mels, docs/benchmarks.md):
-# MelSpectrogram 171.8 µs against 307.1 for the unfused path and 1449.7 for torchaudio; Whisper 218.6
-# against 341.8. ``_path="sm90"`` runs it whatever this says; the benchmark turns it off for its probes.
+# Measured on an H200 (twenty-ninth round, 64 × 30 s, n_fft 400, hop 160, 80 mels, docs/benchmarks.md):
+# MelSpectrogram 159.4 µs against 291.2 for the unfused path and 1308.2 for torchaudio; Whisper 171.7
+# against 323.6. ``_path="sm90"`` runs it whatever this says; the benchmark turns it off for its probes.
 SM90_AUTO = True
 
 

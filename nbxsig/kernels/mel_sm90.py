@@ -21,7 +21,8 @@ unscaling each bin (barring overflow or underflow), for a fraction of the multip
 One persistent program per SM walks tiles ``pid, pid + nprog, …`` with three partitions:
 
 - the loader (8 warps) folds, windows and scales the next tile into its shared-memory slot (a
-  signal's first and last tiles, whose frames read the centre padding, by mapped positions);
+  signal's first and last tiles, whose frames read the centre padding, by mapped positions), having
+  first asked L2 for the samples of the tile after it;
 - a TMA warp streams the (cos, sin) basis and filter chunks, 32 bins at a time, the same sequence
   for every tile, into two-slot rings;
 - the products (one warpgroup) take the tile into registers (its slot goes back to the loader at
@@ -34,9 +35,10 @@ pass (:func:`whisper_floor`); the kernel gives it each signal's largest mel and 
 the pass reads and rewrites only the tiles with a mel under the floor -- on speech and noise almost none,
 where a pass over the whole output (61 MB at 64 × 30 s) cost ~25 µs.
 
-On an H100 (64 × 30 s, n_fft 400, hop 160, 80 mels) it runs MelSpectrogram in 171.8 µs against 307 µs
-for the Triton path (``nbxsig.stft``'s four-step spectrogram + the mel projection) and 1450 µs for
-torchaudio, so it is the auto path there (:data:`nbxsig.kernels.mel.SM90_AUTO`; docs/benchmarks.md).
+On an H200 (64 × 30 s, n_fft 400, hop 160, 80 mels) it runs MelSpectrogram in 159.4 µs against 291.2 µs
+for the Triton path (``nbxsig.stft``'s four-step spectrogram + the mel projection) and 1308.2 µs for
+torchaudio, and Whisper's front end in 171.7 µs against 1389.6, so it is the auto path there
+(:data:`nbxsig.kernels.mel.SM90_AUTO`; docs/benchmarks.md, twenty-ninth round).
 Gluon has no interpreter: the CPU suite compiles the kernel for sm_90 offline
 (tests/test_features_compile.py); tests/test_features_gpu.py runs it.
 """
@@ -281,6 +283,37 @@ def _fold_edge(
 
 
 @gluon.jit
+def _prefetch_samples(
+    x_ptr,
+    stride_xb,
+    tile,
+    n_tt,
+    n_frames,
+    hop,
+    pad,
+    length,
+    BLOCK_T: gl.constexpr,
+    N_FFT: gl.constexpr,
+    LOADER_WARPS: gl.constexpr,
+):
+    """Ask L2 for the samples that tile ``tile``'s frames read, a 128-byte line per 32 samples, two lines a
+    thread (up to 64 KB: all of them for hops up to 250 at 64 frames; beyond, a hint for the first)."""
+    b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
+    first = gl.maximum(t0 * hop - pad, 0)
+    last = gl.minimum((t_end - 1) * hop - pad + N_FFT, length) - 1
+    LINES: gl.constexpr = gl.BlockedLayout([2], [32], [LOADER_WARPS], [0])
+    pos = gl.minimum(first + gl.arange(0, 64 * LOADER_WARPS, layout=LINES) * 32, last)
+    gl.inline_asm_elementwise(
+        "mov.u32 $0, 0; prefetch.global.L2 [$1];",
+        "=r,l",
+        [x_ptr + b * stride_xb + pos],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
 def _loader(
     args,
     edges,
@@ -301,8 +334,16 @@ def _loader(
     x_ptr, stride_xb, n_frames, hop, pad, n_tt, n_tiles = args
     length, t_a, t_b = edges
     a_ready, a_empty = bars
+    nprog = gl.num_programs(0)
     i = 0
-    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    for tile in range(gl.program_id(0), n_tiles, nprog):
+        # The next tile's samples on their way from memory to L2 while this one is loaded: the loader alone
+        # took ~140 of the kernel's ~171 µs (H100, 64 x 30 s), waiting on memory with its issue slots idle;
+        # with the prefetch the kernel ran 159.4 instead of 168.2 µs (H200).
+        if tile + nprog < n_tiles:
+            _prefetch_samples(
+                x_ptr, stride_xb, tile + nprog, n_tt, n_frames, hop, pad, length, BLOCK_T, N_FFT, LOADER_WARPS
+            )
         mbarrier.wait(a_empty, (i & 1) ^ 1)
         b, t0, t_end = _tile_of(tile, n_tt, n_frames, BLOCK_T)
         if (t0 < t_a) | (t_end > t_b):
