@@ -58,8 +58,9 @@ def prefetch_l2(ptrs):
 
     Nothing reaches the program, so it is safe even against a writer still running: L2 is the GPU's
     point of coherence and a line fetched early is never stale. The depthwise stencils use it for
-    rows ahead, the int4 GEMV for its weights before the PDL wait. sm_90 PTX: callers compile it in
-    only where the interpreter never runs it. One address per 128-byte line is enough.
+    rows ahead, the int4 GEMV for its weights before the PDL wait, the sm_90 mel kernel's loader for
+    its next tile's samples. sm_90 PTX: callers compile it in only where the interpreter never runs it.
+    One address per 128-byte line is enough.
     """
     tl.inline_asm_elementwise(
         "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1

@@ -46,7 +46,6 @@ Gluon has no interpreter: the CPU suite compiles the kernel for sm_90 offline
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import cache
 
 import torch
 import triton
@@ -63,8 +62,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from . import mel as kmel
-from ._launch import CachedLaunch
-from ._runtime import cdiv, check_launchable, empty_output, next_pow2
+from ._launch import CachedLaunch, prefetch_l2
+from ._runtime import cdiv, check_launchable, empty_output, next_pow2, sm_count
 
 BLOCK_T = 64  # frames per tile: one wgmma M
 BLOCK_F = 32  # bins per chunk: the DFT's N and the mel product's K
@@ -303,14 +302,7 @@ def _prefetch_samples(
     last = gl.minimum((t_end - 1) * hop - pad + N_FFT, length) - 1
     LINES: gl.constexpr = gl.BlockedLayout([2], [32], [LOADER_WARPS], [0])
     pos = gl.minimum(first + gl.arange(0, 64 * LOADER_WARPS, layout=LINES) * 32, last)
-    gl.inline_asm_elementwise(
-        "mov.u32 $0, 0; prefetch.global.L2 [$1];",
-        "=r,l",
-        [x_ptr + b * stride_xb + pos],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
+    prefetch_l2(x_ptr + b * stride_xb + pos)
 
 
 @gluon.jit
@@ -1051,12 +1043,7 @@ def launch(
         LOADER_REGS=LOADER_REGS,
         VEC=aligned,
     )
-    _kernel_launch((min(n_tiles, _sm_count(x.device)), 1), args, constexprs, 4, options={"maxnreg": _MAXNREG})
-
-
-@cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    _kernel_launch((min(n_tiles, sm_count(x.device)), 1), args, constexprs, 4, options={"maxnreg": _MAXNREG})
 
 
 # Through the compiled handle: Gluon's launch path (argument binding, specialization, the five descriptors)
